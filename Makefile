@@ -1,0 +1,36 @@
+# The two README commands are `make demo` and `make test`; both set up what
+# they need (Debian packages, a virtualenv) and are fast on the second run.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+VENV_STAMP := $(VENV)/.installed
+
+.PHONY: setup servers venv demo test lint clean
+
+setup: servers venv
+
+servers:
+	@bash scripts/install-servers.sh
+
+venv: $(VENV_STAMP)
+
+$(VENV_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+demo: setup
+	$(BIN)/fencegate demo
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: setup lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .state .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,14 @@
+"""Real servers on loopback for tests, the lab, benchmarks and the demo."""
+
+from lab.cluster.errors import ClusterError, MissingServerError, ServerStartError
+from lab.cluster.local import ClusterSpec, LocalCluster
+from lab.cluster.servers import Node
+
+__all__ = [
+    "ClusterError",
+    "ClusterSpec",
+    "LocalCluster",
+    "MissingServerError",
+    "Node",
+    "ServerStartError",
+]

@@ -1,0 +1,32 @@
+"""Errors of the local cluster helper.
+
+ClusterError
+ ├── MissingServerError   a server binary is not installed
+ └── ServerStartError     a server did not answer before its deadline
+"""
+
+from __future__ import annotations
+
+
+class ClusterError(Exception):
+    """Root of every error the cluster helper raises."""
+
+
+class MissingServerError(ClusterError, FileNotFoundError):
+    """A server binary is missing; the message names the package that provides it."""
+
+    def __init__(self, binary: str, *, package: str) -> None:
+        super().__init__(
+            f"{binary} not found: install it with `apt-get install {package}` "
+            f"(or run `make setup`, which installs every server the project uses)"
+        )
+        self.binary = binary
+        self.package = package
+
+
+class ServerStartError(ClusterError, TimeoutError):
+    """A server exited or stayed silent past its start deadline."""
+
+    def __init__(self, message: str, *, name: str, log: str) -> None:
+        super().__init__(f"{name}: {message}; last lines of its log:\n{log}")
+        self.name = name

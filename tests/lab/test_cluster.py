@@ -1,0 +1,118 @@
+"""The cluster helper starts real servers, faults them, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lab.cluster import ClusterSpec, LocalCluster, MissingServerError
+from lab.cluster.servers import probe
+
+
+def _alive(pid: int | None) -> bool:
+    assert pid is not None
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _redis(url: str, *command: str) -> bytes:
+    host, port = url.removeprefix("redis://").split(":")
+    wire = f"*{len(command)}\r\n" + "".join(f"${len(c)}\r\n{c}\r\n" for c in command)
+    with socket.create_connection((host, int(port)), timeout=2) as sock:
+        sock.sendall(wire.encode())
+        return sock.recv(4096)
+
+
+def test_every_kind_starts_answers_and_stops_by_pid(tmp_path: Path) -> None:
+    spec = ClusterSpec(redis=3, zookeeper=True, postgres=True)
+    with LocalCluster.running(spec, tmp_path / "state") as cluster:
+        pids = [node.pid for node in cluster.nodes.values()]
+        assert len(pids) == 5
+        assert all(_alive(pid) for pid in pids)
+        assert all(probe(node) for node in cluster.nodes.values())
+        recorded = json.loads((tmp_path / "state" / "cluster.json").read_text())
+        assert sorted(n["pid"] for n in recorded["nodes"]) == sorted(pids)  # type: ignore[type-var]
+    assert not any(_alive(pid) for pid in pids)
+    assert not (tmp_path / "state").exists()
+
+
+def test_two_clusters_side_by_side_get_distinct_ports(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster],
+) -> None:
+    first = cluster_factory(ClusterSpec(redis=3))
+    second = cluster_factory(ClusterSpec(redis=3))
+    ports = [n.port for c in (first, second) for n in c.nodes.values()]
+    assert len(set(ports)) == 6
+
+
+def test_pause_hangs_a_node_and_resume_brings_it_back(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster],
+) -> None:
+    cluster = cluster_factory(ClusterSpec(redis=1))
+    node = cluster.nodes["redis-0"]
+    cluster.pause("redis-0")
+    assert not probe(node)
+    assert cluster.is_running("redis-0")
+    cluster.resume("redis-0")
+    assert probe(node)
+
+
+def test_kill_and_restart_without_persistence_loses_keys(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster],
+) -> None:
+    cluster = cluster_factory(ClusterSpec(redis=1))
+    url = cluster.redis_urls[0]
+    old_pid = cluster.nodes["redis-0"].pid
+    assert _redis(url, "SET", "k", "v") == b"+OK\r\n"
+    cluster.kill("redis-0")
+    assert not _alive(old_pid)
+    cluster.restart("redis-0")
+    assert cluster.redis_urls[0] == url
+    assert _redis(url, "GET", "k") == b"$-1\r\n"
+
+
+def test_aof_keeps_keys_across_a_crash(cluster_factory: Callable[[ClusterSpec], LocalCluster]) -> None:
+    cluster = cluster_factory(ClusterSpec(redis=1, aof=True))
+    url = cluster.redis_urls[0]
+    assert _redis(url, "SET", "k", "v") == b"+OK\r\n"
+    cluster.kill("redis-0")
+    cluster.restart("redis-0")
+    assert _redis(url, "GET", "k") == b"$1\r\nv\r\n"
+
+
+def test_missing_binary_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    cluster = LocalCluster(tmp_path / "state")
+    with pytest.raises(MissingServerError, match="apt-get install redis-server"):
+        cluster.add_redis()
+    monkeypatch.setenv("FENCEGATE_PG_BINDIR", str(tmp_path))
+    with pytest.raises(MissingServerError, match="apt-get install postgresql"):
+        cluster.add_postgres()
+    assert cluster.nodes == {}
+
+
+def test_cli_up_then_down_leaves_no_process(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    cli = [sys.executable, "-m", "gateway.cli", "cluster"]
+    up = subprocess.run([*cli, "up", "--redis", "2", "--dir", str(state)],
+                        capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    endpoints = json.loads(up.stdout)
+    pids = list(endpoints["pids"].values())
+    assert len(endpoints["redis"]) == 2
+    assert all(_alive(pid) for pid in pids)
+    down = subprocess.run([*cli, "down", "--dir", str(state)],
+                          capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    assert sorted(json.loads(down.stdout)["stopped"]) == ["redis-0", "redis-1"]
+    assert not any(_alive(pid) for pid in pids)
+    assert not state.exists()
+    assert os.path.exists(tmp_path)
