@@ -1,0 +1,67 @@
+"""Every error lockclient raises.
+
+LockClientError
+ ├── ConfigurationError (ValueError)   bad arguments; the message says the fix
+ ├── LockNotAcquired (TimeoutError)    no quorum in time; per-node reasons attached
+ ├── LockLost                          the lease expired or was taken away
+ ├── TokenSourceError                  the token source failed or is unreachable
+ └── GatewayError                      the gateway answered with an error
+      └── StaleToken                   409: a newer token has already written
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class LockClientError(Exception):
+    """Root of every lockclient error."""
+
+
+class ConfigurationError(LockClientError, ValueError):
+    """An argument is invalid; the message says how to fix it."""
+
+
+class LockNotAcquired(LockClientError, TimeoutError):
+    """No quorum was reached within the attempts or the deadline."""
+
+    def __init__(self, message: str, *, resource: str, reasons: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.reasons = dict(reasons or {})
+
+
+class LockLost(LockClientError):
+    """The lease is no longer held (expired, taken, or a renewal failed)."""
+
+    def __init__(self, message: str, *, resource: str, token: int | None = None) -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.token = token
+
+
+class TokenSourceError(LockClientError):
+    """The token source could not issue or bound a token."""
+
+    def __init__(self, message: str, *, source: str) -> None:
+        super().__init__(message)
+        self.source = source
+
+
+class GatewayError(LockClientError):
+    """The gateway refused a request or could not be reached."""
+
+    def __init__(self, message: str, *, status: int | None, code: str | None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class StaleToken(GatewayError):
+    """409: the resource's mark is above this token; the write changed nothing."""
+
+    def __init__(self, message: str, *, resource: str, token: int, highest: int) -> None:
+        super().__init__(message, status=409, code="stale_token")
+        self.resource = resource
+        self.token = token
+        self.highest = highest
