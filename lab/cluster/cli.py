@@ -43,6 +43,13 @@ def register(sub: Any) -> None:
         "--zookeeper", action="store_true", help="also start a standalone ZooKeeper (token source)"
     )
     up.add_argument(
+        "--zookeeper-ensemble",
+        type=int,
+        default=0,
+        metavar="N",
+        help="start a ZooKeeper ensemble of N members instead of one standalone server",
+    )
+    up.add_argument(
         "--postgres",
         action="store_true",
         help="also start a throwaway PostgreSQL cluster (token source, storage)",
@@ -80,7 +87,13 @@ def _up(args: argparse.Namespace) -> int:
         hint = f"run `fencegate cluster down --dir {args.dir}` first"
         print(f"a cluster is already recorded in {args.dir}: {hint}", file=sys.stderr)
         return 1
-    spec = ClusterSpec(redis=args.redis, zookeeper=args.zookeeper, postgres=args.postgres, aof=args.aof)
+    spec = ClusterSpec(
+        redis=args.redis,
+        zookeeper=args.zookeeper,
+        zookeeper_ensemble=args.zookeeper_ensemble,
+        postgres=args.postgres,
+        aof=args.aof,
+    )
     try:
         cluster.up(spec)
     except ClusterError as exc:

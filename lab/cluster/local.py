@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from lab.cluster.errors import ClusterError, ServerStartError
-from lab.cluster.servers import Node, postgres_node, probe, redis_node, zookeeper_node
+from lab.cluster.servers import (
+    Node,
+    ZooKeeperPeer,
+    free_port,
+    postgres_node,
+    probe,
+    redis_node,
+    zookeeper_node,
+)
 
 STATE_FILE = "cluster.json"
 START_DEADLINE = 60.0  # a cold JVM on a loaded 2-core machine takes tens of seconds
@@ -43,6 +51,7 @@ class ClusterSpec:
 
     redis: int = 5
     zookeeper: bool = False
+    zookeeper_ensemble: int = 0  # > 0: an ensemble of this many members instead of one standalone
     postgres: bool = False
     aof: bool = False
 
@@ -105,7 +114,9 @@ class LocalCluster:
 
     @property
     def zookeeper(self) -> str:
-        return self._one("zookeeper").address
+        """The ZooKeeper connect string: every member, comma-separated."""
+        self._one("zookeeper")
+        return ",".join(n.address for n in self.nodes.values() if n.kind == "zookeeper")
 
     @property
     def postgres_dsn(self) -> str:
@@ -133,7 +144,9 @@ class LocalCluster:
     def up(self, spec: ClusterSpec) -> LocalCluster:
         """Start everything in `spec` at once, then wait for all of it."""
         names = [self.add_redis(aof=spec.aof, wait=False).name for _ in range(spec.redis)]
-        if spec.zookeeper:
+        if spec.zookeeper_ensemble:
+            names += [n.name for n in self.add_zookeeper_ensemble(spec.zookeeper_ensemble, wait=False)]
+        elif spec.zookeeper:
             names.append(self.add_zookeeper(wait=False).name)
         if spec.postgres:
             names.append(self.add_postgres(wait=False).name)
@@ -154,6 +167,24 @@ class LocalCluster:
     def add_zookeeper(self, *, wait: bool = True) -> Node:
         name = self._name("zookeeper")
         return self._launch(zookeeper_node(name, self._node_dir(name)), wait)
+
+    def add_zookeeper_ensemble(self, size: int = 3, *, wait: bool = True) -> list[Node]:
+        """Start `size` ZooKeeper members that form one quorum (ready once a leader is elected)."""
+        if size < 1:
+            raise ClusterError(f"a ZooKeeper ensemble needs at least 1 member, not {size}")
+        peers = tuple(ZooKeeperPeer(i + 1, free_port(), free_port()) for i in range(size))
+        nodes = []
+        for peer in peers:
+            name = self._name("zookeeper")
+            node = zookeeper_node(name, self._node_dir(name), peers=peers, myid=peer.myid)
+            self.nodes[name] = node  # recorded before the next member is named
+            nodes.append(node)
+        for node in nodes:
+            self._launch(node, wait=False)
+        if wait:
+            for node in nodes:
+                self.wait_ready(node.name)
+        return nodes
 
     def add_postgres(self, *, wait: bool = True) -> Node:
         name = self._name("postgres")
@@ -221,8 +252,6 @@ class LocalCluster:
             self._respawn_on_new_port(node)
 
     def _respawn_on_new_port(self, node: Node) -> None:
-        from lab.cluster.servers import free_port
-
         old = str(node.port)
         node.port = free_port()
         node.argv = [str(node.port) if arg == old else arg for arg in node.argv]

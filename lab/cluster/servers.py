@@ -90,18 +90,33 @@ def redis_node(name: str, data_dir: Path, *, aof: bool = False, args: tuple[str,
     return Node(name, "redis", port, argv, str(data_dir), str(data_dir / "server.log"))
 
 
-def zookeeper_node(name: str, data_dir: Path) -> Node:
-    """A standalone ZooKeeper on its own JVM, with 4-letter probes enabled."""
+@dataclass(frozen=True)
+class ZooKeeperPeer:
+    """One member of an ensemble: its id and its quorum and election ports."""
+
+    myid: int
+    quorum_port: int
+    election_port: int
+
+
+def zookeeper_node(
+    name: str, data_dir: Path, *, peers: tuple[ZooKeeperPeer, ...] = (), myid: int = 0
+) -> Node:
+    """A ZooKeeper JVM with 4-letter probes on; standalone unless `peers` names an ensemble."""
     java = _require("java", "default-jre-headless")
     if not os.path.exists(ZOOKEEPER_JAR):
         raise MissingServerError(ZOOKEEPER_JAR, package="zookeeper")
     port = free_port()
     conf = data_dir / "conf"
     conf.mkdir(parents=True, exist_ok=True)
+    (data_dir / "data").mkdir(exist_ok=True)
+    servers = "".join(f"server.{p.myid}={HOST}:{p.quorum_port}:{p.election_port}\n" for p in peers)
+    if peers:
+        (data_dir / "data" / "myid").write_text(f"{myid}\n")
     (conf / "zoo.cfg").write_text(
         f"tickTime=500\ninitLimit=10\nsyncLimit=5\ndataDir={data_dir / 'data'}\n"
         f"clientPort={port}\nclientPortAddress={HOST}\nadmin.enableServer=false\n"
-        "4lw.commands.whitelist=ruok,srvr,stat\nmaxSessionTimeout=60000\n"
+        "4lw.commands.whitelist=ruok,srvr,stat\nmaxSessionTimeout=60000\n" + servers
     )
     (conf / "log4j.properties").write_text(
         "log4j.rootLogger=WARN, CONSOLE\n"

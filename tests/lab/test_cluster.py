@@ -116,3 +116,29 @@ def test_cli_up_then_down_leaves_no_process(tmp_path: Path) -> None:
     assert not any(_alive(pid) for pid in pids)
     assert not state.exists()
     assert os.path.exists(tmp_path)
+
+
+def _mode(node_port: int) -> str:
+    with socket.create_connection(("127.0.0.1", node_port), timeout=2) as sock:
+        sock.sendall(b"srvr")
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    for line in reply.decode().splitlines():
+        if line.startswith("Mode: "):
+            return line.removeprefix("Mode: ")
+    return ""
+
+
+def test_zookeeper_ensemble_elects_one_leader_and_survives_a_member_stop(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster],
+) -> None:
+    cluster = cluster_factory(ClusterSpec(redis=0, zookeeper_ensemble=3))
+    members = [n for n in cluster.nodes.values() if n.kind == "zookeeper"]
+    assert cluster.zookeeper == ",".join(n.address for n in members)
+    modes = sorted(_mode(n.port) for n in members)
+    assert modes == ["follower", "follower", "leader"]
+    follower = next(n for n in members if _mode(n.port) == "follower")
+    cluster.stop(follower.name)
+    assert not cluster.is_running(follower.name)
+    assert all(probe(n) for n in members if n is not follower)
