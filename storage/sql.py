@@ -1,0 +1,209 @@
+"""The fenced object store on SQLAlchemy: check and change in one transaction.
+
+The fence is one conditional upsert, `INSERT ... ON CONFLICT (resource) DO
+UPDATE SET token = excluded.token WHERE fence.token <= excluded.token
+RETURNING token`. No row back means the mark is higher: the transaction rolls
+back and nothing changes. On PostgreSQL the upsert locks the fence row until
+commit, so two gateways on one database accept a resource's tokens in commit
+order (invariant 1); on SQLite the write lock does the same. The mark is never
+read, compared and then written.
+
+A method returns only after its commit returned; any failure on the way is
+`StorageUnavailable` (outcome unknown), never a success.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from storage.engine import READ_ONLY
+from storage.errors import ObjectNotFound, StaleTokenError, map_storage_errors
+from storage.models import Fence, StoredObject
+from storage.protocols import ObjectData, ObjectMeta
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def digest_of(data: bytes) -> str:
+    """The content digest used as the ETag."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _meta(row: Any, *, created: bool = False) -> ObjectMeta:
+    return ObjectMeta(
+        key=row.key,
+        resource=row.resource,
+        token=row.token,
+        version=row.version,
+        size=row.size,
+        digest=row.digest,
+        created=created,
+    )
+
+
+class SqlObjectStore:
+    """`ObjectStore` over one SQLAlchemy async engine (SQLite or PostgreSQL).
+
+    The engine is owned by the caller (a cleanup context), not by the store.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, now: Callable[[], datetime] = _now) -> None:
+        self._engine = engine
+        self._now = now
+        dialect = engine.dialect.name
+        self._insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
+
+    # -- the fence ------------------------------------------------------------
+
+    async def _raise_mark(self, conn: AsyncConnection, resource: str, token: int) -> None:
+        """Raise the mark to `token` if `token` >= mark, in `conn`'s transaction; else StaleTokenError."""
+        stmt = self._insert(Fence).values(resource=resource, token=token, updated_at=self._now())
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[Fence.resource],
+            set_={"token": stmt.excluded.token, "updated_at": stmt.excluded.updated_at},
+            where=Fence.token <= stmt.excluded.token,
+        ).returning(Fence.token)
+        if (await conn.execute(stmt)).first() is not None:
+            return
+        # Only for the message: the decision was the upsert above.
+        highest = (await conn.execute(select(Fence.token).where(Fence.resource == resource))).scalar_one()
+        raise StaleTokenError(
+            f"token {token} is below the mark {highest} of resource {resource!r}: a newer lease has "
+            "written; take the lock again to get a fresh token",
+            resource=resource,
+            token=token,
+            highest=highest,
+        )
+
+    async def fence(self, resource: str, token: int) -> None:
+        """Raise the mark alone and commit (the upstream proxy forwards after this)."""
+        with map_storage_errors("fence check"):
+            async with self._engine.begin() as conn:
+                await self._raise_mark(conn, resource, token)
+
+    # -- fenced operations ----------------------------------------------------
+
+    async def put(self, key: str, data: bytes, *, resource: str, token: int) -> ObjectMeta:
+        with map_storage_errors("fenced put"):
+            async with self._engine.begin() as conn:
+                await self._raise_mark(conn, resource, token)
+                return await self.put_in(conn, key, data, resource=resource, token=token)
+
+    async def put_in(
+        self, conn: AsyncConnection, key: str, data: bytes, *, resource: str, token: int
+    ) -> ObjectMeta:
+        """Write the object inside an open transaction whose fence check passed."""
+        values = {
+            "key": key,
+            "data": data,
+            "size": len(data),
+            "digest": digest_of(data),
+            "version": 1,
+            "token": token,
+            "resource": resource,
+            "updated_at": self._now(),
+        }
+        stmt = self._insert(StoredObject).values(**values)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[StoredObject.key],
+            set_={
+                **{name: stmt.excluded[name] for name in values if name not in ("key", "version")},
+                "version": StoredObject.version + 1,
+            },
+        ).returning(
+            StoredObject.key,
+            StoredObject.resource,
+            StoredObject.token,
+            StoredObject.version,
+            StoredObject.size,
+            StoredObject.digest,
+        )
+        row = (await conn.execute(stmt)).one()
+        return _meta(row, created=row.version == 1)
+
+    async def get(self, key: str, *, resource: str, token: int | None) -> ObjectData:
+        with map_storage_errors("fenced get" if token is not None else "get"):
+            if token is None:
+                async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+                    found = await self._find(conn, key)
+            else:
+                # A fenced read raises the mark, and the raised mark is committed
+                # before the read is answered, even when the key is absent.
+                async with self._engine.begin() as conn:
+                    await self._raise_mark(conn, resource, token)
+                    found = await self._find(conn, key)
+        if found is None:
+            raise ObjectNotFound(f"no object under key {key!r}", key=key)
+        return found
+
+    async def _find(self, conn: AsyncConnection, key: str) -> ObjectData | None:
+        row = (await conn.execute(select(StoredObject).where(StoredObject.key == key))).first()
+        return None if row is None else ObjectData(meta=_meta(row), data=row.data)
+
+    async def delete(self, key: str, *, resource: str, token: int) -> ObjectMeta:
+        with map_storage_errors("fenced delete"):
+            async with self._engine.begin() as conn:
+                await self._raise_mark(conn, resource, token)
+                meta = await self.delete_in(conn, key, resource=resource, token=token)
+            if meta is None:
+                raise ObjectNotFound(f"no object under key {key!r}", key=key)
+            return meta
+
+    async def delete_in(
+        self, conn: AsyncConnection, key: str, *, resource: str, token: int
+    ) -> ObjectMeta | None:
+        """Delete inside an open transaction whose fence check passed; None if absent."""
+        stmt = (
+            delete(StoredObject)
+            .where(StoredObject.key == key)
+            .returning(StoredObject.key, StoredObject.version, StoredObject.size, StoredObject.digest)
+        )
+        row = (await conn.execute(stmt)).first()
+        if row is None:
+            return None
+        return ObjectMeta(
+            key=key, resource=resource, token=token, version=row.version, size=row.size, digest=row.digest
+        )
+
+    # -- reads without a token ------------------------------------------------
+
+    async def list(self, prefix: str, *, after: str = "", limit: int = 1000) -> list[ObjectMeta]:
+        cols = (
+            StoredObject.key,
+            StoredObject.resource,
+            StoredObject.token,
+            StoredObject.version,
+            StoredObject.size,
+            StoredObject.digest,
+        )
+        stmt = select(*cols).where(StoredObject.key > after).order_by(StoredObject.key).limit(limit)
+        if prefix:
+            stmt = stmt.where(StoredObject.key.startswith(prefix, autoescape=True))
+        with map_storage_errors("list"):
+            async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+                return [_meta(row) for row in await conn.execute(stmt)]
+
+    async def mark(self, resource: str) -> int:
+        with map_storage_errors("mark lookup"):
+            async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+                found = (await conn.execute(select(Fence.token).where(Fence.resource == resource))).scalar()
+        return int(found or 0)
+
+    async def marks_count(self) -> int:
+        with map_storage_errors("marks count"):
+            async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+                return int((await conn.execute(select(func.count()).select_from(Fence))).scalar_one())
+
+    async def ping(self) -> None:
+        with map_storage_errors("readiness check"):
+            async with self._engine.execution_options(**{READ_ONLY: True}).connect() as conn:
+                await conn.execute(select(1))
