@@ -68,7 +68,9 @@ def _log_refusal(request: web.Request, status: int, body: dict[str, object]) -> 
         "error": body.get("error"),
         "method": request.method,
         "path": request.path,
-        "resource": body.get("resource", request.headers.get("Fencing-Resource")),
+        "resource": body.get(
+            "resource", request.headers.get("Fencing-Resource", request.match_info.get("key"))
+        ),
         "token": body.get("token", request.headers.get("Fencing-Token")),
         "highest": body.get("highest"),
         "client": request.remote,
