@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from gateway.errors import ConfigError
+from storage.batch import DEFAULT_MAX_BATCH
 
 ENV_PREFIX = "FENCEGATE_"
 DEFAULT_DATA_DIR = Path(".state/gateway")
@@ -40,10 +41,18 @@ class Settings:
         default=10.0, metadata={"help": "seconds to wait for the upstream (then 504)"}
     )
     api_keys: Path | None = field(default=None, metadata={"help": "JSON file of hashed API keys and scopes"})
+    group_commit: int = field(
+        default=DEFAULT_MAX_BATCH,
+        metadata={
+            "help": "SQLite: most fenced writes committed with one fsync (0: a transaction per request)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is out of range; give 0..65535 (0 picks a free port)")
+        if self.group_commit < 0:
+            raise ConfigError(f"group_commit {self.group_commit} is negative; give 0 (off) or a batch size")
         if self.max_body < 0:
             raise ConfigError(f"max_body {self.max_body} is negative; give a size in bytes")
         for name in ("request_timeout", "storage_timeout", "upstream_timeout"):

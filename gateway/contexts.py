@@ -19,6 +19,7 @@ from gateway.fencing import Fencer, FutureGuard
 from gateway.keys import AppKeys
 from gateway.upstream import PROXY_LIMIT, UpstreamStore
 from storage import SqlObjectStore, migrate, open_engine
+from storage.batch import GroupCommitStore
 
 log = logging.getLogger("gateway")
 
@@ -33,6 +34,16 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         version = await migrate(engine)
         log.info("storage %s ready (schema version %d)", engine.url.render_as_string(), version)
         fences = SqlObjectStore(engine)
+        if settings.upstream is None and engine.dialect.name == "sqlite" and settings.group_commit > 0:
+            assert engine.url.database is not None
+            batching = GroupCommitStore(fences, path=engine.url.database, max_batch=settings.group_commit)
+            await batching.start()
+            app[AppKeys.store] = batching
+            try:
+                yield
+            finally:
+                await batching.aclose()
+            return
         if settings.upstream is None:
             app[AppKeys.store] = fences
             yield

@@ -15,13 +15,14 @@ from typing import Protocol
 class ObjectMeta:
     """What a client learns about an accepted request.
 
-    `token` is the token that wrote the object; `version` counts its writes
-    (None when an upstream service holds the bytes and the gateway cannot know).
+    `token` is the token that wrote the object; `version` counts its writes.
+    Either is None when an upstream service holds the bytes and the gateway
+    cannot know (proxy mode).
     """
 
     key: str
     resource: str
-    token: int
+    token: int | None
     version: int | None
     size: int
     digest: str | None

@@ -19,14 +19,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from storage.engine import READ_ONLY
 from storage.errors import ObjectNotFound, StaleTokenError, map_storage_errors
 from storage.models import Fence, StoredObject
 from storage.protocols import ObjectData, ObjectMeta
+from storage.statements import Statements
 
 
 def _now() -> datetime:
@@ -36,6 +36,30 @@ def _now() -> datetime:
 def digest_of(data: bytes) -> str:
     """The content digest used as the ETag."""
     return hashlib.sha256(data).hexdigest()
+
+
+def stale_token(resource: str, token: int, highest: int) -> StaleTokenError:
+    """The refusal of `token` by the mark `highest`."""
+    return StaleTokenError(
+        f"token {token} is below the mark {highest} of resource {resource!r}: a newer lease has "
+        "written; take the lock again to get a fresh token",
+        resource=resource,
+        token=token,
+        highest=highest,
+    )
+
+
+def object_params(key: str, data: bytes, *, resource: str, token: int, now: datetime) -> dict[str, Any]:
+    """The bound parameters of `Statements.object_upsert`."""
+    return {
+        "key": key,
+        "data": data,
+        "size": len(data),
+        "digest": digest_of(data),
+        "token": token,
+        "resource": resource,
+        "updated_at": now,
+    }
 
 
 def _meta(row: Any, *, created: bool = False) -> ObjectMeta:
@@ -59,100 +83,69 @@ class SqlObjectStore:
     def __init__(self, engine: AsyncEngine, *, now: Callable[[], datetime] = _now) -> None:
         self._engine = engine
         self._now = now
-        dialect = engine.dialect.name
-        self._insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        self._sql = Statements.for_dialect(engine.dialect.name)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
 
     # -- the fence ------------------------------------------------------------
 
-    async def _raise_mark(self, conn: AsyncConnection, resource: str, token: int) -> None:
+    async def raise_mark_in(self, conn: AsyncConnection, resource: str, token: int) -> None:
         """Raise the mark to `token` if `token` >= mark, in `conn`'s transaction; else StaleTokenError."""
-        stmt = self._insert(Fence).values(resource=resource, token=token, updated_at=self._now())
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[Fence.resource],
-            set_={"token": stmt.excluded.token, "updated_at": stmt.excluded.updated_at},
-            where=Fence.token <= stmt.excluded.token,
-        ).returning(Fence.token)
-        if (await conn.execute(stmt)).first() is not None:
+        params = {"resource": resource, "token": token, "updated_at": self._now()}
+        if (await conn.execute(self._sql.fence_upsert, params)).first() is not None:
             return
         # Only for the message: the decision was the upsert above.
-        highest = (await conn.execute(select(Fence.token).where(Fence.resource == resource))).scalar_one()
-        raise StaleTokenError(
-            f"token {token} is below the mark {highest} of resource {resource!r}: a newer lease has "
-            "written; take the lock again to get a fresh token",
-            resource=resource,
-            token=token,
-            highest=highest,
-        )
+        highest = (await conn.execute(self._sql.mark_select, {"resource": resource})).scalar_one()
+        raise stale_token(resource, token, highest)
 
     async def fence(self, resource: str, token: int) -> None:
         """Raise the mark alone and commit (the upstream proxy forwards after this)."""
         with map_storage_errors("fence check"):
             async with self._engine.begin() as conn:
-                await self._raise_mark(conn, resource, token)
+                await self.raise_mark_in(conn, resource, token)
 
     # -- fenced operations ----------------------------------------------------
 
     async def put(self, key: str, data: bytes, *, resource: str, token: int) -> ObjectMeta:
         with map_storage_errors("fenced put"):
             async with self._engine.begin() as conn:
-                await self._raise_mark(conn, resource, token)
+                await self.raise_mark_in(conn, resource, token)
                 return await self.put_in(conn, key, data, resource=resource, token=token)
 
     async def put_in(
         self, conn: AsyncConnection, key: str, data: bytes, *, resource: str, token: int
     ) -> ObjectMeta:
         """Write the object inside an open transaction whose fence check passed."""
-        values = {
-            "key": key,
-            "data": data,
-            "size": len(data),
-            "digest": digest_of(data),
-            "version": 1,
-            "token": token,
-            "resource": resource,
-            "updated_at": self._now(),
-        }
-        stmt = self._insert(StoredObject).values(**values)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[StoredObject.key],
-            set_={
-                **{name: stmt.excluded[name] for name in values if name not in ("key", "version")},
-                "version": StoredObject.version + 1,
-            },
-        ).returning(
-            StoredObject.key,
-            StoredObject.resource,
-            StoredObject.token,
-            StoredObject.version,
-            StoredObject.size,
-            StoredObject.digest,
-        )
-        row = (await conn.execute(stmt)).one()
+        params = object_params(key, data, resource=resource, token=token, now=self._now())
+        row = (await conn.execute(self._sql.object_upsert, params)).one()
         return _meta(row, created=row.version == 1)
 
     async def get(self, key: str, *, resource: str, token: int | None) -> ObjectData:
         with map_storage_errors("fenced get" if token is not None else "get"):
             if token is None:
                 async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
-                    found = await self._find(conn, key)
+                    found = await self.find_in(conn, key)
             else:
                 # A fenced read raises the mark, and the raised mark is committed
                 # before the read is answered, even when the key is absent.
                 async with self._engine.begin() as conn:
-                    await self._raise_mark(conn, resource, token)
-                    found = await self._find(conn, key)
+                    await self.raise_mark_in(conn, resource, token)
+                    found = await self.find_in(conn, key)
         if found is None:
             raise ObjectNotFound(f"no object under key {key!r}", key=key)
         return found
 
-    async def _find(self, conn: AsyncConnection, key: str) -> ObjectData | None:
-        row = (await conn.execute(select(StoredObject).where(StoredObject.key == key))).first()
+    async def find_in(self, conn: AsyncConnection, key: str) -> ObjectData | None:
+        """The object under `key` as `conn`'s transaction sees it, or None."""
+        row = (await conn.execute(self._sql.object_select, {"key": key})).first()
         return None if row is None else ObjectData(meta=_meta(row), data=row.data)
 
     async def delete(self, key: str, *, resource: str, token: int) -> ObjectMeta:
         with map_storage_errors("fenced delete"):
             async with self._engine.begin() as conn:
-                await self._raise_mark(conn, resource, token)
+                await self.raise_mark_in(conn, resource, token)
                 meta = await self.delete_in(conn, key, resource=resource, token=token)
             if meta is None:
                 raise ObjectNotFound(f"no object under key {key!r}", key=key)
@@ -162,12 +155,7 @@ class SqlObjectStore:
         self, conn: AsyncConnection, key: str, *, resource: str, token: int
     ) -> ObjectMeta | None:
         """Delete inside an open transaction whose fence check passed; None if absent."""
-        stmt = (
-            delete(StoredObject)
-            .where(StoredObject.key == key)
-            .returning(StoredObject.key, StoredObject.version, StoredObject.size, StoredObject.digest)
-        )
-        row = (await conn.execute(stmt)).first()
+        row = (await conn.execute(self._sql.object_delete, {"key": key})).first()
         if row is None:
             return None
         return ObjectMeta(
@@ -195,7 +183,7 @@ class SqlObjectStore:
     async def mark(self, resource: str) -> int:
         with map_storage_errors("mark lookup"):
             async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
-                found = (await conn.execute(select(Fence.token).where(Fence.resource == resource))).scalar()
+                found = (await conn.execute(self._sql.mark_select, {"resource": resource})).scalar()
         return int(found or 0)
 
     async def marks_count(self) -> int:
