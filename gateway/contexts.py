@@ -38,6 +38,7 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
             assert engine.url.database is not None
             batching = GroupCommitStore(fences, path=engine.url.database, max_batch=settings.group_commit)
             await batching.start()
+            log.info("SQLite group commit on: up to %d fenced requests per fsync", settings.group_commit)
             app[AppKeys.store] = batching
             try:
                 yield

@@ -40,10 +40,11 @@ def start_gateway(tmp_path: Path) -> Iterator[Start]:
         proc.stop()
 
 
+@pytest.mark.parametrize("group_commit", ["256", "0"], ids=["group-commit", "one-transaction-per-request"])
 async def test_kill_9_during_writes_loses_no_acknowledged_write_and_no_mark(
-    start_gateway: Start, tmp_path: Path
+    start_gateway: Start, tmp_path: Path, group_commit: str
 ) -> None:
-    gateway = start_gateway("--data-dir", str(tmp_path / "data"))
+    gateway = start_gateway("--data-dir", str(tmp_path / "data"), "--group-commit", group_commit)
     acked: dict[str, tuple[str, int]] = {}  # key -> (resource, token) of every 2xx write
     dead = asyncio.Event()
 
