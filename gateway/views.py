@@ -41,10 +41,9 @@ def _meta_body(meta: ObjectMeta) -> dict[str, object]:
 
 def _fenced_target(request: web.Request, *, required: bool) -> tuple[str, str, int | None]:
     key = parse_key(request.match_info["key"])
-    token = parse_token(request.headers.get("Fencing-Token"), required=required)
     resource = parse_resource(request.headers.get("Fencing-Resource"), key=key)
-    _authorize(request, key, resource)
-    return key, resource, token
+    _authorize(request, key, resource)  # before the token: a stranger learns nothing about it
+    return key, resource, parse_token(request.headers.get("Fencing-Token"), required=required)
 
 
 async def put_object(request: web.Request) -> web.Response:

@@ -1,8 +1,8 @@
 """The fenced object store on SQLAlchemy: check and change in one transaction.
 
-The fence is one conditional upsert, `INSERT ... ON CONFLICT (resource) DO
-UPDATE SET token = excluded.token WHERE fence.token <= excluded.token
-RETURNING token`. No row back means the mark is higher: the transaction rolls
+The fence is one conditional upsert (`statements.py`), `INSERT ... ON CONFLICT
+(resource) DO UPDATE SET token = excluded.token WHERE fence.token <=
+excluded.token RETURNING token`. No row back means the mark is higher: the transaction rolls
 back and nothing changes. On PostgreSQL the upsert locks the fence row until
 commit, so two gateways on one database accept a resource's tokens in commit
 order (invariant 1); on SQLite the write lock does the same. The mark is never

@@ -230,3 +230,9 @@ async def test_refusals_are_logged_with_resource_token_highest_client(
         "highest": 8,
         "client": "127.0.0.1",
     }
+
+
+async def test_credentials_are_checked_before_the_token(make_client: MakeClient, keys_file: Path) -> None:
+    client = await make_client(api_keys=keys_file)
+    status, body = await put(client, "bill/1", b"x", None)
+    assert (status, body["error"]) == (401, "unauthorized")

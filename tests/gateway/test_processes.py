@@ -123,7 +123,7 @@ async def test_two_replicas_on_one_postgres_never_accept_below_a_committed_token
                 marks.append((await resp.json())["highest"])
 
     accepted = [h for h in history if h[3] is not None]
-    assert len(accepted) > 50
+    assert len(accepted) >= 20
     assert len(accepted) < len(history)
     by_commit = [token for *_, token, _ in sorted(accepted, key=lambda h: h[3] or 0)]
     assert by_commit == sorted(by_commit), "a replica accepted a token below an earlier-committed one"
