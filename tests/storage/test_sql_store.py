@@ -85,15 +85,15 @@ async def test_list_by_prefix_is_ordered_and_paged(store: SqlObjectStore, names:
     keys = [names(f"list/{i}") for i in range(5)]
     for key in keys:
         await store.put(key, b"v", resource=key, token=1)
-    await store.put(names("list_other"), b"v", resource="x", token=1)
+    await store.put(names("list_other"), b"v", resource=names("x"), token=1)
     first = await store.list(names("list/"), after="", limit=3)
     rest = await store.list(names("list/"), after=first[-1].key, limit=3)
     assert [m.key for m in first + rest] == keys
 
 
 async def test_list_prefix_wildcards_are_literal(store: SqlObjectStore, names: Names) -> None:
-    await store.put(names("a%b"), b"v", resource="r", token=1)
-    await store.put(names("axb"), b"v", resource="r", token=1)
+    await store.put(names("a%b"), b"v", resource=names("r"), token=1)
+    await store.put(names("axb"), b"v", resource=names("r"), token=1)
     assert [m.key for m in await store.list(names("a%"), after="", limit=10)] == [names("a%b")]
 
 
