@@ -3,6 +3,7 @@
 LabError
  ├── HistoryError (ValueError)    a history event or file is malformed; nothing was recorded
  ├── CheckerError (ValueError)    a history cannot be judged (e.g. no final counter value)
+ ├── LabLockError                 a lab lock's redis node failed during release
  ├── FaultError                   a fault could not be injected or undone
  │    └── ShimBuildError          the clock shim did not compile (gcc missing or failed)
  └── RunnerError                  a client process failed, hung or broke the checkpoint protocol
@@ -21,6 +22,14 @@ class HistoryError(LabError, ValueError):
 
 class CheckerError(LabError, ValueError):
     """The history lacks something the checker needs."""
+
+
+class LabLockError(LabError):
+    """A lab-only lock design could not reach its redis node; the lease may still be held."""
+
+    def __init__(self, message: str, *, resource: str) -> None:
+        super().__init__(message)
+        self.resource = resource
 
 
 class FaultError(LabError):
