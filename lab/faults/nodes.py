@@ -74,7 +74,8 @@ class ReplicatedPair:
     @classmethod
     async def start(cls, cluster: LocalCluster) -> ReplicatedPair:
         """Start both and wait until the replica's link to the master is up."""
-        master = await asyncio.to_thread(cluster.add_redis)
+        # redis waits 5 s by default for more replicas before a diskless full sync; there is only one
+        master = await asyncio.to_thread(cluster.add_redis, args=("--repl-diskless-sync-delay", "0"))
         link = await DelayProxy("127.0.0.1", master.port).start()
         try:
             replica = await asyncio.to_thread(
