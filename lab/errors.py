@@ -4,6 +4,7 @@ LabError
  ├── HistoryError (ValueError)    a history event or file is malformed; nothing was recorded
  ├── CheckerError (ValueError)    a history cannot be judged (e.g. no final counter value)
  ├── LabLockError                 a lab lock's redis node failed during release
+ ├── StoreError                   a store request failed in transit; its outcome is unknown
  ├── FaultError                   a fault could not be injected or undone
  │    └── ShimBuildError          the clock shim did not compile (gcc missing or failed)
  └── RunnerError                  a client process failed, hung or broke the checkpoint protocol
@@ -30,6 +31,10 @@ class LabLockError(LabError):
     def __init__(self, message: str, *, resource: str) -> None:
         super().__init__(message)
         self.resource = resource
+
+
+class StoreError(LabError):
+    """A store request failed in transit (connection lost, timeout); it may or may not have landed."""
 
 
 class FaultError(LabError):
