@@ -62,13 +62,21 @@ async def _replication(url: str) -> dict[str, Any]:
 
 
 class ReplicatedPair:
-    """A master and one asynchronous replica, started in `cluster`; close it with `aclose()`."""
+    """A master and one asynchronous replica behind one stable address; close it with `aclose()`.
 
-    def __init__(self, cluster: LocalCluster, master: Node, replica: Node, link: DelayProxy) -> None:
+    Clients use `url`, a proxy that points at the master until `fail_over()`
+    moves it to the promoted replica (a virtual IP, or Sentinel, in a real
+    deployment): the same client configuration survives the failover.
+    """
+
+    def __init__(
+        self, cluster: LocalCluster, master: Node, replica: Node, *, link: DelayProxy, service: DelayProxy
+    ) -> None:
         self.cluster = cluster
         self.master = master
         self.replica = replica
         self.link = link
+        self.service = service
         self.promoted = False
 
     @classmethod
@@ -77,28 +85,29 @@ class ReplicatedPair:
         # redis waits 5 s by default for more replicas before a diskless full sync; there is only one
         master = await asyncio.to_thread(cluster.add_redis, args=("--repl-diskless-sync-delay", "0"))
         link = await DelayProxy("127.0.0.1", master.port).start()
+        service = await DelayProxy("127.0.0.1", master.port).start()
         try:
-            replica = await asyncio.to_thread(
-                cluster.add_redis, args=("--replicaof", "127.0.0.1", str(link.port))
-            )
-            pair = cls(cluster, master, replica, link)
+            args = ("--replicaof", "127.0.0.1", str(link.port))
+            replica = await asyncio.to_thread(cluster.add_redis, args=args)
+            pair = cls(cluster, master, replica, link=link, service=service)
             await pair._wait(lambda info: info.get("master_link_status") == "up", "the replica to sync")
         except BaseException:
             await link.aclose()
+            await service.aclose()
             raise
         return pair
 
     @property
     def url(self) -> str:
-        """Where clients go: the master, or the replica once it was promoted."""
-        return self.replica.url if self.promoted else self.master.url
+        """The stable address clients use: the master, then the promoted replica."""
+        return f"redis://127.0.0.1:{self.service.port}"
 
     async def lag(self) -> None:
         """Hold the replication stream: the master acknowledges writes the replica never gets."""
         self.link.hold(REPLICATION_HOLD, direction="down")
 
     async def fail_over(self) -> None:
-        """Kill the master, drop the stream in flight, promote the replica (as a failover manager would)."""
+        """Kill the master, drop the stream in flight, promote the replica, move the address to it."""
         await asyncio.to_thread(self.cluster.kill, self.master.name)
         await self.link.aclose()
         try:
@@ -107,10 +116,13 @@ class ReplicatedPair:
         except RedisError as exc:
             raise FaultError(f"could not promote {self.replica.name}: {exc}") from exc
         await self._wait(lambda info: info.get("role") == "master", "the replica to become master")
+        self.service.retarget("127.0.0.1", self.replica.port)
+        await self.service.drop()  # connections to the dead master break; clients reconnect to the replica
         self.promoted = True
 
     async def aclose(self) -> None:
         await self.link.aclose()
+        await self.service.aclose()
 
     async def _wait(self, done: Callable[[dict[str, Any]], bool], what: str) -> None:
         end = time.monotonic() + REPLICATION_DEADLINE

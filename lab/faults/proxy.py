@@ -7,6 +7,10 @@ client and the storage and, on command, calls `hold(seconds)`: bytes read
 from then on are forwarded no earlier than the deadline, in order, without
 loss. `hold(0)` lets everything held through at once. A hold applies to every
 connection of the proxy, or to one (`connection=` index in accept order).
+
+`retarget(host, port)` sends new connections elsewhere, as a virtual IP moves
+on failover; `drop()` cuts every open connection (what the old master's
+clients see when it dies).
 """
 
 from __future__ import annotations
@@ -88,12 +92,20 @@ class DelayProxy:
             for holds in self._holds:
                 holds.set(0.0, direction)
 
-    async def aclose(self) -> None:
-        if self._server is not None:
-            self._server.close()
+    def retarget(self, host: str, port: int) -> None:
+        """New connections go to (host, port) from now on; open ones stay where they are."""
+        self._upstream = (host, port)
+
+    async def drop(self) -> None:
+        """Close every open connection; bytes held in the proxy are lost, as on a dead link."""
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self.drop()
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None

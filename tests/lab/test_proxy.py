@@ -114,6 +114,29 @@ async def test_an_http_request_is_held_past_the_deadline() -> None:
             assert seen[0] >= deadline
 
 
+async def test_retarget_moves_new_connections_and_drop_cuts_the_old(echo: Echo) -> None:
+    other = Echo()
+    other.server = await asyncio.start_server(other._handle, "127.0.0.1", 0)
+    try:
+        async with DelayProxy("127.0.0.1", echo.port) as proxy:
+            old_reader, old = await roundtrip(proxy.port)
+            old.write(b"1")
+            assert await old_reader.readexactly(1) == b"1"
+            proxy.retarget("127.0.0.1", other.port)
+            await proxy.drop()
+            assert await old_reader.read() == b""  # the old connection was cut
+            new_reader, new = await roundtrip(proxy.port)
+            new.write(b"2")
+            assert await new_reader.readexactly(1) == b"2"
+            assert [data for _, data in other.arrivals] == [b"2"]
+            for writer in (old, new):
+                writer.close()
+                await writer.wait_closed()
+    finally:
+        other.server.close()
+        await other.server.wait_closed()
+
+
 async def test_bad_holds_are_refused(echo: Echo) -> None:
     async with DelayProxy("127.0.0.1", echo.port) as proxy:
         with pytest.raises(FaultError, match="duration >= 0"):
