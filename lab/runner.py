@@ -21,9 +21,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lab.client import ClientConfig
 from lab.errors import RunnerError
@@ -100,6 +101,7 @@ class Runner:
         self._clock = clock
         self._lab_events = self.workdir / "lab.jsonl"
         self.clients: dict[str, ClientProcess] = {}
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- what a scenario uses -------------------------------------------------
 
@@ -121,6 +123,10 @@ class Runner:
                 raise RunnerError(f"timed out after {within:.1f}s waiting for {what}", client="lab")
             await asyncio.sleep(POLL)
 
+    def background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` beside the clients (e.g. undo a fault later); the run waits for it and re-raises."""
+        self._background.add(asyncio.create_task(work))
+
     # -- running --------------------------------------------------------------
 
     async def run(
@@ -132,9 +138,13 @@ class Runner:
                 self.clients[config.settings.client] = await self._spawn(config)
             async with asyncio.timeout(self._deadline):
                 await asyncio.gather(*(self._serve(c, on_checkpoint) for c in self.clients.values()))
+                await asyncio.gather(*self._background)
         except TimeoutError as exc:
             raise RunnerError(f"the run did not finish within {self._deadline:.0f}s", client="lab") from exc
         finally:
+            for task in self._background:
+                task.cancel()
+            await asyncio.gather(*self._background, return_exceptions=True)
             await asyncio.shield(self._kill_all())
         files = [c.config.events for c in self.clients.values()]
         if self._lab_events.exists():
