@@ -38,6 +38,7 @@ table.summary td.name, table.summary th.name { text-align: left; }
 svg { background: #fafbfc; border: 1px solid #e3e8ee; }
 .axis { stroke: #c3cbd3; } .label { font-size: 13px; fill: #1d232a; }
 .lease rect { fill: #cfe3fb; stroke: #4a86c5; } .lease text { font-size: 11px; fill: #24507d; }
+.epoch rect { fill: #eef4fb; stroke-dasharray: 3 3; } .tick { font-size: 10px; fill: #66717d; }
 .expired { stroke: #b42318; stroke-width: 2; stroke-dasharray: 5 4; }
 .pause { fill: #9aa5b1; opacity: .45; } .fault { stroke: #7a2e9e; stroke-width: 2; }
 .fault-label { font-size: 11px; fill: #7a2e9e; }
@@ -57,8 +58,8 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def render_run(run: RunResult, index: int) -> str:
-    """The SVG figure of one run."""
+def render_run(run: RunResult, index: int, *, standalone: bool = False) -> str:
+    """The SVG figure of one run; `standalone` adds the namespace and the style (an .svg file)."""
     events = run.history.events
     clients = sorted({e.client for e in events if e.client != "lab"})
     if not events:
@@ -68,8 +69,11 @@ def render_run(run: RunResult, index: int) -> str:
     scale = max(end - start, 1e-6)
     spans = lease_spans(events)
     interleaved = set(run.verdict.interleaved)
-    height = TOP + LANE * (len(clients) + 1) + 20
-    parts = [f'<svg class="timeline" data-run="{index}" width="{WIDTH}" height="{height}" role="img">']
+    height = TOP + LANE * (len(clients) + 1) + 36
+    head = f'xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" ' if standalone else ""
+    parts = [f'<svg class="timeline" data-run="{index}" {head}width="{WIDTH}" height="{height}" role="img">']
+    if standalone:
+        parts.append(f"<style>svg {{ font: 14px system-ui, sans-serif; }} {CSS}</style>")
     lanes = {client: TOP + LANE * i for i, client in enumerate(clients)}
     for client, y in lanes.items():
         parts.append(f'<g class="lane" data-client="{_e(client)}">')
@@ -81,8 +85,21 @@ def render_run(run: RunResult, index: int) -> str:
         parts.extend(_marks(y, lane_events, interleaved, start, scale))
         parts.append("</g>")
     parts.extend(_store_lane(TOP + LANE * len(clients), events, interleaved, start, scale))
+    parts.extend(_time_axis(TOP + LANE * (len(clients) + 1) + 8, start, scale))
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _time_axis(y: float, start: float, scale: float) -> list[str]:
+    """Seconds since the run's first event, at a round step that gives 5 to 12 ticks."""
+    step = next(s for s in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100) if scale / s <= 12)
+    out = ['<g class="time-axis">']
+    for n in range(int(scale / step) + 1):
+        x = _x(start + n * step, start, scale)
+        out.append(f'<line class="axis" x1="{x:.1f}" x2="{x:.1f}" y1="{y - 4}" y2="{y}"/>')
+        out.append(f'<text class="tick" x="{x:.1f}" y="{y + 12}" text-anchor="middle">{n * step:g}s</text>')
+    out.append("</g>")
+    return out
 
 
 def _leases(
@@ -99,7 +116,8 @@ def _leases(
         valid_to = span.end if not math.isinf(span.end) else last_of.get(name, span.start)
         x1, x2 = _x(span.start, start, scale), _x(valid_to, start, scale)
         token = "" if span.token is None else f" token {span.token}"
-        out.append(f'<g class="lease" data-lease="{_e(name)}" data-token="{_e(span.token)}">')
+        kind = "lease epoch" if math.isinf(span.expires) else "lease"  # fence-only: a token, no validity
+        out.append(f'<g class="{kind}" data-lease="{_e(name)}" data-token="{_e(span.token)}">')
         out.append(f"<title>{_e(name)}{_e(token)}</title>")
         out.append(f'<rect x="{x1:.1f}" y="{y + 8}" width="{max(x2 - x1, 2):.1f}" height="18" rx="3"/>')
         out.append(f'<text x="{x1 + 3:.1f}" y="{y + 21}">{_e(name)}{_e(token)}</text>')
@@ -201,7 +219,8 @@ def render_html(runs: Sequence[RunResult], *, title: str = "fencegate lab") -> s
             f"seed {meta.seed}{_e(tokens)}</h2>{render_run(run, index)}</section>"
         )
     legend = (
-        '<p class="legend"><span>blue bar: lease while valid</span><span>red dashes: used after expiry</span>'
+        '<p class="legend"><span>blue bar: lease while valid (dashed outline: a token, no lock)</span>'
+        "<span>red dashes: used after expiry</span>"
         "<span>grey: paused</span><span>purple line: fault</span><span>green: write accepted</span>"
         "<span>red: refused</span><span>amber: accepted out of turn (interleaved)</span></p>"
     )
@@ -212,10 +231,17 @@ def render_html(runs: Sequence[RunResult], *, title: str = "fencegate lab") -> s
     )
 
 
+def write_svg(run: RunResult, path: Path | str) -> Path:
+    """One run's timeline as a standalone .svg file (for docs)."""
+    target = Path(path)
+    target.write_text(render_run(run, 0, standalone=True), encoding="utf-8")
+    return target
+
+
 def write_html(runs: Sequence[RunResult], path: Path | str, *, title: str = "fencegate lab") -> Path:
     target = Path(path)
     target.write_text(render_html(runs, title=title), encoding="utf-8")
     return target
 
 
-__all__ = ["render_html", "render_run", "write_html"]
+__all__ = ["render_html", "render_run", "write_html", "write_svg"]

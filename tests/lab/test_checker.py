@@ -112,6 +112,19 @@ def test_an_early_release_ends_a_lease_for_overlaps() -> None:
     assert check(History(META, tuple(events), final=0)).overlaps == 0
 
 
+def test_a_refused_release_still_ends_the_lease() -> None:
+    """c1's key vanished (restart) and c2 holds it; c1's release is refused, and c1 stops there."""
+    events = [
+        acquire(0.0, "c1", "c1/1", until=1.0),
+        acquire(0.2, "c2", "c2/1", until=1.2),
+        Event(0.3, "c1", "release", "c1/1", None, "refused"),
+        release(0.4, "c2", "c2/1"),
+        acquire(0.5, "c2", "c2/2", until=1.5),
+    ]
+    verdict = check(History(META, tuple(events), final=0))
+    assert verdict.overlapping == (("c1/1", "c2/1"),)
+
+
 def test_token_epochs_without_validity_never_overlap() -> None:
     """fence-only mode draws tokens and holds no lock: there is no validity to overlap."""
     events = [acquire(0.0, "c1", "t/1", token=1), acquire(0.1, "c2", "t/2", token=2)]

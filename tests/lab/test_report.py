@@ -10,12 +10,13 @@ import shutil
 import signal
 import subprocess
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
 from lab.history import Meta
 from lab.report import RunResult, summary, table, to_json
-from lab.timeline import write_html
+from lab.timeline import write_html, write_svg
 from tests.lab.histories import clean_run, paused_holder
 from tests.lab.png import distinct_colours
 
@@ -71,6 +72,14 @@ def test_the_json_has_the_same_numbers_and_the_history() -> None:
     assert (first["verdict"]["lost_updates"], first["verdict"]["safe"]) == (1, False)
     assert len(first["history"]["events"]) == 10
     assert "history" not in to_json(runs(), histories=False)["runs"][0]
+
+
+def test_a_standalone_svg_is_well_formed_with_one_lane_per_client(tmp_path: Path) -> None:
+    path = write_svg(runs()[0], tmp_path / "pause.svg")
+    root = ElementTree.parse(path).getroot()  # noqa: S314 (a file this test just wrote)
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    lanes = [g for g in root.iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "lane"]
+    assert [lane.get("data-client") for lane in lanes] == ["c1", "c2"]
 
 
 def chromium(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
