@@ -139,7 +139,7 @@ def _pauses(y: float, lane: Sequence[Event], start: float, scale: float, end: fl
             paused_at = None
         elif event.kind == "fault":
             x = _x(event.at, start, scale)
-            out.append(f'<g class="fault"><title>{_e(event.detail)}</title>')
+            out.append(f'<g class="fault-mark"><title>{_e(event.detail)}</title>')
             out.append(f'<line class="fault" x1="{x:.1f}" x2="{x:.1f}" y1="{y + 2}" y2="{y + 50}"/>')
             out.append(f'<text class="fault-label" x="{x + 3:.1f}" y="{y + 6}">{_e(event.detail)}</text></g>')
     if paused_at is not None:
