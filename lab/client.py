@@ -26,7 +26,7 @@ from typing import Any
 
 from lab.errors import RunnerError
 from lab.history import EventLog
-from lab.workload import Workload, WorkloadSettings
+from lab.workload import Checkpoint, Workload, WorkloadSettings
 
 
 @dataclass(frozen=True)
@@ -77,12 +77,17 @@ class ClientConfig:
         )
 
 
-async def _checkpoint(point: str, iteration: int, lease: str) -> None:
-    sys.stdout.write(json.dumps({"checkpoint": point, "iteration": iteration, "lease": lease}) + "\n")
-    sys.stdout.flush()
-    answer = await asyncio.to_thread(sys.stdin.readline)
-    if not answer:
-        raise RunnerError("the lab closed the checkpoint channel; stopping", client="?")
+def _checkpoint_for(client: str) -> Checkpoint:
+    """The client's side of the checkpoint protocol: announce on stdout, wait for a line on stdin."""
+
+    async def checkpoint(point: str, iteration: int, lease: str) -> None:
+        sys.stdout.write(json.dumps({"checkpoint": point, "iteration": iteration, "lease": lease}) + "\n")
+        sys.stdout.flush()
+        answer = await asyncio.to_thread(sys.stdin.readline)
+        if not answer:
+            raise RunnerError("the lab closed the checkpoint channel; stopping", client=client)
+
+    return checkpoint
 
 
 async def run_client(config: ClientConfig) -> None:
@@ -96,7 +101,7 @@ async def run_client(config: ClientConfig) -> None:
                 store=store,
                 log=log,
                 rng=random.Random(f"{config.seed}/{config.settings.client}"),
-                checkpoint=_checkpoint,
+                checkpoint=_checkpoint_for(config.settings.client),
             )
             await workload.run()
     finally:

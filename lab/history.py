@@ -45,6 +45,12 @@ class Event:
     detail: str = ""
 
     def __post_init__(self) -> None:
+        if isinstance(self.at, bool) or not isinstance(self.at, int | float):
+            raise HistoryError(f"event time {self.at!r} is not a number: use CLOCK_MONOTONIC seconds")
+        for name in ("token", "value", "seq"):
+            number = getattr(self, name)
+            if number is not None and (isinstance(number, bool) or not isinstance(number, int)):
+                raise HistoryError(f"event {name} {number!r} is not an integer or null")
         if self.kind not in KINDS:
             raise HistoryError(f"event kind {self.kind!r} is not one of {sorted(KINDS)}")
         if self.outcome not in OUTCOMES:

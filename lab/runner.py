@@ -80,6 +80,23 @@ class ClientProcess:
             return ""
 
 
+async def _first_failure(work: Sequence[Awaitable[None]]) -> None:
+    """Await all of `work`; on the first failure cancel the rest and raise it: one client down ends a run."""
+    tasks = [asyncio.ensure_future(w) for w in work]
+    if not tasks:
+        return
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            error = task.exception()
+            if error is not None:
+                raise error
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 OnCheckpoint = Callable[["Runner", ClientProcess, Checkpoint], Awaitable[None]]
 
 
@@ -137,8 +154,8 @@ class Runner:
             for config in configs:
                 self.clients[config.settings.client] = await self._spawn(config)
             async with asyncio.timeout(self._deadline):
-                await asyncio.gather(*(self._serve(c, on_checkpoint) for c in self.clients.values()))
-                await asyncio.gather(*self._background)
+                await _first_failure([self._serve(c, on_checkpoint) for c in self.clients.values()])
+                await _first_failure(list(self._background))
         except TimeoutError as exc:
             raise RunnerError(f"the run did not finish within {self._deadline:.0f}s", client="lab") from exc
         finally:

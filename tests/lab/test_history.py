@@ -58,6 +58,9 @@ def test_a_torn_line_in_the_middle_is_an_error(tmp_path: Path) -> None:
         ({"outcome": "maybe"}, "event outcome 'maybe'"),
         ({"client": ""}, "client is empty"),
         ({"kind": "acquire", "seq": 3}, "only read and write events carry a store seq"),
+        ({"at": "soon"}, "event time 'soon' is not a number"),
+        ({"token": 1.5}, "event token 1.5 is not an integer"),
+        ({"seq": True}, "event seq True is not an integer"),
     ],
 )
 def test_a_malformed_event_is_refused_with_the_fix(change: dict[str, object], message: str) -> None:
