@@ -5,11 +5,8 @@ The same loop on real processes and real redis is covered by test_runner and tes
 
 from __future__ import annotations
 
-import importlib
 import random
 from pathlib import Path
-
-import pytest
 
 from lab.errors import StoreError
 from lab.history import EventLog, read_events
@@ -111,10 +108,3 @@ async def test_no_lease_before_the_deadline_records_an_error_and_goes_on(tmp_pat
         tmp_path, FakeLock(clock, forever=True), FakeStore(), clock, ops=2, acquire_timeout=0.01
     )
     assert steps == ["acquire:error", "acquire:error"]
-
-
-@pytest.mark.parametrize("package", ["lab", "lab.faults", "lab.scenarios"])
-def test_every_name_in_all_exists(package: str) -> None:
-    module = importlib.import_module(package)
-    assert len(set(module.__all__)) == len(module.__all__)
-    assert all(hasattr(module, name) for name in module.__all__)
