@@ -15,6 +15,7 @@ attempt per `acquire` and raise `LockNotAcquired`; the workload retries.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import Callable
@@ -51,6 +52,17 @@ def _drift(ttl: float) -> float:
     return ttl * CLOCK_DRIFT_FACTOR + CLOCK_DRIFT_FLOOR
 
 
+def _expiry(value: bytes | str, resource: str) -> float:
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise LockNotAcquired(
+            f"{lock_key(resource)} holds {value!r}, not a SETNX/GETSET timestamp: another lock design owns "
+            "this key; use a different resource name",
+            resource=resource,
+        ) from exc
+
+
 def lock_key(resource: str) -> str:
     return f"fencegate:lab:lock:{resource}"
 
@@ -75,7 +87,9 @@ class SingleLock:
         until = start + ttl - _drift(ttl)
         if not taken:
             raise LockNotAcquired(f"{resource} is held by another owner", resource=resource)
-        if self._clock() >= until:
+        if self._clock() >= until:  # no validity left: give the key back, as the Redlock page says
+            with contextlib.suppress(RedisError):
+                await self._release(keys=[lock_key(resource)], args=[owner])
             raise LockNotAcquired(f"SET NX on {resource} took longer than its TTL", resource=resource)
         return LeaseInfo(resource=resource, owner=owner, until=until)
 
@@ -113,12 +127,12 @@ class SetnxGetsetLock:
             if await self._redis.setnx(key, owner):
                 return LeaseInfo(resource=resource, owner=owner, until=start + ttl)
             current = await self._redis.get(key)
-            if current is not None and float(current) > now:
+            if current is not None and _expiry(current, resource) > now:
                 raise LockNotAcquired(f"{resource} is held until {float(current):.3f}", resource=resource)
             previous = await self._redis.getset(key, owner)
         except RedisError as exc:
             raise LockNotAcquired(f"redis node failed: {exc}", resource=resource) from exc
-        if previous is not None and float(previous) > now:
+        if previous is not None and _expiry(previous, resource) > now:
             # Another client took it over first; we overwrote its timestamp by a hair, as the page allows.
             raise LockNotAcquired(f"{resource} was taken over by another client first", resource=resource)
         return LeaseInfo(resource=resource, owner=owner, until=start + ttl)

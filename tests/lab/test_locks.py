@@ -94,6 +94,36 @@ async def test_setnx_getset_lets_exactly_one_of_many_take_over(redis_cluster: Lo
             await lock.aclose()
 
 
+async def test_setnx_getset_refuses_a_key_of_another_design_and_leaves_it(
+    redis_cluster: LocalCluster,
+) -> None:
+    url, name = redis_cluster.redis_urls[1], resource()
+    single, old = SingleLock(url), SetnxGetsetLock(url)
+    try:
+        lease = await single.acquire(name, 5.0)
+        with pytest.raises(LockNotAcquired, match="not a SETNX/GETSET timestamp"):
+            await old.acquire(name, 5.0)
+        async with aioredis.Redis.from_url(url) as raw:
+            assert (await raw.get(lock_key(name))) == lease.owner.encode()
+    finally:
+        await single.aclose()
+        await old.aclose()
+
+
+async def test_single_lock_gives_the_key_back_when_no_validity_is_left(redis_cluster: LocalCluster) -> None:
+    """A SET that returns after the TTL (here: a clock that jumps 10 s per reading) holds nothing."""
+    url, name = redis_cluster.redis_urls[0], resource()
+    readings = iter([0.0, 10.0])
+    slow = SingleLock(url, clock=lambda: next(readings))
+    try:
+        with pytest.raises(LockNotAcquired, match="took longer than its TTL"):
+            await slow.acquire(name, 5.0)
+        async with aioredis.Redis.from_url(url) as raw:
+            assert await raw.exists(lock_key(name)) == 0
+    finally:
+        await slow.aclose()
+
+
 async def test_setnx_getset_without_wall_clock_agreement_gives_two_holders(
     redis_cluster: LocalCluster,
 ) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,10 @@ from lab.scenarios import SCENARIOS, RunPlan, run_scenario
 from tests.lab.counter_store import RedisCounter
 
 PLAN = RunPlan(clients=2, ops=2, ttl=1.0, seed=3)
+# Where the challenger must get in while the holder's lease runs, and the fault itself (a restart, a
+# promotion) eats into that window, a longer TTL keeps a loaded machine from closing it. These
+# scenarios never wait for a TTL to pass, so the longer TTL costs no time.
+LONG_TTL = {"clock-jump", "restart", "failover"}
 
 
 @dataclass
@@ -63,7 +67,8 @@ class CounterDeployment:
 async def run(scenario: str, mode: str, redis_cluster: LocalCluster, tmp_path: Path) -> Verdict:
     deployment = CounterDeployment(mode, redis_cluster.redis_urls[4], f"scenario-{uuid.uuid4().hex[:8]}")
     meta = Meta(scenario, mode, "single", PLAN.seed, clients=PLAN.clients)
-    history = await run_scenario(SCENARIOS[scenario], deployment, plan=PLAN, meta=meta, workdir=tmp_path)
+    plan = replace(PLAN, ttl=3.0) if scenario in LONG_TTL else PLAN
+    history = await run_scenario(SCENARIOS[scenario], deployment, plan=plan, meta=meta, workdir=tmp_path)
     history.dump(tmp_path / "history.jsonl")
     assert history.meta.scenario == scenario
     return check(history)
