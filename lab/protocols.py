@@ -1,5 +1,8 @@
 """What the lab's workload needs from a lock and from the store, as small Protocols.
 
+`Deployment` is what a scenario run needs from a mode and lock design: how
+each client process builds its lock and its store.
+
 The workload (acquire, read counter, write counter+1, release) is written
 against these, so every lock design (Redlock, the single-instance lock, the
 SETNX/GETSET pattern, or no lock at all in fence-only mode) and every store
@@ -10,8 +13,12 @@ the machine shares, so the checker can compare it with other clients' events.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:  # lab.client imports the workload, which imports this module
+    from lab.client import Component
 
 
 @dataclass(frozen=True)
@@ -58,3 +65,23 @@ class CounterStore(Protocol):
     async def final(self) -> int: ...
 
     async def aclose(self) -> None: ...
+
+
+class Deployment(Protocol):
+    """The mode and lock design under test: what each client process builds."""
+
+    @property
+    def lock_nodes(self) -> int:
+        """How many redis nodes the lock design uses (1, or 5 for Redlock)."""
+        ...
+
+    @property
+    def store_address(self) -> tuple[str, int]:
+        """Where the store listens (host, port); the delay scenario puts a proxy in front."""
+        ...
+
+    def lock(self, urls: Sequence[str]) -> Component: ...
+
+    def store(self, address: tuple[str, int]) -> Component: ...
+
+    async def final(self) -> int: ...

@@ -19,44 +19,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
-from lab.client import ClientConfig, Component
+from lab.client import ClientConfig
 from lab.cluster import ClusterSpec, LocalCluster
 from lab.errors import FaultError
 from lab.faults.clock import ClockShift
 from lab.faults.nodes import ReplicatedPair
 from lab.faults.proxy import DelayProxy
 from lab.history import Event, History, Meta
+from lab.protocols import Deployment
 from lab.runner import Checkpoint, ClientProcess, Runner
 from lab.workload import WorkloadSettings
 
 HOLDER = "c1"
 HOLDER_MARGIN = 0.25  # the slow holder goes on once this fraction of its TTL is left
 CHALLENGER_WAIT = 30.0  # no scenario waits longer than this for the challenger's write
-
-
-class Deployment(Protocol):
-    """The mode and lock design under test: what each client process builds."""
-
-    @property
-    def lock_nodes(self) -> int:
-        """How many redis nodes the lock design uses (1, or 5 for Redlock)."""
-        ...
-
-    @property
-    def store_address(self) -> tuple[str, int]:
-        """Where the store listens (host, port); the delay scenario puts a proxy in front."""
-        ...
-
-    def lock(self, urls: Sequence[str]) -> Component: ...
-
-    def store(self, address: tuple[str, int]) -> Component: ...
-
-    async def final(self) -> int: ...
 
 
 @dataclass
