@@ -12,8 +12,9 @@
  * Why not libfaketime: Debian's redis-server never gets to listen under it
  * (its initialisation recurses through jemalloc's clock_gettime). This shim
  * allocates nothing and calls no libc function that could read the clock: it
- * talks to the kernel through raw syscalls, and looks up the real
- * clock_gettime (for the vDSO-fast monotonic path) under a re-entrancy guard.
+ * reads its control file through raw syscalls, and looks up the real
+ * clock_gettime (the vDSO's) under a re-entrancy guard, using the raw syscall
+ * until that lookup has finished.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -96,8 +97,23 @@ static int is_realtime(clockid_t id) {
         ;
 }
 
+/* The real clock_gettime (the vDSO's, fast) once resolved; the raw syscall before, and while resolving:
+ * dlsym may allocate, and the allocator (jemalloc in redis) reads clocks. */
+static int real_now(clockid_t id, struct timespec *ts) {
+    clock_gettime_fn real = __atomic_load_n(&real_clock_gettime, __ATOMIC_ACQUIRE);
+    if (real == NULL) {
+        if (resolving) return raw_clock_gettime(id, ts);
+        resolving = 1;
+        real = (clock_gettime_fn)dlsym(RTLD_NEXT, "clock_gettime");
+        resolving = 0;
+        if (real == NULL) return raw_clock_gettime(id, ts);
+        __atomic_store_n(&real_clock_gettime, real, __ATOMIC_RELEASE);
+    }
+    return real(id, ts);
+}
+
 static void shifted_now(clockid_t id, struct timespec *ts) {
-    raw_clock_gettime(id, ts);
+    real_now(id, ts);
     int64_t real_ns = (int64_t)ts->tv_sec * NS + ts->tv_nsec;
     refresh_offset(real_ns);
     int64_t shifted = real_ns + __atomic_load_n(&offset_ns, __ATOMIC_RELAXED);
@@ -111,16 +127,7 @@ int clock_gettime(clockid_t id, struct timespec *ts) {
         shifted_now(id, ts);
         return 0;
     }
-    clock_gettime_fn real = __atomic_load_n(&real_clock_gettime, __ATOMIC_ACQUIRE);
-    if (real == NULL) {
-        if (resolving) return raw_clock_gettime(id, ts); /* dlsym may allocate, and the allocator reads clocks */
-        resolving = 1;
-        real = (clock_gettime_fn)dlsym(RTLD_NEXT, "clock_gettime");
-        resolving = 0;
-        if (real == NULL) return raw_clock_gettime(id, ts);
-        __atomic_store_n(&real_clock_gettime, real, __ATOMIC_RELEASE);
-    }
-    return real(id, ts);
+    return real_now(id, ts);
 }
 
 int gettimeofday(struct timeval *restrict tv, void *restrict tz) {
