@@ -18,10 +18,12 @@ What explains the verdict:
   own validity (`until` of its acquire) or by an `expire` event, accepted or not;
 - overlapping leases: pairs of leases that were valid at the same instant. The
   history holds one resource, so every pair counts. A lease is valid from its
-  acquire until the earliest of its `until`, its `expire` and its release attempt
-  (once the holder calls release it no longer acts under the lease, whether or
-  not the node still had its key); leases without a validity end (fence-only
-  mode draws tokens, no lock) take no part.
+  acquire until the earliest of its `until`, its `expire` and the moment its
+  release left the client (from then on the holder no longer acts under the
+  lease, whether or not the node still had its key; timing the end by the
+  release's answer would count a scheduling delay between two processes as an
+  overlap); leases without a validity end (fence-only mode draws tokens, no
+  lock) take no part.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ def lease_spans(events: Iterable[Event]) -> dict[str, LeaseSpan]:
             acquired.setdefault(event.lease, event)
         elif event.kind == "expire" and event.outcome != "sent":
             expired[event.lease] = min(expired.get(event.lease, math.inf), event.at)
-        elif event.kind == "release" and event.outcome != "sent":  # given up, whatever the node said
+        elif event.kind == "release":  # given up when the release left, whatever the node said
             released[event.lease] = min(released.get(event.lease, math.inf), event.at)
     spans = {}
     for name, event in acquired.items():

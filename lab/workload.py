@@ -138,6 +138,7 @@ class Workload:
         return reply
 
     async def _release(self, lease_id: str, lease: LeaseInfo) -> None:
+        self._record("release", lease_id, lease, "sent")
         try:
             released = await self._lock.release(lease)
         except REQUEST_ERRORS as exc:

@@ -125,6 +125,17 @@ def test_a_refused_release_still_ends_the_lease() -> None:
     assert verdict.overlapping == (("c1/1", "c2/1"),)
 
 
+def test_a_lease_ends_when_its_release_left_not_when_the_answer_came() -> None:
+    """c1's DEL reached redis and c2 acquired before c1 got around to recording the answer."""
+    events = [
+        acquire(0.0, "c1", "c1/1", until=1.0),
+        Event(0.30, "c1", "release", "c1/1", None, "sent"),
+        acquire(0.31, "c2", "c2/1", until=1.31),
+        release(0.32, "c1", "c1/1"),
+    ]
+    assert check(History(META, tuple(events), final=0)).overlaps == 0
+
+
 def test_token_epochs_without_validity_never_overlap() -> None:
     """fence-only mode draws tokens and holds no lock: there is no validity to overlap."""
     events = [acquire(0.0, "c1", "t/1", token=1), acquire(0.1, "c2", "t/2", token=2)]

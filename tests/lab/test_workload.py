@@ -81,7 +81,15 @@ async def run(
 async def test_one_iteration_records_every_step_with_sent_and_outcome(tmp_path: Path) -> None:
     clock = Clock()
     steps = await run(tmp_path, FakeLock(clock, refusals=2), FakeStore(), clock)
-    assert steps == ["acquire:ok", "read:sent", "read:ok", "write:sent", "write:ok", "release:ok"]
+    assert steps == [
+        "acquire:ok",
+        "read:sent",
+        "read:ok",
+        "write:sent",
+        "write:ok",
+        "release:sent",
+        "release:ok",
+    ]
     events = read_events(tmp_path / "c1.jsonl")
     assert (events[2].value, events[2].seq, events[4].value, events[4].token) == (41, 1, 42, 7)
     assert events[0].until is not None
@@ -92,14 +100,14 @@ async def test_a_refused_read_ends_the_iteration_and_still_releases(tmp_path: Pa
     clock = Clock()
     lock = FakeLock(clock)
     steps = await run(tmp_path, lock, FakeStore(read="refused"), clock)
-    assert steps == ["acquire:ok", "read:sent", "read:refused", "release:ok"]
+    assert steps == ["acquire:ok", "read:sent", "read:refused", "release:sent", "release:ok"]
     assert lock.released == 1
 
 
 async def test_a_failed_write_is_recorded_as_error_and_released(tmp_path: Path) -> None:
     clock = Clock()
     steps = await run(tmp_path, FakeLock(clock), FakeStore(fail_write=True), clock)
-    assert steps[-2:] == ["write:error", "release:ok"]
+    assert steps[-3:] == ["write:error", "release:sent", "release:ok"]
 
 
 async def test_no_lease_before_the_deadline_records_an_error_and_goes_on(tmp_path: Path) -> None:
