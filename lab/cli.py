@@ -1,5 +1,6 @@
 """`fencegate lab`: judge recorded histories and print or render the results.
 
+`fencegate lab scenarios` lists the fault schedules.
 `fencegate lab report HISTORY.jsonl...` runs the checker over history files
 (written by `History.dump`, or converted from the spin model's trails), prints
 the table, and with `--json` the JSON document instead, with `--html PATH`
@@ -39,6 +40,17 @@ def register(sub: Any) -> None:
     report.add_argument("--summary", action="store_true", help="one row per scenario/mode/lock over seeds")
     report.add_argument("--html", type=Path, metavar="PATH", help="also write the HTML timeline report here")
     report.set_defaults(func=run_report)
+    scenarios = commands.add_parser("scenarios", help="list the scenarios and what each fault does")
+    scenarios.set_defaults(func=list_scenarios)
+
+
+def list_scenarios(args: argparse.Namespace) -> int:
+    from lab.scenarios import SCENARIOS  # starts nothing, but pulls in redis and the fault machinery
+
+    width = max(len(name) for name in SCENARIOS)
+    for name, scenario in SCENARIOS.items():
+        print(f"{name.ljust(width)}  {scenario.summary}")
+    return 0
 
 
 def run_report(args: argparse.Namespace) -> int:

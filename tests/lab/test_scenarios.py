@@ -36,6 +36,7 @@ class CounterDeployment:
     mode: str
     url: str
     key: str
+    design: str = "single"
     lock_nodes: int = 1
 
     @property
@@ -46,7 +47,10 @@ class CounterDeployment:
     def lock(self, urls: Sequence[str]) -> Component:
         tokens = {"tokens": self.url, "key": f"{self.key}:tokens"}
         if self.mode == "redis-only":
-            return Component("lab.locks:SingleLock", {"url": urls[0]})
+            factory = {"single": "lab.locks:SingleLock", "setnx-getset": "lab.locks:SetnxGetsetLock"}[
+                self.design
+            ]
+            return Component(factory, {"url": urls[0]})
         if self.mode == "fenced":
             return Component("tests.lab.counter_store:TokenSingleLock", {"url": urls[0], **tokens})
         return Component("tests.lab.counter_store:TokenOnly", tokens)
@@ -64,9 +68,12 @@ class CounterDeployment:
             await store.aclose()
 
 
-async def run(scenario: str, mode: str, redis_cluster: LocalCluster, tmp_path: Path) -> Verdict:
-    deployment = CounterDeployment(mode, redis_cluster.redis_urls[4], f"scenario-{uuid.uuid4().hex[:8]}")
-    meta = Meta(scenario, mode, "single", PLAN.seed, clients=PLAN.clients)
+async def run(
+    scenario: str, mode: str, redis_cluster: LocalCluster, tmp_path: Path, design: str = "single"
+) -> Verdict:
+    key = f"scenario-{uuid.uuid4().hex[:8]}"
+    deployment = CounterDeployment(mode, redis_cluster.redis_urls[4], key, design)
+    meta = Meta(scenario, mode, design, PLAN.seed, clients=PLAN.clients)
     plan = replace(PLAN, ttl=3.0) if scenario in LONG_TTL else PLAN
     history = await run_scenario(SCENARIOS[scenario], deployment, plan=plan, meta=meta, workdir=tmp_path)
     history.dump(tmp_path / "history.jsonl")
@@ -113,6 +120,16 @@ async def test_fence_only_is_safe_without_a_lock(redis_cluster: LocalCluster, tm
     verdict = await run("pause", "fence-only", redis_cluster, tmp_path)
     assert (verdict.lost_updates, verdict.interleaved_leases, verdict.overlaps) == (0, 0, 0)
     assert verdict.refused >= 1
+
+
+@pytest.mark.parametrize(("scenario", "safe"), [("restart", False), ("clock-jump", True)])
+async def test_setnx_getset_forgets_on_restart_but_ignores_the_servers_clock(
+    scenario: str, safe: bool, redis_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The SETNX pattern keeps its expiry in the value, by the clients' clocks: redis's clock is moot."""
+    verdict = await run(scenario, "redis-only", redis_cluster, tmp_path, design="setnx-getset")
+    assert verdict.safe is safe
+    assert (verdict.overlaps == 0) is safe
 
 
 async def test_a_scenario_needs_two_clients(redis_cluster: LocalCluster, tmp_path: Path) -> None:
