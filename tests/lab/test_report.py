@@ -16,7 +16,7 @@ import pytest
 
 from lab.history import Meta
 from lab.report import RunResult, summary, table, to_json
-from lab.timeline import write_html, write_svg
+from lab.timeline import LEFT, RIGHT, SQUEEZE, WIDTH, Scale, write_html, write_svg
 from tests.lab.histories import clean_run, paused_holder
 from tests.lab.png import distinct_colours
 
@@ -117,3 +117,16 @@ def test_chromium_renders_one_lane_per_client_and_every_write(tmp_path: Path) ->
     assert writes[:2] == [("accepted interleaved", "accepted", "33"), ("accepted", "accepted", "34")]
     assert ("refused", "refused", "33") in writes
     assert "http" not in dom.replace("http://www.w3.org", "")  # self-contained: nothing to fetch
+
+
+def test_the_time_scale_squeezes_only_long_idle_gaps() -> None:
+    scale = Scale([0.0, 0.01, 0.02, 10.0, 10.01])
+    assert scale.breaks == [(0.02, 10.0)]
+    xs = [scale(t) for t in (0.0, 0.01, 0.02, 5.0, 10.0, 10.01)]
+    assert xs == sorted(xs)
+    assert xs[0] == LEFT
+    assert xs[-1] == WIDTH - RIGHT
+    per_second = (xs[2] - xs[0]) / 0.02  # the work is drawn linearly...
+    assert xs[4] - xs[2] == pytest.approx(per_second * 10.01 * SQUEEZE)  # ...the idle 10 s as 6% of the run
+    assert scale.squeezed(5.0)
+    assert not scale.squeezed(0.015)
