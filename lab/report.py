@@ -1,8 +1,8 @@
 """The lab's results for people and machines: the terminal table and the JSON document.
 
-One `RunResult` per (scenario, mode, lock, seed): its history and the
-checker's verdict. `table()` prints one row per run, `summary()` one row per
-(scenario, mode, lock) over all seeds, with how many seeds were unsafe (lost
+One `RunResult` per (scenario, mode, lock, token source, seed): its history
+and the checker's verdict. `table()` prints one row per run, `summary()` one
+row per (scenario, mode, lock, token source) over all seeds, with how many seeds were unsafe (lost
 updates or interleaved leases: the safety verdict; the other columns explain
 it). `to_json()` carries the same numbers and, unless asked not to, every
 history. The HTML report with the timelines lives in `lab.timeline`.
@@ -41,50 +41,53 @@ class RunResult:
         return cls(history, check(history))
 
 
-def _grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def _grid(header: Sequence[str], rows: Sequence[Sequence[str]], names: int) -> str:
+    """Aligned columns: the first `names` left-aligned, the numbers right-aligned."""
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
     lines = [
         "  ".join(
-            h.ljust(w) if i < 3 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True))
+            h.ljust(w) if i < names else h.rjust(w)
+            for i, (h, w) in enumerate(zip(header, widths, strict=True))
         )
     ]
     lines.append("  ".join("-" * w for w in widths))
     for row in rows:
         cells = zip(row, widths, strict=True)
-        lines.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(cells)))
+        lines.append("  ".join(c.ljust(w) if i < names else c.rjust(w) for i, (c, w) in enumerate(cells)))
     return "\n".join(lines)
 
 
 def table(runs: Sequence[RunResult]) -> str:
-    """One row per run: scenario, mode, lock, seed, the checker's numbers, SAFE or UNSAFE."""
-    header = ["scenario", "mode", "lock", "seed", *(label for _, label in COLUMNS), "verdict"]
+    """One row per run: scenario, mode, lock, token source, seed, the checker's numbers, SAFE or UNSAFE."""
+    header = ["scenario", "mode", "lock", "tokens", "seed", *(label for _, label in COLUMNS), "verdict"]
     rows = [
         [
             run.history.meta.scenario,
             run.history.meta.mode,
             run.history.meta.lock,
+            run.history.meta.tokens or "-",
             str(run.history.meta.seed),
             *(str(getattr(run.verdict, field)) for field, _ in COLUMNS),
             "SAFE" if run.verdict.safe else "UNSAFE",
         ]
         for run in runs
     ]
-    return _grid(header, rows) if rows else "(no runs)"
+    return _grid(header, rows, 4) if rows else "(no runs)"
 
 
 def summary(runs: Sequence[RunResult]) -> str:
-    """One row per (scenario, mode, lock): numbers summed over seeds, and unsafe seeds of all seeds."""
-    groups: dict[tuple[str, str, str], list[RunResult]] = {}
+    """One row per (scenario, mode, lock, tokens): numbers summed over seeds, and unsafe seeds of all."""
+    groups: dict[tuple[str, str, str, str], list[RunResult]] = {}
     for run in runs:
         meta = run.history.meta
-        groups.setdefault((meta.scenario, meta.mode, meta.lock), []).append(run)
-    header = ["scenario", "mode", "lock", *(label for _, label in COLUMNS), "unsafe seeds"]
+        groups.setdefault((meta.scenario, meta.mode, meta.lock, meta.tokens or "-"), []).append(run)
+    header = ["scenario", "mode", "lock", "tokens", *(label for _, label in COLUMNS), "unsafe seeds"]
     rows = []
-    for (scenario, mode, lock), members in groups.items():
+    for (scenario, mode, lock, tokens), members in groups.items():
         sums = [str(sum(getattr(m.verdict, field) for m in members)) for field, _ in COLUMNS]
         unsafe = sum(1 for m in members if not m.verdict.safe)
-        rows.append([scenario, mode, lock, *sums, f"{unsafe}/{len(members)}"])
-    return _grid(header, rows) if rows else "(no runs)"
+        rows.append([scenario, mode, lock, tokens, *sums, f"{unsafe}/{len(members)}"])
+    return _grid(header, rows, 4) if rows else "(no runs)"
 
 
 def to_json(runs: Sequence[RunResult], *, histories: bool = True) -> dict[str, Any]:

@@ -257,7 +257,8 @@ def _summary(runs: Sequence[RunResult]) -> str:
         meta, verdict = run.history.meta, run.verdict
         cells = "".join(f"<td>{getattr(verdict, field)}</td>" for field, _ in COLUMNS)
         state = '<td class="safe">SAFE</td>' if verdict.safe else '<td class="unsafe">UNSAFE</td>'
-        name = f"{meta.scenario} / {meta.mode} / {meta.lock} / seed {meta.seed}"
+        tokens = f" / {meta.tokens} tokens" if meta.tokens else ""
+        name = f"{meta.scenario} / {meta.mode} / {meta.lock}{tokens} / seed {meta.seed}"
         rows.append(f'<tr><td class="name"><a href="#run-{index}">{_e(name)}</a></td>{cells}{state}</tr>')
     header = f'<tr><th class="name">run</th>{head}<th>verdict</th></tr>'
     return f'<table class="summary">{header}{"".join(rows)}</table>'

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from lab.errors import LabError
 from lab.history import Event, EventLog
 from lab.protocols import CounterStore, LabLock, LeaseInfo, StoreReply
-from lockclient.errors import LockClientError, LockNotAcquired
+from lockclient.errors import LockClientError, LockNotAcquired, TokenSourceError
 
 POINTS = ("start", "acquired", "read", "wrote")  # "start" is iteration 0, before the first acquire
 # What a failed store request or release may raise; anything else is a bug and ends the client.
@@ -112,7 +112,7 @@ class Workload:
         while True:
             try:
                 lease = await self._lock.acquire(self.settings.resource, self.settings.ttl)
-            except LockNotAcquired as exc:
+            except (LockNotAcquired, TokenSourceError) as exc:  # a failed attempt; its token is wasted
                 if self._clock() >= deadline:
                     self._record("acquire", lease_id, None, "error", detail=str(exc))
                     return None

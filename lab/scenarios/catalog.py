@@ -76,6 +76,12 @@ class Restart(Scenario):
         await stage.work_on_slowly()
 
 
+class TokenRegress(Restart):
+    name = "token-regress"
+    summary = "as restart, with a redis INCR token source on the restarted node: tokens go back"
+    tokens_on_lock_node = True
+
+
 class RestartDelayed(Scenario):
     name = "restart-delayed"
     summary = "as restart, but the node stays down longer than the TTL (the Redlock page's fix)"
@@ -109,5 +115,15 @@ class Failover(Scenario):
 
 
 SCENARIOS: dict[str, Scenario] = {
-    s.name: s for s in (Scenario(), Pause(), Delay(), ClockJump(), Restart(), RestartDelayed(), Failover())
+    s.name: s
+    for s in (
+        Scenario(),
+        Pause(),
+        Delay(),
+        ClockJump(),
+        Restart(),
+        RestartDelayed(),
+        Failover(),
+        TokenRegress(),
+    )
 }

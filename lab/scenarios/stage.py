@@ -8,6 +8,9 @@ then the holder either stays frozen (pause) or works on slowly but within its
 own lease: it goes on once another client has written, or when its lease is
 about to end, whichever comes first. That is exactly where a Redis-only lock
 lets the challenger in while the holder still believes it holds the lease.
+A challenger that has written waits (at its "wrote" checkpoint) until the
+holder's first lease is over, so the holder's late write meets the store
+right after the challenger's, as in Kleppmann's figure, not after a race.
 
 A `Deployment` builds the lock and the store for the mode under test, so the
 lab's locks, Redlock, the gateway with the fence on or off, or a test-only
@@ -47,6 +50,7 @@ class Stage:
     cluster: LocalCluster
     ttl: float
     lock_urls: list[str]
+    tokens_url: str  # the redis an INCR token source uses
     faulted: str  # the name of the lock node the node faults hit ("C" of A..E with five)
     proxies: dict[str, DelayProxy] = field(default_factory=dict)  # client -> its proxy to the store
     shift: ClockShift | None = None
@@ -83,6 +87,15 @@ def _holder_read(events: list[Event]) -> bool:
     return any(e.client == HOLDER and e.kind == "read" and e.outcome != "sent" for e in events)
 
 
+def _holder_done(events: list[Event]) -> bool:
+    """The holder's first iteration is over: it released (or never got) its first lease."""
+    first = f"{HOLDER}/1"
+    return any(
+        e.lease == first and (e.kind == "release" or (e.kind == "acquire" and e.outcome == "error"))
+        for e in events
+    )
+
+
 class Scenario:
     """A fault schedule; subclasses override the hooks they need. Hooks run while the holder waits."""
 
@@ -91,6 +104,7 @@ class Scenario:
     proxied = False  # clients reach the store through a DelayProxy of their own
     shifted = False  # the faulted lock node runs on the clock shim
     replicated = False  # the faulted lock node is a master with an async replica
+    tokens_on_lock_node = False  # an INCR token source lives on the faulted lock node
 
     async def before_acquire(self, stage: Stage, holder: ClientProcess) -> None:
         return None
@@ -142,7 +156,11 @@ async def _stage(
         if scenario.proxied:
             for number in range(1, plan.clients + 1):
                 proxies[f"c{number}"] = await DelayProxy(*deployment.store_address).start()
-        yield Stage(runner, cluster, plan.ttl, urls, faulted, proxies, shift, pair)
+        if scenario.tokens_on_lock_node:
+            tokens = urls[faulted_index]
+        else:
+            tokens = (await asyncio.to_thread(cluster.add_redis)).url
+        yield Stage(runner, cluster, plan.ttl, urls, tokens, faulted, proxies, shift, pair)
     finally:
         for proxy in proxies.values():
             await proxy.aclose()
@@ -165,8 +183,10 @@ async def run_scenario(
         configs = [_config(stage, deployment, plan, number, workdir) for number in range(1, plan.clients + 1)]
 
         async def on_checkpoint(runner: Runner, client: ClientProcess, at: Checkpoint) -> None:
-            if client.name != HOLDER:
+            if client.name != HOLDER and at.point == "start":
                 await runner.wait_for(_holder_read, within=CHALLENGER_WAIT, what="the holder's read")
+            elif client.name != HOLDER:  # after its first write: the holder's (stale) write comes first
+                await runner.wait_for(_holder_done, within=CHALLENGER_WAIT, what="the holder's first lease")
             elif at.point == "start":
                 await scenario.before_acquire(stage, client)
             elif at.point == "acquired":
@@ -183,12 +203,12 @@ def _config(stage: Stage, deployment: Deployment, plan: RunPlan, number: int, wo
     name = f"c{number}"
     proxy = stage.proxies.get(name)
     address = ("127.0.0.1", proxy.port) if proxy is not None else deployment.store_address
-    points = {("start", 0), ("acquired", 1), ("read", 1)} if name == HOLDER else {("start", 0)}
+    points = {("start", 0), ("acquired", 1), ("read", 1)} if name == HOLDER else {("start", 0), ("wrote", 1)}
     return ClientConfig(
         settings=WorkloadSettings(
             client=name, resource=plan.resource, ops=plan.ops, ttl=plan.ttl, checkpoints=frozenset(points)
         ),
-        lock=deployment.lock(stage.lock_urls),
+        lock=deployment.lock(stage.lock_urls, tokens=stage.tokens_url),
         store=deployment.store(address),
         events=str(workdir / f"{name}.jsonl"),
         seed=plan.seed,

@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 from lab.errors import StoreError
 from lab.locks import SingleLock
 from lab.protocols import LeaseInfo, StoreReply
+from lockclient.errors import TokenSourceError
 
 # KEYS[1] counter / KEYS[2] seq / KEYS[3] mark / ARGV[1] token or -1 (unfenced) / ARGV[2] "read" or new value
 # returns {value or -1, seq}, seq 0 when refused
@@ -72,7 +73,10 @@ class _Tokens:
         self._key = key
 
     async def next(self) -> int:
-        return int(await self._redis.incr(self._key))
+        try:
+            return int(await self._redis.incr(self._key))
+        except RedisError as exc:
+            raise TokenSourceError(f"redis INCR failed: {exc}", source="redis-incr") from exc
 
     async def aclose(self) -> None:
         await self._redis.aclose()

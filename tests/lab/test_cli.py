@@ -51,4 +51,13 @@ def test_a_file_that_is_not_a_history_is_refused(tmp_path: Path, capsys: pytest.
 def test_scenarios_lists_every_fault_schedule(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lab", "scenarios"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert names == ["none", "pause", "delay", "clock-jump", "restart", "restart-delayed", "failover"]
+    assert names == [
+        "none",
+        "pause",
+        "delay",
+        "clock-jump",
+        "restart",
+        "restart-delayed",
+        "failover",
+        "token-regress",
+    ]

@@ -35,24 +35,13 @@ def runs() -> list[RunResult]:
 def test_the_table_has_a_row_per_run_with_the_checkers_numbers() -> None:
     lines = table(runs()).splitlines()
     assert lines[0].split() == [
-        "scenario", "mode", "lock", "seed", "ops", "acked", "lost", "interleaved", "refused", "zombies",
-        "overlaps", "verdict",
+        "scenario", "mode", "lock", "tokens", "seed", "ops", "acked", "lost", "interleaved", "refused",
+        "zombies", "overlaps", "verdict",
     ]  # fmt: skip
-    assert lines[2].split() == [
-        "pause",
-        "redis-only",
-        "redlock",
-        "1",
-        "2",
-        "2",
-        "1",
-        "1",
-        "0",
-        "1",
-        "0",
-        "UNSAFE",
-    ]
-    assert lines[3].split() == ["pause", "fenced", "redlock", "1", "2", "1", "0", "0", "1", "1", "0", "SAFE"]
+    unsafe = ["pause", "redis-only", "redlock", "-", "1", "2", "2", "1", "1", "0", "1", "0", "UNSAFE"]
+    assert lines[2].split() == unsafe
+    safe = ["pause", "fenced", "redlock", "zookeeper", "1", "2", "1", "0", "0", "1", "1", "0", "SAFE"]
+    assert lines[3].split() == safe
     assert len(lines) == 5
 
 
@@ -62,7 +51,7 @@ def test_the_summary_counts_unsafe_seeds() -> None:
         line for line in summary(both).splitlines() if line.startswith("pause") and "redis-only" in line
     )
     assert row.split()[-1] == "1/2"
-    assert row.split()[5] == "1"  # lost updates summed over the two seeds
+    assert row.split()[6] == "1"  # lost updates summed over the two seeds
 
 
 def test_the_json_has_the_same_numbers_and_the_history() -> None:

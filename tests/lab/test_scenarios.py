@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from lab.checker import Verdict, check
+from lab.checker import Verdict, check, lease_spans
 from lab.client import Component
 from lab.cluster import LocalCluster
 from lab.errors import FaultError
-from lab.history import Meta
+from lab.history import History, Meta
 from lab.scenarios import SCENARIOS, RunPlan, run_scenario
 from tests.lab.counter_store import RedisCounter
 
@@ -26,7 +26,7 @@ PLAN = RunPlan(clients=2, ops=2, ttl=1.0, seed=3)
 # Where the challenger must get in while the holder's lease runs, and the fault itself (a restart, a
 # promotion) eats into that window, a longer TTL keeps a loaded machine from closing it. These
 # scenarios never wait for a TTL to pass, so the longer TTL costs no time.
-LONG_TTL = {"clock-jump", "restart", "failover"}
+LONG_TTL = {"clock-jump", "restart", "failover", "token-regress"}
 
 
 @dataclass
@@ -37,6 +37,7 @@ class CounterDeployment:
     url: str
     key: str
     design: str = "single"
+    source: str = "redis-incr"
     lock_nodes: int = 1
 
     @property
@@ -44,16 +45,17 @@ class CounterDeployment:
         host, port = self.url.removeprefix("redis://").split(":")
         return host, int(port)
 
-    def lock(self, urls: Sequence[str]) -> Component:
-        tokens = {"tokens": self.url, "key": f"{self.key}:tokens"}
+    def lock(self, urls: Sequence[str], *, tokens: str) -> Component:
+        # "stable": tokens from a redis no fault touches, standing in for ZooKeeper or Postgres
+        source = {"tokens": self.url if self.source == "stable" else tokens, "key": f"{self.key}:tokens"}
         if self.mode == "redis-only":
             factory = {"single": "lab.locks:SingleLock", "setnx-getset": "lab.locks:SetnxGetsetLock"}[
                 self.design
             ]
             return Component(factory, {"url": urls[0]})
         if self.mode == "fenced":
-            return Component("tests.lab.counter_store:TokenSingleLock", {"url": urls[0], **tokens})
-        return Component("tests.lab.counter_store:TokenOnly", tokens)
+            return Component("tests.lab.counter_store:TokenSingleLock", {"url": urls[0], **source})
+        return Component("tests.lab.counter_store:TokenOnly", source)
 
     def store(self, address: tuple[str, int]) -> Component:
         url = f"redis://{address[0]}:{address[1]}"
@@ -69,11 +71,17 @@ class CounterDeployment:
 
 
 async def run(
-    scenario: str, mode: str, redis_cluster: LocalCluster, tmp_path: Path, design: str = "single"
+    scenario: str,
+    mode: str,
+    redis_cluster: LocalCluster,
+    tmp_path: Path,
+    design: str = "single",
+    source: str = "redis-incr",
 ) -> Verdict:
     key = f"scenario-{uuid.uuid4().hex[:8]}"
-    deployment = CounterDeployment(mode, redis_cluster.redis_urls[4], key, design)
-    meta = Meta(scenario, mode, design, PLAN.seed, clients=PLAN.clients)
+    deployment = CounterDeployment(mode, redis_cluster.redis_urls[4], key, design, source)
+    tokens = None if mode == "redis-only" else source
+    meta = Meta(scenario, mode, design, PLAN.seed, tokens=tokens, clients=PLAN.clients)
     plan = replace(PLAN, ttl=3.0) if scenario in LONG_TTL else PLAN
     history = await run_scenario(SCENARIOS[scenario], deployment, plan=plan, meta=meta, workdir=tmp_path)
     history.dump(tmp_path / "history.jsonl")
@@ -130,6 +138,28 @@ async def test_setnx_getset_forgets_on_restart_but_ignores_the_servers_clock(
     verdict = await run(scenario, "redis-only", redis_cluster, tmp_path, design="setnx-getset")
     assert verdict.safe is safe
     assert (verdict.overlaps == 0) is safe
+
+
+async def test_tokens_that_go_back_let_a_stale_write_through_the_fence(
+    redis_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The INCR source restarts with the lock node: the next holder draws the holder's own token again."""
+    verdict = await run("token-regress", "fenced", redis_cluster, tmp_path)
+    assert verdict.lost_updates >= 1
+    assert verdict.interleaved_leases >= 1
+    spans = sorted(
+        lease_spans(History.load(tmp_path / "history.jsonl").events).values(), key=lambda s: s.start
+    )
+    tokens = [span.token for span in spans]
+    assert tokens[:2] == [1, 1]  # the second holder drew the first holder's token again: the fence sees one
+
+
+async def test_tokens_that_never_go_back_keep_the_fence_safe(
+    redis_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    verdict = await run("token-regress", "fenced", redis_cluster, tmp_path, source="stable")
+    assert (verdict.lost_updates, verdict.interleaved_leases) == (0, 0)
+    assert verdict.refused >= 1
 
 
 async def test_a_scenario_needs_two_clients(redis_cluster: LocalCluster, tmp_path: Path) -> None:
