@@ -2,7 +2,8 @@
 
 Safety verdict (what fencing promises):
 - lost updates: acknowledged increments minus (final - initial) counter value,
-  never below zero. Every acknowledged write of the workload is one increment.
+  never below zero. Every acknowledged write of the workload is one increment;
+  a write recorded twice with one `seq` (by its client and by the store) is one.
 - interleaved leases: fencing promises that the operations under each lease are
   contiguous at the store. Walking the accepted store operations in the store's
   acceptance order (`seq`), a request from lease A accepted after the store had
@@ -78,7 +79,9 @@ def check(history: History) -> Verdict:
         )
     events = history.events
     spans = lease_spans(events)
-    acknowledged = sum(1 for e in events if e.kind == "write" and e.outcome == "ok")
+    # one acknowledged write may be recorded by its client and by the store: count each seq once
+    acks = [(e.seq, 0) if e.seq is not None else (None, i) for i, e in enumerate(events) if _acked_write(e)]
+    acknowledged = len(set(acks))
     interleaved_seqs, interleaved = _interleavings(events, spans)
     zombies = _zombies(events, spans)
     overlapping = _overlaps(spans.values())
@@ -95,6 +98,10 @@ def check(history: History) -> Verdict:
         zombies=tuple(zombies),
         overlapping=tuple(overlapping),
     )
+
+
+def _acked_write(event: Event) -> bool:
+    return event.kind == "write" and event.outcome == "ok"
 
 
 def lease_spans(events: Iterable[Event]) -> dict[str, LeaseSpan]:

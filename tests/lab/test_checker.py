@@ -152,6 +152,16 @@ def test_an_expire_event_ends_the_lease_before_its_until() -> None:
     assert check(History(META, tuple(events), final=1)).zombie_requests == 1
 
 
+def test_a_write_recorded_by_client_and_store_counts_once() -> None:
+    events = [
+        acquire(0.0, "c1", "c1/1"),
+        op(0.1, "c1", "write", "c1/1", "ok", 1, seq=1),
+        Event(0.1, "store", "write", "c1/1", None, "ok", value=1, seq=1, detail="store log"),
+    ]
+    verdict = check(History(META, tuple(events), final=1))
+    assert (verdict.acknowledged, verdict.lost_updates, verdict.interleaved_leases) == (1, 0, 0)
+
+
 def test_a_history_without_final_value_is_refused() -> None:
     with pytest.raises(CheckerError, match="with_final"):
         check(History(META, clean_run().events))
