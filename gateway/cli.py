@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 COMMANDS = (
     "lab.cluster.cli",
+    "lab.cli",
     "lab.demo",
     "gateway.serve",
 )
