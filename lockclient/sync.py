@@ -20,7 +20,6 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypedDict, TypeVar, Unpack, overload
 
-
 from lockclient import redlock
 from lockclient.config import RetryPolicy
 from lockclient.errors import LockLost
