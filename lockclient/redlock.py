@@ -417,9 +417,12 @@ class Redlock(Generic[TokenT]):
             with contextlib.suppress(LockLost):
                 await self.release(lease)
             raise
-        was_lost = lease.lost
-        await self.release(lease)
-        if was_lost and lease.holds == 0:
+        if not lease.lost:
+            await self.release(lease)
+            return
+        with contextlib.suppress(LockLost):
+            await self.release(lease)
+        if lease.holds == 0:
             raise LockLost(
                 f"the lease on {lease.resource!r} (token {lease.token}) was lost inside the block: "
                 f"{lease.lost_reason}",
