@@ -61,6 +61,8 @@ class Lease(Generic[TokenT]):
         value: str,
         ttl: float,
         deadline: float,
+        drawn_at: float,
+        granted_at: float,
         nodes: Mapping[str, str],
         clock: Clock,
         owner: Hashable,
@@ -72,6 +74,10 @@ class Lease(Generic[TokenT]):
         self.value = value
         self.ttl = ttl
         self.deadline = deadline
+        # when the token was asked for (it was issued after that) and when the quorum answered, on the
+        # Redlock's clock: a token is drawn just before the attempt that carries it, never reused
+        self.drawn_at = drawn_at
+        self.granted_at = granted_at
         self.nodes: Mapping[str, str] = MappingProxyType(dict(nodes))
         self.owner = owner
         self.extensions = 0

@@ -212,11 +212,12 @@ class Redlock(Generic[TokenT]):
             while True:
                 attempts += 1
                 # Step 10: a fresh token before every attempt, so whoever stalls holds the older one
+                drawn_at = self._clock()
                 token = await self._draw(resource)
                 value = lock_value(token)
                 if watch is not None:
                     watch.arm(value)
-                result = await self._attempt(resource, token, value, ttl, owner, on_lost)
+                result = await self._attempt(resource, token, drawn_at, value, ttl, owner, on_lost)
                 if isinstance(result, Lease):
                     return result
                 left = deadline - self._clock()
@@ -248,6 +249,7 @@ class Redlock(Generic[TokenT]):
         self,
         resource: str,
         token: TokenT,
+        drawn_at: float,
         value: str,
         ttl: float,
         owner: Hashable,
@@ -261,7 +263,8 @@ class Redlock(Generic[TokenT]):
         except BaseException:  # cancelled mid-attempt: some masters may already hold our value
             await self._undo(key, value, self._masters)
             raise
-        elapsed = self._clock() - start
+        end = self._clock()
+        elapsed = end - start
         allowance = drift(ttl, self.drift_factor)
         left = validity(ttl, elapsed, allowance)
         tally = Tally(
@@ -274,7 +277,8 @@ class Redlock(Generic[TokenT]):
             deadline = start + ttl - allowance  # == end + validity, measured from before the first SET
             return Lease(
                 resource=resource, token=token, key=key, value=value, ttl=ttl, deadline=deadline,
-                nodes=nodes, clock=self._clock, owner=owner, on_lost=on_lost,
+                drawn_at=drawn_at, granted_at=end, nodes=nodes, clock=self._clock, owner=owner,
+                on_lost=on_lost,
             )  # fmt: skip
         # Step 4: undo wherever the value may have landed; a master that refused never held it.
         await self._undo(
@@ -303,8 +307,10 @@ class Redlock(Generic[TokenT]):
     async def release(self, lease: Lease[TokenT]) -> None:
         """Compare-and-delete on every master (step 5); `LockLost` if a quorum no longer held it.
 
-        Releasing never removes another owner's key. A re-entered lease is only
-        released when its last holder releases it.
+        Releasing never removes another owner's key. `LockLost` needs evidence:
+        enough masters answered "not yours" that no quorum can have held it
+        (masters that did not answer are given the benefit of the doubt; their
+        keys expire). A re-entered lease is only released by its last holder.
         """
         if lease.holds > 1:
             lease.holds -= 1
@@ -316,11 +322,15 @@ class Redlock(Generic[TokenT]):
         lease.holds = 0
         self._held.pop((lease.resource, lease.owner), None)
         released = sum(o is True for o in outcomes)
-        if released >= self.quorum:
+        not_ours = sum(o is False for o in outcomes)
+        if len(outcomes) - not_ours >= self.quorum:
+            # A quorum released it, or masters that did not answer may still have held it (their keys
+            # expire by the TTL): no evidence the lease was lost, so no error.
             lease._mark_lost("released", notify=False)
             return
         why = (
-            f"only {released} of {len(self._masters)} masters held it at release (a quorum is {self.quorum})"
+            f"{not_ours} of {len(self._masters)} masters no longer held it at release, "
+            f"so a quorum ({self.quorum}) cannot have"
         )
         lease._mark_lost(why)
         raise LockLost(

@@ -87,7 +87,7 @@ async def test_watchdog_keeps_the_lease_past_its_ttl_and_reports_a_lost_majority
     lost: list[str] = []
     async with Redlock(cluster.redis_urls) as locker:
         lease = await locker.acquire(
-            "watched", ttl=0.6, auto_extend=True, on_lost=lambda lease: lost.append(str(lease.lost_reason))
+            "watched", ttl=1.2, auto_extend=True, on_lost=lambda lease: lost.append(str(lease.lost_reason))
         )
         first_deadline = lease.deadline
         await eventually(lambda: lease.renewals >= 4)  # four renewals at ttl/3: well past the TTL
