@@ -321,7 +321,6 @@ class Redlock(Generic[TokenT]):
         outcomes = await self._undo(lease.key, lease.value, self._masters)
         lease.holds = 0
         self._held.pop((lease.resource, lease.owner), None)
-        released = sum(o is True for o in outcomes)
         not_ours = sum(o is False for o in outcomes)
         if len(outcomes) - not_ours >= self.quorum:
             # A quorum released it, or masters that did not answer may still have held it (their keys
