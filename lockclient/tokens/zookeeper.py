@@ -68,14 +68,16 @@ class ZooKeeperTokens(ClosingSource):
     async def _started(self) -> Any:
         async with self._start_lock:
             if self._client is None:
+                # the chroot is applied as a path prefix rather than by kazoo, which cannot create it
                 client = KazooClient(
-                    hosts=self.hosts + self.chroot,
+                    hosts=self.hosts,
                     timeout=self.timeout,
                     connection_retry={"max_tries": -1, "max_delay": 1.0},
                 )
                 try:
                     await asyncio.to_thread(client.start, self.timeout)
                 except BaseException:
+                    await asyncio.to_thread(client.stop)
                     await asyncio.to_thread(client.close)
                     raise
                 self._client = client
@@ -102,7 +104,7 @@ class ZooKeeperTokens(ClosingSource):
         return 0 if stat is None else int(stat.mzxid)
 
     async def _call(self, doing: str, op: Callable[[KazooClient, str], int], resource: str) -> int:
-        path = f"{self.root}/{znode_name(check_resource(resource))}"
+        path = f"{self.chroot}{self.root}/{znode_name(check_resource(resource))}"
         with map_errors("zookeeper", doing, KazooException, KazooTimeoutError, OSError, fix=FIX):
             client = await self._started()
             return await asyncio.to_thread(op, client, path)
