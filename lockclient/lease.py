@@ -16,7 +16,6 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Hashable, Mapping
-from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from lockclient.errors import LockLost
@@ -78,7 +77,7 @@ class Lease(Generic[TokenT]):
         # Redlock's clock: a token is drawn just before the attempt that carries it, never reused
         self.drawn_at = drawn_at
         self.granted_at = granted_at
-        self.nodes: Mapping[str, str] = MappingProxyType(dict(nodes))
+        self.nodes = nodes
         self.owner = owner
         self.extensions = 0
         self.renewals = 0
@@ -86,7 +85,7 @@ class Lease(Generic[TokenT]):
         self._clock = clock
         self._on_lost = on_lost
         self._lost_reason: str | None = None
-        self._lost_event = asyncio.Event()
+        self._lost_event: asyncio.Event | None = None  # made when first awaited
 
     @property
     def resource(self) -> str:
@@ -125,6 +124,10 @@ class Lease(Generic[TokenT]):
 
     async def wait_lost(self) -> None:
         """Return when the lease is marked lost (by the watchdog, a release or `check`)."""
+        if self._lost_reason is not None:
+            return
+        if self._lost_event is None:
+            self._lost_event = asyncio.Event()
         await self._lost_event.wait()
 
     def _mark_lost(self, reason: str, *, notify: bool = True) -> None:
@@ -132,7 +135,8 @@ class Lease(Generic[TokenT]):
         if self._lost_reason is not None:
             return
         self._lost_reason = reason
-        self._lost_event.set()
+        if self._lost_event is not None:
+            self._lost_event.set()
         if notify and self._on_lost is not None:
             try:
                 self._on_lost(self)

@@ -24,7 +24,7 @@ from typing import Generic, cast, overload
 
 from lockclient._nodes import Master, release_channel
 from lockclient._notify import Notifier, Watch
-from lockclient._quorum import Tally, drift, fan_out, quorum, reason, validity
+from lockclient._quorum import NodeAnswers, Tally, drift, fan_out, quorum, tally, validity
 from lockclient.config import (
     DEFAULT_DRIFT_FACTOR,
     DEFAULT_KEY_PREFIX,
@@ -117,6 +117,7 @@ class Redlock(Generic[TokenT]):
                 f"watchdog_fraction must be in (0, 1), got {watchdog_fraction!r}: 1/3 renews 3 times a TTL"
             )
         self._masters = [Master(url, connect_timeout=max(node_timeout, 0.2)) for url in masters]
+        self._urls = tuple(masters)
         self._tokens = tokens
         self.ttl = ttl
         self.node_timeout = node_timeout
@@ -139,7 +140,7 @@ class Redlock(Generic[TokenT]):
 
     @property
     def masters(self) -> list[str]:
-        return [master.url for master in self._masters]
+        return list(self._urls)
 
     @staticmethod
     def _check_ttl(ttl: float, node_timeout: float) -> None:
@@ -267,13 +268,9 @@ class Redlock(Generic[TokenT]):
         elapsed = end - start
         allowance = drift(ttl, self.drift_factor)
         left = validity(ttl, elapsed, allowance)
-        tally = Tally(
-            granted=sum(o is True for o in outcomes),
-            refused=sum(o is False for o in outcomes),
-            failed=sum(isinstance(o, BaseException) for o in outcomes),
-        )
-        nodes = {m.url: reason(o, self.node_timeout) for m, o in zip(self._masters, outcomes, strict=True)}
-        if tally.grants(left):
+        counts = tally(outcomes)
+        nodes = NodeAnswers(self._urls, outcomes, self.node_timeout)
+        if counts.grants(left):
             deadline = start + ttl - allowance  # == end + validity, measured from before the first SET
             return Lease(
                 resource=resource, token=token, key=key, value=value, ttl=ttl, deadline=deadline,
@@ -284,17 +281,17 @@ class Redlock(Generic[TokenT]):
         await self._undo(
             key, value, [m for m, o in zip(self._masters, outcomes, strict=True) if o is not False]
         )
-        if tally.has_quorum():
+        if counts.has_quorum():
             summary = (
                 f"a quorum answered but the attempt took {elapsed * 1000:.1f} ms of a {ttl}s TTL "
                 f"(validity {left * 1000:.1f} ms <= 0), so it was released everywhere"
             )
         else:
             summary = (
-                f"{tally.granted} of {tally.nodes} masters granted it, a quorum is {self.quorum} "
-                f"({tally.refused} held by another owner, {tally.failed} failed or timed out)"
+                f"{counts.granted} of {counts.nodes} masters granted it, a quorum is {self.quorum} "
+                f"({counts.refused} held by another owner, {counts.failed} failed or timed out)"
             )
-        return _Refused(tally, nodes, summary)
+        return _Refused(counts, dict(nodes), summary)
 
     async def _undo(self, key: str, value: str, masters: Sequence[Master]) -> list[bool | BaseException]:
         """Compare-and-delete on `masters`; shielded so a second cancellation cannot leave keys behind."""
