@@ -180,3 +180,17 @@ def test_open_token_source_reads_each_url_form() -> None:
 def test_bad_token_urls_say_how_to_fix_them(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         open_token_source(url)
+
+
+async def test_postgres_tokens_keep_increasing_across_a_restart(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+) -> None:
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
+    async with PostgresTokens(cluster.postgres_dsn, pool_size=2) as source:
+        before = [await source.next_token(resource) for _ in range(3)]
+        await asyncio.to_thread(cluster.stop, "postgres-0")
+        await asyncio.to_thread(cluster.restart, "postgres-0")
+        after = [await source.next_token(resource) for _ in range(3)]  # the pooled connection was dead
+        assert before == [1, 2, 3]
+        assert after[0] > before[-1]
+        assert after == sorted(after)
