@@ -37,7 +37,7 @@ from lockclient.config import (
     require_positive,
 )
 from lockclient.errors import ConfigurationError, ExtensionLimitReached, LockLost, LockNotAcquired
-from lockclient.lease import Lease, TokenT, lock_value
+from lockclient.lease import EXPIRED, Lease, TokenT, lock_value
 from lockclient.protocols import Clock, TokenSource
 
 __all__ = ["Redlock"]
@@ -355,7 +355,14 @@ class Redlock(Generic[TokenT]):
 
     async def _renew(self, lease: Lease[TokenT], ttl: float) -> None:
         self._check_ttl(ttl, self.node_timeout)
-        lease.check()
+        if lease.lost:  # e.g. the loop was blocked past the deadline: too late to renew
+            why = lease.lost_reason or EXPIRED
+            lease._mark_lost(why)
+            raise LockLost(
+                f"could not extend the lease on {lease.resource!r} (token {lease.token}): {why}",
+                resource=lease.resource,
+                token=lease.token,
+            )
         start = self._clock()
         outcomes = await fan_out(
             [m.extend(lease.key, lease.value, _ms(ttl)) for m in self._masters], self.node_timeout

@@ -183,3 +183,17 @@ async def test_retry_attempts_bound_a_blocking_acquire(urls: list[str], resource
         with pytest.raises(LockNotAcquired, match="after 3 attempt"):
             await waiter.acquire(resource)
         await holder.release(lease)
+
+
+async def test_wait_lost_returns_when_the_validity_runs_out(urls: list[str], resource: str) -> None:
+    called: list[object] = []
+    async with Redlock(urls) as locker:
+        lease = await locker.acquire(resource, ttl=0.3, on_lost=called.append)
+        async with asyncio.timeout(5):
+            await lease.wait_lost()
+        assert lease.lost
+        assert lease.lost_reason == "the lease's validity ran out"
+        assert lease.remaining() == 0.0
+        with pytest.raises(LockLost, match="validity ran out"):
+            await locker.extend(lease)
+        assert called == [lease]  # the failed extension told the holder, once
