@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lockclient import LockNotAcquired, SQLiteTokens
+from lockclient import ConfigurationError, LockNotAcquired, SQLiteTokens
 from lockclient.sync import Redlock
 
 
@@ -54,3 +54,10 @@ def test_sync_watchdog_renews_while_the_caller_blocks(urls: list[str], resource:
             assert time.monotonic() < deadline, "the watchdog did not renew"
             time.sleep(0.01)
         lease.check()
+
+
+def test_a_refused_configuration_leaves_no_thread_behind() -> None:
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(ConfigurationError, match="non-empty"):
+        Redlock([])
+    assert {t.name for t in threading.enumerate()} == before
