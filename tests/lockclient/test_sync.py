@@ -48,7 +48,7 @@ def test_sync_reentrancy_is_per_thread(urls: list[str], resource: str) -> None:
 
 
 def test_sync_watchdog_renews_while_the_caller_blocks(urls: list[str], resource: str) -> None:
-    with Redlock(urls) as locker, locker.lock(resource, ttl=0.3, auto_extend=True) as lease:
+    with Redlock(urls, node_timeout=0.1) as locker, locker.lock(resource, ttl=0.6, auto_extend=True) as lease:
         deadline = time.monotonic() + 10.0
         while lease.renewals < 3:  # the caller's thread is busy with its own (blocking) work
             assert time.monotonic() < deadline, "the watchdog did not renew"
