@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 __all__ = [
     "DRIFT_CONSTANT",
     "NodeAnswers",
+    "Refusal",
     "Tally",
     "drift",
     "fan_out",
@@ -83,6 +84,35 @@ class Tally:
     def grants(self, validity_left: float) -> bool:
         """Redlock step 3: a quorum answered yes and time is left to use the lease."""
         return self.has_quorum() and validity_left > 0
+
+
+class Refusal:
+    """Why one attempt was not granted: the tally, each master's answer, and a sentence."""
+
+    __slots__ = ("nodes", "summary", "tally")
+
+    def __init__(
+        self,
+        tally: Tally,
+        nodes: dict[str, str],
+        quorum: int,
+        *,
+        elapsed: float,
+        ttl: float,
+        validity_left: float,
+    ) -> None:
+        self.tally = tally
+        self.nodes = nodes
+        if tally.has_quorum():
+            self.summary = (
+                f"a quorum answered but the attempt took {elapsed * 1000:.1f} ms of a {ttl}s TTL "
+                f"(validity {validity_left * 1000:.1f} ms <= 0), so it was released everywhere"
+            )
+        else:
+            self.summary = (
+                f"{tally.granted} of {tally.nodes} masters granted it, a quorum is {quorum} "
+                f"({tally.refused} held by another owner, {tally.failed} failed or timed out)"
+            )
 
 
 def reason(outcome: object, timeout: float) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lockclient.errors import ConfigurationError
@@ -21,6 +22,8 @@ __all__ = [
     "DEFAULT_TTL",
     "DEFAULT_WATCHDOG_FRACTION",
     "RetryPolicy",
+    "check_options",
+    "check_ttl",
     "require_positive",
 ]
 
@@ -37,6 +40,43 @@ DEFAULT_MAX_EXTENSIONS = 10
 # leaving two more chances before the key expires.
 DEFAULT_WATCHDOG_FRACTION = 1 / 3
 DEFAULT_KEY_PREFIX = "fencegate:lock:"
+
+
+def check_ttl(ttl: float, node_timeout: float) -> None:
+    require_positive("ttl", ttl, "give the lease's time to live in seconds, e.g. 10.0")
+    if node_timeout >= ttl:
+        raise ConfigurationError(
+            f"node_timeout ({node_timeout}s) must be much smaller than ttl ({ttl}s): "
+            "a slow master would eat the whole validity; lower node_timeout or raise ttl"
+        )
+
+
+def check_options(
+    masters: Sequence[str],
+    *,
+    ttl: float,
+    node_timeout: float,
+    drift_factor: float,
+    max_extensions: int,
+    watchdog_fraction: float,
+) -> None:
+    """Refuse a `Redlock` configuration that could not work, saying how to fix it."""
+    if isinstance(masters, str) or not masters:
+        raise ConfigurationError("masters must be a non-empty list of Redis URLs, e.g. ['redis://h1:6379']")
+    if len(set(masters)) != len(masters):
+        raise ConfigurationError(
+            "masters lists a node twice: a duplicate would count twice toward the quorum"
+        )
+    require_positive("node_timeout", node_timeout, "a few tens of ms, e.g. 0.05")
+    check_ttl(ttl, node_timeout)
+    if drift_factor < 0 or not math.isfinite(drift_factor):
+        raise ConfigurationError(f"drift_factor must be >= 0, got {drift_factor!r}: the paper uses 0.01")
+    if max_extensions < 0:
+        raise ConfigurationError(f"max_extensions must be >= 0, got {max_extensions!r}")
+    if not 0 < watchdog_fraction < 1:
+        raise ConfigurationError(
+            f"watchdog_fraction must be in (0, 1), got {watchdog_fraction!r}: 1/3 renews 3 times a TTL"
+        )
 
 
 def require_positive(name: str, value: float, fix: str) -> None:

@@ -24,7 +24,7 @@ from typing import Generic, cast, overload
 
 from lockclient._nodes import Master, release_channel
 from lockclient._notify import Notifier, Watch
-from lockclient._quorum import NodeAnswers, Tally, drift, fan_out, quorum, tally, validity
+from lockclient._quorum import NodeAnswers, Refusal, drift, fan_out, quorum, tally, validity
 from lockclient.config import (
     DEFAULT_DRIFT_FACTOR,
     DEFAULT_KEY_PREFIX,
@@ -34,7 +34,8 @@ from lockclient.config import (
     DEFAULT_TTL,
     DEFAULT_WATCHDOG_FRACTION,
     RetryPolicy,
-    require_positive,
+    check_options,
+    check_ttl,
 )
 from lockclient.errors import ConfigurationError, ExtensionLimitReached, LockLost, LockNotAcquired
 from lockclient.lease import EXPIRED, Lease, TokenT, lock_value
@@ -43,17 +44,6 @@ from lockclient.protocols import Clock, TokenSource
 __all__ = ["Redlock"]
 
 OnLost = Callable[[Lease[TokenT]], object]
-
-
-class _Refused:
-    """Why one attempt was not granted."""
-
-    __slots__ = ("nodes", "summary", "tally")
-
-    def __init__(self, tally: Tally, nodes: dict[str, str], summary: str) -> None:
-        self.tally = tally
-        self.nodes = nodes
-        self.summary = summary
 
 
 def _ms(seconds: float) -> int:
@@ -98,24 +88,10 @@ class Redlock(Generic[TokenT]):
         reentrant: bool = False,
         key_prefix: str = DEFAULT_KEY_PREFIX,
     ) -> None:
-        if isinstance(masters, str) or not masters:
-            raise ConfigurationError(
-                "masters must be a non-empty list of Redis URLs, e.g. ['redis://h1:6379']"
-            )
-        if len(set(masters)) != len(masters):
-            raise ConfigurationError(
-                "masters lists a node twice: a duplicate would count twice toward the quorum"
-            )
-        require_positive("node_timeout", node_timeout, "a few tens of ms, e.g. 0.05")
-        self._check_ttl(ttl, node_timeout)
-        if drift_factor < 0 or not math.isfinite(drift_factor):
-            raise ConfigurationError(f"drift_factor must be >= 0, got {drift_factor!r}: the paper uses 0.01")
-        if max_extensions < 0:
-            raise ConfigurationError(f"max_extensions must be >= 0, got {max_extensions!r}")
-        if not 0 < watchdog_fraction < 1:
-            raise ConfigurationError(
-                f"watchdog_fraction must be in (0, 1), got {watchdog_fraction!r}: 1/3 renews 3 times a TTL"
-            )
+        check_options(
+            masters, ttl=ttl, node_timeout=node_timeout, drift_factor=drift_factor,
+            max_extensions=max_extensions, watchdog_fraction=watchdog_fraction,
+        )  # fmt: skip
         self._masters = [Master(url, connect_timeout=max(node_timeout, 0.2)) for url in masters]
         self._urls = tuple(masters)
         self._tokens = tokens
@@ -141,15 +117,6 @@ class Redlock(Generic[TokenT]):
     @property
     def masters(self) -> list[str]:
         return list(self._urls)
-
-    @staticmethod
-    def _check_ttl(ttl: float, node_timeout: float) -> None:
-        require_positive("ttl", ttl, "give the lease's time to live in seconds, e.g. 10.0")
-        if node_timeout >= ttl:
-            raise ConfigurationError(
-                f"node_timeout ({node_timeout}s) must be much smaller than ttl ({ttl}s): "
-                "a slow master would eat the whole validity; lower node_timeout or raise ttl"
-            )
 
     def key(self, resource: str) -> str:
         """The Redis key that holds `resource`'s lock on every master."""
@@ -180,7 +147,7 @@ class Redlock(Generic[TokenT]):
         if not resource:
             raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
         ttl = self.ttl if ttl is None else ttl
-        self._check_ttl(ttl, self.node_timeout)
+        check_ttl(ttl, self.node_timeout)
         if timeout is not None and not timeout >= 0:
             raise ConfigurationError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
         if owner is None:
@@ -255,7 +222,7 @@ class Redlock(Generic[TokenT]):
         ttl: float,
         owner: Hashable,
         on_lost: OnLost[TokenT] | None,
-    ) -> Lease[TokenT] | _Refused:
+    ) -> Lease[TokenT] | Refusal:
         key = self.key(resource)
         ttl_ms = _ms(ttl)
         start = self._clock()
@@ -281,17 +248,7 @@ class Redlock(Generic[TokenT]):
         await self._undo(
             key, value, [m for m, o in zip(self._masters, outcomes, strict=True) if o is not False]
         )
-        if counts.has_quorum():
-            summary = (
-                f"a quorum answered but the attempt took {elapsed * 1000:.1f} ms of a {ttl}s TTL "
-                f"(validity {left * 1000:.1f} ms <= 0), so it was released everywhere"
-            )
-        else:
-            summary = (
-                f"{counts.granted} of {counts.nodes} masters granted it, a quorum is {self.quorum} "
-                f"({counts.refused} held by another owner, {counts.failed} failed or timed out)"
-            )
-        return _Refused(counts, dict(nodes), summary)
+        return Refusal(counts, dict(nodes), self.quorum, elapsed=elapsed, ttl=ttl, validity_left=left)
 
     async def _undo(self, key: str, value: str, masters: Sequence[Master]) -> list[bool | BaseException]:
         """Compare-and-delete on `masters`; shielded so a second cancellation cannot leave keys behind."""
@@ -354,7 +311,7 @@ class Redlock(Generic[TokenT]):
         return lease
 
     async def _renew(self, lease: Lease[TokenT], ttl: float) -> None:
-        self._check_ttl(ttl, self.node_timeout)
+        check_ttl(ttl, self.node_timeout)
         if lease.lost:  # e.g. the loop was blocked past the deadline: too late to renew
             why = lease.lost_reason or EXPIRED
             lease._mark_lost(why)
