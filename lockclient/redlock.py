@@ -371,6 +371,7 @@ class Redlock(Generic[TokenT]):
         timeout: float | None = None,  # noqa: ASYNC109 - the wait bounds many attempts and their pauses
         auto_extend: bool = False,
         on_lost: OnLost[TokenT] | None = None,
+        owner: Hashable | None = None,
     ) -> AsyncIterator[Lease[TokenT]]:
         """`async with locker.lock(name) as lease:` acquire, yield, release.
 
@@ -379,8 +380,9 @@ class Redlock(Generic[TokenT]):
         block did after that point must not be trusted without the fence.
         """
         lease = await self.acquire(
-            resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend, on_lost=on_lost
-        )
+            resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend, on_lost=on_lost,
+            owner=owner,
+        )  # fmt: skip
         try:
             yield lease
         except BaseException:

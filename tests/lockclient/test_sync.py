@@ -61,3 +61,10 @@ def test_a_refused_configuration_leaves_no_thread_behind() -> None:
     with pytest.raises(ConfigurationError, match="non-empty"):
         Redlock([])
     assert {t.name for t in threading.enumerate()} == before
+
+
+def test_an_error_in_a_sync_block_releases_and_propagates(urls: list[str], resource: str) -> None:
+    with Redlock(urls) as locker:
+        with pytest.raises(KeyError), locker.lock(resource):
+            raise KeyError("boom")
+        locker.release(locker.acquire(resource, blocking=False))  # it was released
