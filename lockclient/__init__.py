@@ -9,7 +9,7 @@ What keeps storage safe is the token, checked by the fence (the gateway).
 `lockclient.sync` offers the same for code without an event loop.
 """
 
-from lockclient.config import DEFAULT_RETRY, RetryPolicy
+from lockclient.config import DEFAULT_RETRY, RedlockSettings, RetryPolicy
 from lockclient.errors import (
     ConfigurationError,
     ExtensionLimitReached,
@@ -45,6 +45,7 @@ __all__ = [
     "PostgresTokens",
     "RedisIncrTokens",
     "Redlock",
+    "RedlockSettings",
     "RetryPolicy",
     "SQLiteTokens",
     "StaleToken",

@@ -21,8 +21,9 @@ __all__ = [
     "DEFAULT_RETRY",
     "DEFAULT_TTL",
     "DEFAULT_WATCHDOG_FRACTION",
+    "RedlockSettings",
     "RetryPolicy",
-    "check_options",
+    "check_masters",
     "check_ttl",
     "require_positive",
 ]
@@ -51,31 +52,12 @@ def check_ttl(ttl: float, node_timeout: float) -> None:
         )
 
 
-def check_options(
-    masters: Sequence[str],
-    *,
-    ttl: float,
-    node_timeout: float,
-    drift_factor: float,
-    max_extensions: int,
-    watchdog_fraction: float,
-) -> None:
-    """Refuse a `Redlock` configuration that could not work, saying how to fix it."""
+def check_masters(masters: Sequence[str]) -> None:
     if isinstance(masters, str) or not masters:
         raise ConfigurationError("masters must be a non-empty list of Redis URLs, e.g. ['redis://h1:6379']")
     if len(set(masters)) != len(masters):
         raise ConfigurationError(
             "masters lists a node twice: a duplicate would count twice toward the quorum"
-        )
-    require_positive("node_timeout", node_timeout, "a few tens of ms, e.g. 0.05")
-    check_ttl(ttl, node_timeout)
-    if drift_factor < 0 or not math.isfinite(drift_factor):
-        raise ConfigurationError(f"drift_factor must be >= 0, got {drift_factor!r}: the paper uses 0.01")
-    if max_extensions < 0:
-        raise ConfigurationError(f"max_extensions must be >= 0, got {max_extensions!r}")
-    if not 0 < watchdog_fraction < 1:
-        raise ConfigurationError(
-            f"watchdog_fraction must be in (0, 1), got {watchdog_fraction!r}: 1/3 renews 3 times a TTL"
         )
 
 
@@ -121,3 +103,31 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RedlockSettings:
+    """Everything a `Redlock` is tuned by except its masters, clock and token source; checked when built."""
+
+    ttl: float = DEFAULT_TTL
+    node_timeout: float = DEFAULT_NODE_TIMEOUT
+    retry: RetryPolicy = DEFAULT_RETRY
+    drift_factor: float = DEFAULT_DRIFT_FACTOR
+    max_extensions: int = DEFAULT_MAX_EXTENSIONS
+    watchdog_fraction: float = DEFAULT_WATCHDOG_FRACTION
+    reentrant: bool = False
+    key_prefix: str = DEFAULT_KEY_PREFIX
+
+    def __post_init__(self) -> None:
+        require_positive("node_timeout", self.node_timeout, "a few tens of ms, e.g. 0.05")
+        check_ttl(self.ttl, self.node_timeout)
+        if self.drift_factor < 0 or not math.isfinite(self.drift_factor):
+            raise ConfigurationError(
+                f"drift_factor must be >= 0, got {self.drift_factor!r}: the paper uses 0.01"
+            )
+        if self.max_extensions < 0:
+            raise ConfigurationError(f"max_extensions must be >= 0, got {self.max_extensions!r}")
+        if not 0 < self.watchdog_fraction < 1:
+            raise ConfigurationError(
+                f"watchdog_fraction must be in (0, 1), got {self.watchdog_fraction!r}: try 1/3"
+            )

@@ -33,8 +33,9 @@ from lockclient.config import (
     DEFAULT_RETRY,
     DEFAULT_TTL,
     DEFAULT_WATCHDOG_FRACTION,
+    RedlockSettings,
     RetryPolicy,
-    check_options,
+    check_masters,
     check_ttl,
 )
 from lockclient.errors import ConfigurationError, ExtensionLimitReached, LockLost, LockNotAcquired
@@ -88,22 +89,16 @@ class Redlock(Generic[TokenT]):
         reentrant: bool = False,
         key_prefix: str = DEFAULT_KEY_PREFIX,
     ) -> None:
-        check_options(
-            masters, ttl=ttl, node_timeout=node_timeout, drift_factor=drift_factor,
-            max_extensions=max_extensions, watchdog_fraction=watchdog_fraction,
+        check_masters(masters)
+        self.settings = RedlockSettings(
+            ttl=ttl, node_timeout=node_timeout, retry=retry, drift_factor=drift_factor,
+            max_extensions=max_extensions, watchdog_fraction=watchdog_fraction, reentrant=reentrant,
+            key_prefix=key_prefix,
         )  # fmt: skip
         self._masters = [Master(url, connect_timeout=max(node_timeout, 0.2)) for url in masters]
         self._urls = tuple(masters)
         self._tokens = tokens
-        self.ttl = ttl
-        self.node_timeout = node_timeout
-        self.retry = retry
         self._clock = clock
-        self.drift_factor = drift_factor
-        self.max_extensions = max_extensions
-        self.watchdog_fraction = watchdog_fraction
-        self.reentrant = reentrant
-        self.key_prefix = key_prefix
         self.quorum = quorum(len(masters))
         self._notifier = Notifier(
             self._masters,
@@ -120,7 +115,7 @@ class Redlock(Generic[TokenT]):
 
     def key(self, resource: str) -> str:
         """The Redis key that holds `resource`'s lock on every master."""
-        return self.key_prefix + resource
+        return self.settings.key_prefix + resource
 
     # -- acquiring -------------------------------------------------------------
 
@@ -146,19 +141,19 @@ class Redlock(Generic[TokenT]):
             raise ConfigurationError("this Redlock is closed: build a new one")
         if not resource:
             raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
-        ttl = self.ttl if ttl is None else ttl
-        check_ttl(ttl, self.node_timeout)
+        ttl = self.settings.ttl if ttl is None else ttl
+        check_ttl(ttl, self.settings.node_timeout)
         if timeout is not None and not timeout >= 0:
             raise ConfigurationError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
         if owner is None:
             owner = asyncio.current_task()
-        if self.reentrant:
+        if self.settings.reentrant:
             held = self._held.get((resource, owner))
             if held is not None and not held.lost:
                 held.holds += 1  # Step 8: the same owner re-enters; released when the count reaches zero
                 return held
         lease = await self._acquire(resource, ttl, blocking, timeout, owner, on_lost)
-        if self.reentrant:
+        if self.settings.reentrant:
             self._held[(resource, owner)] = lease
         if auto_extend:
             self._watchdogs[lease] = asyncio.create_task(self._watchdog(lease), name=f"watchdog {resource}")
@@ -174,6 +169,7 @@ class Redlock(Generic[TokenT]):
         on_lost: OnLost[TokenT] | None,
     ) -> Lease[TokenT]:
         deadline = math.inf if timeout is None else self._clock() + timeout
+        retry = self.settings.retry
         attempts = 0
         watch: Watch | None = None
         try:
@@ -189,7 +185,7 @@ class Redlock(Generic[TokenT]):
                 if isinstance(result, Lease):
                     return result
                 left = deadline - self._clock()
-                if not blocking or left <= 0 or attempts == self.retry.attempts:
+                if not blocking or left <= 0 or attempts == retry.attempts:
                     raise LockNotAcquired(
                         f"could not lock {resource!r} after {attempts} attempt(s): {result.summary}; "
                         "per-node reasons are in .reasons (raise timeout, or check the masters)",
@@ -202,7 +198,7 @@ class Redlock(Generic[TokenT]):
                     watch = await self._notifier.watch(release_channel(self.key(resource)))
                     watch.own.add(value.encode())
                     continue
-                pause = self.retry.poll if result.tally.held_elsewhere() else self.retry.backoff()
+                pause = retry.poll if result.tally.held_elsewhere() else retry.backoff()
                 await watch.wait(min(pause, left))
         finally:
             if watch is not None:
@@ -227,16 +223,18 @@ class Redlock(Generic[TokenT]):
         ttl_ms = _ms(ttl)
         start = self._clock()
         try:
-            outcomes = await fan_out([m.set_nx(key, value, ttl_ms) for m in self._masters], self.node_timeout)
+            outcomes = await fan_out(
+                [m.set_nx(key, value, ttl_ms) for m in self._masters], self.settings.node_timeout
+            )
         except BaseException:  # cancelled mid-attempt: some masters may already hold our value
             await self._undo(key, value, self._masters)
             raise
         end = self._clock()
         elapsed = end - start
-        allowance = drift(ttl, self.drift_factor)
+        allowance = drift(ttl, self.settings.drift_factor)
         left = validity(ttl, elapsed, allowance)
         counts = tally(outcomes)
-        nodes = NodeAnswers(self._urls, outcomes, self.node_timeout)
+        nodes = NodeAnswers(self._urls, outcomes, self.settings.node_timeout)
         if counts.grants(left):
             deadline = start + ttl - allowance  # == end + validity, measured from before the first SET
             return Lease(
@@ -254,7 +252,9 @@ class Redlock(Generic[TokenT]):
         """Compare-and-delete on `masters`; shielded so a second cancellation cannot leave keys behind."""
         if not masters:
             return []
-        return await asyncio.shield(fan_out([m.release(key, value) for m in masters], self.node_timeout))
+        return await asyncio.shield(
+            fan_out([m.release(key, value) for m in masters], self.settings.node_timeout)
+        )
 
     # -- releasing and extending ---------------------------------------------------
 
@@ -299,19 +299,20 @@ class Redlock(Generic[TokenT]):
         Raises `ExtensionLimitReached` (nothing changed) past `max_extensions`,
         `LockLost` (the lease is lost and released) when no quorum confirmed in time.
         """
-        if lease.extensions >= self.max_extensions:
+        limit = self.settings.max_extensions
+        if lease.extensions >= limit:
             raise ExtensionLimitReached(
                 f"the lease on {lease.resource!r} was already extended {lease.extensions} times, "
-                f"the limit is {self.max_extensions}: release it and acquire again, or raise max_extensions",
+                f"the limit is {limit}: release it and acquire again, or raise max_extensions",
                 resource=lease.resource,
-                limit=self.max_extensions,
+                limit=limit,
             )
         await self._renew(lease, lease.ttl if ttl is None else ttl)
         lease.extensions += 1
         return lease
 
     async def _renew(self, lease: Lease[TokenT], ttl: float) -> None:
-        check_ttl(ttl, self.node_timeout)
+        check_ttl(ttl, self.settings.node_timeout)
         if lease.lost:  # e.g. the loop was blocked past the deadline: too late to renew
             why = lease.lost_reason or EXPIRED
             lease._mark_lost(why)
@@ -322,12 +323,12 @@ class Redlock(Generic[TokenT]):
             )
         start = self._clock()
         outcomes = await fan_out(
-            [m.extend(lease.key, lease.value, _ms(ttl)) for m in self._masters], self.node_timeout
+            [m.extend(lease.key, lease.value, _ms(ttl)) for m in self._masters], self.settings.node_timeout
         )
         end = self._clock()
         extended = sum(o is True for o in outcomes)
         if extended >= self.quorum and end < lease.deadline:
-            lease.deadline = start + ttl - drift(ttl, self.drift_factor)
+            lease.deadline = start + ttl - drift(ttl, self.settings.drift_factor)
             lease.ttl = ttl
             return
         if extended >= self.quorum:
@@ -345,7 +346,7 @@ class Redlock(Generic[TokenT]):
     async def _watchdog(self, lease: Lease[TokenT]) -> None:
         """Step 7: renew every `ttl * watchdog_fraction` until released or lost."""
         while True:
-            await asyncio.sleep(lease.ttl * self.watchdog_fraction)
+            await asyncio.sleep(lease.ttl * self.settings.watchdog_fraction)
             try:
                 await self._renew(lease, lease.ttl)
             except LockLost:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import pytest
@@ -85,6 +86,13 @@ def test_bad_redlock_arguments_are_refused_with_the_fix(kwargs: dict[str, object
 def test_bad_retry_policies_are_refused(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_settings_are_frozen() -> None:
+    locker = Redlock(["redis://127.0.0.1:1"], ttl=5.0)
+    assert locker.settings.ttl == 5.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        locker.settings.ttl = 1.0  # type: ignore[misc]
 
 
 async def test_bad_acquire_arguments_change_nothing(urls: list[str]) -> None:
