@@ -52,7 +52,8 @@ def _ms(seconds: float) -> int:
 
 
 class Redlock(Generic[TokenT]):
-    """A Redlock client; `Redlock[int]` when built with a token source, `Redlock[None]` without.
+    """A Redlock client; `Redlock[int]` when built with a token source, `Redlock[None]` without
+    (`Redlock[int | None]` when that is only known at run time).
 
     It owns its connection pools, its subscriber connections and the token
     source it was given: `aclose()` (or leaving `async with`) closes them all.
@@ -69,6 +70,14 @@ class Redlock(Generic[TokenT]):
     @overload
     def __init__(
         self: Redlock[None], masters: Sequence[str], *, tokens: None = None, ttl: float = ...,
+        node_timeout: float = ..., retry: RetryPolicy = ..., clock: Clock = ...,
+        drift_factor: float = ..., max_extensions: int = ..., watchdog_fraction: float = ...,
+        reentrant: bool = ..., key_prefix: str = ...,
+    ) -> None: ...  # fmt: skip
+
+    @overload
+    def __init__(
+        self: Redlock[int | None], masters: Sequence[str], *, tokens: TokenSource | None, ttl: float = ...,
         node_timeout: float = ..., retry: RetryPolicy = ..., clock: Clock = ...,
         drift_factor: float = ..., max_extensions: int = ..., watchdog_fraction: float = ...,
         reentrant: bool = ..., key_prefix: str = ...,

@@ -58,6 +58,15 @@ class Redlock(Generic[TokenT]):
         self: Redlock[None], masters: Sequence[str], *, tokens: None = None, **options: Unpack[RedlockOptions]
     ) -> None: ...
 
+    @overload
+    def __init__(
+        self: Redlock[int | None],
+        masters: Sequence[str],
+        *,
+        tokens: TokenSource | None,
+        **options: Unpack[RedlockOptions],
+    ) -> None: ...
+
     def __init__(
         self, masters: Sequence[str], *, tokens: TokenSource | None = None, **options: Unpack[RedlockOptions]
     ) -> None:

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from pathlib import Path
 
 import pytest
 
 import lockclient
 import lockclient.sync
 import lockclient.tokens
-from lockclient import ConfigurationError, Fenced, Lease, Redlock, RetryPolicy, TokenSource, token_of
+from lockclient import (
+    ConfigurationError,
+    Fenced,
+    Lease,
+    Redlock,
+    RetryPolicy,
+    SQLiteTokens,
+    TokenSource,
+    token_of,
+)
 
 
 @pytest.mark.parametrize("module", [lockclient, lockclient.tokens, lockclient.sync])
@@ -86,6 +96,12 @@ def test_bad_redlock_arguments_are_refused_with_the_fix(kwargs: dict[str, object
 def test_bad_retry_policies_are_refused(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_source_known_only_at_run_time_types_as_optional(tmp_path: Path) -> None:
+    maybe: TokenSource | None = SQLiteTokens(tmp_path / "t.db") if tmp_path else None
+    locker: Redlock[int | None] = Redlock(["redis://127.0.0.1:1"], tokens=maybe)
+    assert locker.settings.reentrant is False
 
 
 def test_settings_are_frozen() -> None:
