@@ -95,7 +95,7 @@ class _Listener:
         if wanted:
             await conn.send_command("SUBSCRIBE", *wanted)
         while True:
-            # RESP3 delivers pub/sub as push frames: ask for them rather than have the parser swallow them
+            # under RESP3 pub/sub arrives as push frames: ask for them rather than let the parser take them
             self._handle(await conn.read_response(push_request=True))
 
     def _handle(self, reply: object) -> None:

@@ -46,6 +46,8 @@ __all__ = ["Redlock"]
 
 OnLost = Callable[[Lease[TokenT]], object]
 
+CONNECT_TIMEOUT = 1.0  # for connect(): a handshake on a loaded machine may take far longer than a command
+
 
 def _ms(seconds: float) -> int:
     return max(1, math.ceil(seconds * 1000))
@@ -427,7 +429,18 @@ class Redlock(Generic[TokenT]):
         if self._tokens is not None:
             await self._tokens.aclose()
 
+    async def connect(self) -> dict[str, str]:
+        """Open a connection to every master now, each answer in words (`async with` does this).
+
+        A cold connection costs a TCP and protocol handshake; done here, it is
+        not charged to the first attempt's per-node timeout. A master that does
+        not answer is not an error here: every attempt tries it again.
+        """
+        outcomes = await fan_out([m.ping() for m in self._masters], CONNECT_TIMEOUT)
+        return dict(NodeAnswers(self._urls, outcomes, CONNECT_TIMEOUT))
+
     async def __aenter__(self) -> Redlock[TokenT]:
+        await self.connect()
         return self
 
     async def __aexit__(

@@ -75,7 +75,9 @@ class Redlock(Generic[TokenT]):
         self._thread.start()
 
         async def build() -> redlock.Redlock[Any]:
-            return redlock.Redlock(masters, tokens=tokens, **options)
+            locker = redlock.Redlock(masters, tokens=tokens, **options)
+            await locker.connect()
+            return locker
 
         try:
             self._async: redlock.Redlock[TokenT] = self._run(build)

@@ -197,3 +197,13 @@ async def test_wait_lost_returns_when_the_validity_runs_out(urls: list[str], res
         with pytest.raises(LockLost, match="validity ran out"):
             await locker.extend(lease)
         assert called == [lease]  # the failed extension told the holder, once
+
+
+async def test_connect_opens_a_connection_to_every_master(urls: list[str]) -> None:
+    locker = Redlock([*urls, "redis://127.0.0.1:1"])  # plus one master that is down
+    try:
+        answers = await locker.connect()
+        assert [answers[url] for url in urls] == ["ok"] * 5
+        assert "ConnectionError" in answers["redis://127.0.0.1:1"]
+    finally:
+        await locker.aclose()

@@ -194,3 +194,14 @@ async def test_postgres_tokens_keep_increasing_across_a_restart(
         assert before == [1, 2, 3]
         assert after[0] > before[-1]
         assert after == sorted(after)
+
+
+async def test_a_zookeeper_source_revives_a_client_whose_connection_loop_stopped(
+    zookeeper_cluster: LocalCluster, resource: str
+) -> None:
+    async with ZooKeeperTokens(zookeeper_cluster.zookeeper) as source:
+        first = await source.next_token(resource)
+        # kazoo's connection loop can give up during a long outage; stopping it behind the source's back
+        # leaves the client in the same CLOSED state
+        await asyncio.to_thread(source._client.stop)
+        assert await source.next_token(resource) > first
