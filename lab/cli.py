@@ -1,6 +1,7 @@
 """`fencegate lab`: judge recorded histories and print or render the results.
 
-`fencegate lab scenarios` lists the fault schedules.
+`fencegate lab scenarios` lists the fault schedules; `fencegate lab run`,
+`lab all` and `lab headline` (in `lab.run_cli`) run them.
 `fencegate lab report HISTORY.jsonl...` runs the checker over history files
 (written by `History.dump`, or converted from the spin model's trails), prints
 the table, and with `--json` the JSON document instead, with `--html PATH`
@@ -42,6 +43,9 @@ def register(sub: Any) -> None:
     report.set_defaults(func=run_report)
     scenarios = commands.add_parser("scenarios", help="list the scenarios and what each fault does")
     scenarios.set_defaults(func=list_scenarios)
+    from lab import run_cli  # its imports start nothing; kept here so `lab report` stays light to read
+
+    run_cli.register(commands)
 
 
 def list_scenarios(args: argparse.Namespace) -> int:

@@ -162,6 +162,8 @@ class DelayProxy:
                 return
             changed = [holds.changed.wait(), self._all.changed.wait()]
             waiters = [asyncio.ensure_future(c) for c in changed]
-            _, pending = await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            for waiter in pending:
-                waiter.cancel()
+            try:
+                await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # also when a drop cancels the pump mid-wait: no waiter outlives it
+                for waiter in waiters:
+                    waiter.cancel()

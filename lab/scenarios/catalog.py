@@ -56,6 +56,7 @@ class ClockJump(Scenario):
     name = "clock-jump"
     summary = "the lock node's wall clock jumps forward past the TTL while the lease is held"
     shifted = True
+    partitioned = True
 
     async def after_read(self, stage: Stage, holder: ClientProcess, at: Checkpoint) -> None:
         assert stage.shift is not None
@@ -69,6 +70,7 @@ class ClockJump(Scenario):
 class Restart(Scenario):
     name = "restart"
     summary = "the lock node crash-restarts without persistence while the lease is held"
+    partitioned = True
 
     async def after_read(self, stage: Stage, holder: ClientProcess, at: Checkpoint) -> None:
         await crash_restart(stage.cluster, stage.faulted)
@@ -85,6 +87,7 @@ class TokenRegress(Restart):
 class RestartDelayed(Scenario):
     name = "restart-delayed"
     summary = "as restart, but the node stays down longer than the TTL (the Redlock page's fix)"
+    partitioned = True
 
     async def after_read(self, stage: Stage, holder: ClientProcess, at: Checkpoint) -> None:
         await asyncio.to_thread(stage.cluster.kill, stage.faulted)
@@ -103,6 +106,7 @@ class Failover(Scenario):
     name = "failover"
     summary = "the lock node's async replica misses the key; the master dies, the replica is promoted"
     replicated = True
+    partitioned = True
 
     async def before_acquire(self, stage: Stage, holder: ClientProcess) -> None:
         assert stage.pair is not None

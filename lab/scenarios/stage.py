@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from lab.client import ClientConfig
 from lab.cluster import ClusterSpec, LocalCluster
@@ -40,6 +41,9 @@ from lab.workload import WorkloadSettings
 HOLDER = "c1"
 HOLDER_MARGIN = 0.25  # the slow holder goes on once this fraction of its TTL is left
 CHALLENGER_WAIT = 30.0  # no scenario waits longer than this for the challenger's write
+PARTITION_WAIT = 90.0  # the partition lasts the holder's first lease, which ends well within this
+HOLD_CUT = 3600.0  # a link cut by the partition holds every byte; healing drops them
+PARTITION_NODES = 5  # the five-node versions need a majority on each side of the faulted node C
 
 
 @dataclass
@@ -53,8 +57,36 @@ class Stage:
     tokens_url: str  # the redis an INCR token source uses
     faulted: str  # the name of the lock node the node faults hit ("C" of A..E with five)
     proxies: dict[str, DelayProxy] = field(default_factory=dict)  # client -> its proxy to the store
+    links: dict[str, list[DelayProxy]] = field(default_factory=dict)  # client -> its proxy to each lock node
     shift: ClockShift | None = None
     pair: ReplicatedPair | None = None
+
+    def urls_for(self, client: str) -> list[str]:
+        """The lock nodes as `client` reaches them: through its own links when the scenario partitions."""
+        links = self.links.get(client)
+        return self.lock_urls if links is None else [f"redis://127.0.0.1:{link.port}" for link in links]
+
+    def cut(self) -> str:
+        """The partition of Kleppmann's A..E example: the holder reaches A, B, C; the others C, D, E."""
+        faulted = min(2, len(self.lock_urls) - 1)
+        for client, links in self.links.items():
+            for index, link in enumerate(links):
+                if (index > faulted) if client == HOLDER else (index < faulted):
+                    link.hold(HOLD_CUT, direction="both")
+        names = "ABCDEFGHI"[: len(self.lock_urls)]
+        return (
+            f"partition: {HOLDER} reaches {', '.join(names[: faulted + 1])}; "
+            f"the others reach {', '.join(names[faulted:])}"
+        )
+
+    async def heal_after_first_lease(self) -> None:
+        """Once the holder's first lease is over, every client reaches every node again."""
+        await self.runner.wait_for(_holder_done, within=PARTITION_WAIT, what="the holder's first lease")
+        for links in self.links.values():
+            for link in links:
+                await link.drop()  # bytes held in the cut are lost, as on a broken link
+                link.hold(0, direction="both")
+        self.runner.note("fault", HOLDER, "partition healed")
 
     def holder_until(self) -> float | None:
         """The validity end of the holder's first lease, by its own clock (None: no validity)."""
@@ -105,6 +137,7 @@ class Scenario:
     shifted = False  # the faulted lock node runs on the clock shim
     replicated = False  # the faulted lock node is a master with an async replica
     tokens_on_lock_node = False  # an INCR token source lives on the faulted lock node
+    partitioned = False  # with five lock nodes: holder cut off from D, E, the others from A, B
 
     async def before_acquire(self, stage: Stage, holder: ClientProcess) -> None:
         return None
@@ -139,6 +172,7 @@ async def _stage(
     shift = ClockShift(cluster.dir / "clock-offset") if scenario.shifted else None
     pair: ReplicatedPair | None = None
     proxies: dict[str, DelayProxy] = {}
+    links: dict[str, list[DelayProxy]] = {}
     faulted = ""
     try:
         urls = []
@@ -156,13 +190,16 @@ async def _stage(
         if scenario.proxied:
             for number in range(1, plan.clients + 1):
                 proxies[f"c{number}"] = await DelayProxy(*deployment.store_address).start()
+        if scenario.partitioned and count >= PARTITION_NODES:
+            for number in range(1, plan.clients + 1):
+                links[f"c{number}"] = [await DelayProxy(*_host_port(url)).start() for url in urls]
         if scenario.tokens_on_lock_node:
             tokens = urls[faulted_index]
         else:
             tokens = (await asyncio.to_thread(cluster.add_redis)).url
-        yield Stage(runner, cluster, plan.ttl, urls, tokens, faulted, proxies, shift, pair)
+        yield Stage(runner, cluster, plan.ttl, urls, tokens, faulted, proxies, links, shift, pair)
     finally:
-        for proxy in proxies.values():
+        for proxy in [*proxies.values(), *(link for client in links.values() for link in client)]:
             await proxy.aclose()
         if pair is not None:
             await pair.aclose()
@@ -181,6 +218,9 @@ async def run_scenario(
         _stage(scenario, deployment, runner, cluster, plan) as stage,
     ):
         configs = [_config(stage, deployment, plan, number, workdir) for number in range(1, plan.clients + 1)]
+        if stage.links:
+            runner.note("fault", HOLDER, stage.cut())
+            runner.background(stage.heal_after_first_lease())
 
         async def on_checkpoint(runner: Runner, client: ClientProcess, at: Checkpoint) -> None:
             if client.name != HOLDER and at.point == "start":
@@ -199,6 +239,13 @@ async def run_scenario(
     return history.with_final(await deployment.final())
 
 
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    if parts.hostname is None or parts.port is None:
+        raise FaultError(f"lock node URL {url!r} has no host:port; the partition proxies need one")
+    return parts.hostname, parts.port
+
+
 def _config(stage: Stage, deployment: Deployment, plan: RunPlan, number: int, workdir: Path) -> ClientConfig:
     name = f"c{number}"
     proxy = stage.proxies.get(name)
@@ -208,7 +255,7 @@ def _config(stage: Stage, deployment: Deployment, plan: RunPlan, number: int, wo
         settings=WorkloadSettings(
             client=name, resource=plan.resource, ops=plan.ops, ttl=plan.ttl, checkpoints=frozenset(points)
         ),
-        lock=deployment.lock(stage.lock_urls, tokens=stage.tokens_url),
+        lock=deployment.lock(stage.urls_for(name), tokens=stage.tokens_url),
         store=deployment.store(address),
         events=str(workdir / f"{name}.jsonl"),
         seed=plan.seed,

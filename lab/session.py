@@ -1,0 +1,141 @@
+"""A lab session: the servers a comparison needs, and its runs, one after another.
+
+`LabSession` starts what outlives one run: the gateway (`fencegate serve`,
+SQLite storage, the embedded default) and, only when asked for, ZooKeeper and
+PostgreSQL for their token sources. Each run (`RunSpec`) then gets its own
+redis nodes, proxies and client processes from `run_scenario`, a fresh
+counter key and resource on the shared gateway, and the same seed and fault
+schedule in every mode. Everything is stopped on the way out.
+
+`plan_runs` expands scenarios x modes into runs; `token-regress` always runs
+fenced, once with the redis INCR source on the restarting node and once with
+a source that does not go back (the one asked for, SQLite if that was INCR).
+`expected_safe` is the verdict the seed documents predict for a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from lab.cluster import ClusterSpec, LocalCluster
+from lab.deployments import INCR, GatewayDeployment, Mode
+from lab.errors import LabError
+from lab.gateway_process import GatewayProcess, running
+from lab.history import History, Meta
+from lab.scenarios import SCENARIOS, RunPlan, run_scenario
+
+TOKEN_KINDS = ("sqlite", "zookeeper", "postgres", INCR)
+# Where the fault itself (a restart, a promotion, a jump, a partition) eats into the holder's lease, a
+# longer TTL keeps a loaded machine from closing the challenger's window; these never wait a TTL out.
+LONG_TTL = frozenset({"clock-jump", "restart", "failover", "token-regress"})
+LONG_TTL_FACTOR = 3.0
+REGRESS = "token-regress"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a comparison."""
+
+    scenario: str
+    mode: Mode
+    design: str
+    tokens: str | None  # one of TOKEN_KINDS; None in redis-only mode
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.scenario}-{self.mode}-{self.design}-{self.tokens or 'none'}-s{self.seed}"
+
+
+def plan_runs(
+    scenarios: Iterable[str], modes: Sequence[Mode], *, design: str, tokens: str, seeds: Iterable[int]
+) -> list[RunSpec]:
+    """Every run of a comparison, seed by seed, each scenario in every mode asked for."""
+    runs = []
+    for seed in seeds:
+        for scenario in scenarios:
+            if scenario not in SCENARIOS:
+                raise LabError(f"unknown scenario {scenario!r}: see `fencegate lab scenarios`")
+            if scenario == REGRESS:
+                stable = "sqlite" if tokens == INCR else tokens
+                runs += [RunSpec(scenario, "fenced", design, kind, seed) for kind in (INCR, stable)]
+                continue
+            runs += [
+                RunSpec(scenario, mode, design, None if mode == "redis-only" else tokens, seed)
+                for mode in modes
+            ]
+    return runs
+
+
+def expected_safe(spec: RunSpec | Meta) -> bool:
+    """What the seed documents predict: a lease alone fails under these faults, a fence does not."""
+    if spec.mode != "redis-only":
+        return not (spec.scenario == REGRESS and spec.tokens == INCR)
+    design = spec.design if isinstance(spec, RunSpec) else spec.lock
+    return spec.scenario in ("none", "restart-delayed") or (design, spec.scenario) == (
+        "setnx-getset",
+        "clock-jump",
+    )
+
+
+class LabSession:
+    """The gateway and the token servers of one comparison; `run` one spec at a time."""
+
+    def __init__(self, workdir: Path, gateway: GatewayProcess, servers: LocalCluster) -> None:
+        self.workdir = workdir
+        self.gateway = gateway
+        self._servers = servers
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, workdir: Path, *, token_kinds: Iterable[str] = ()) -> AsyncIterator[LabSession]:
+        kinds = set(token_kinds)
+        unknown = kinds - set(TOKEN_KINDS)
+        if unknown:
+            raise LabError(f"unknown token source {sorted(unknown)}: use one of {', '.join(TOKEN_KINDS)}")
+        spec = ClusterSpec(redis=0, zookeeper="zookeeper" in kinds, postgres="postgres" in kinds)
+        async with (
+            LocalCluster.running_async(spec, workdir / "servers") as servers,
+            running(workdir / "gateway") as gateway,
+        ):
+            yield cls(workdir, gateway, servers)
+
+    def token_url(self, kind: str) -> str:
+        if kind == "sqlite":
+            return f"sqlite:///{(self.workdir / 'tokens.db').resolve()}"
+        if kind == "zookeeper":
+            return f"zookeeper://{self._servers.zookeeper}"  # the cluster says so if it was not started
+        if kind == "postgres":
+            return self._servers.postgres_dsn
+        if kind == INCR:
+            return INCR
+        raise LabError(f"unknown token source {kind!r}: use one of {', '.join(TOKEN_KINDS)}")
+
+    async def run(self, spec: RunSpec, plan: RunPlan) -> History:
+        """One run: its history, checked by the caller."""
+        run_id = f"{spec.name}-{time.monotonic_ns() % 10**9}"
+        deployment = GatewayDeployment(
+            mode=spec.mode,
+            design=spec.design,
+            gateway=self.gateway.address,
+            key=f"lab/{run_id}/counter",
+            resource=f"lab-{run_id}",
+            tokens=None if spec.tokens is None else self.token_url(spec.tokens),
+        )
+        await deployment.seed()
+        ttl = plan.ttl * LONG_TTL_FACTOR if spec.scenario in LONG_TTL else plan.ttl
+        run_plan = replace(plan, ttl=ttl, seed=spec.seed, resource=deployment.resource)
+        meta = Meta(
+            spec.scenario, spec.mode, spec.design, spec.seed, tokens=spec.tokens, clients=plan.clients
+        )
+        workdir = self.workdir / "runs" / run_id
+        return await run_scenario(
+            SCENARIOS[spec.scenario], deployment, plan=run_plan, meta=meta, workdir=workdir
+        )
+
+
+__all__ = ["TOKEN_KINDS", "LabSession", "RunSpec", "expected_safe", "plan_runs"]
