@@ -22,6 +22,7 @@ from aiohttp import web
 from gateway.app import create_app
 from gateway.config import Settings, add_arguments, settings_from
 from gateway.errors import GatewayServerError
+from lockclient import LockClientError, open_token_source
 from storage.errors import StorageError
 
 log = logging.getLogger("gateway")
@@ -44,7 +45,9 @@ def register(sub: Any) -> None:
 
 
 async def _serve(settings: Settings) -> None:
-    runner = web.AppRunner(create_app(settings), access_log=None, shutdown_timeout=SHUTDOWN_GRACE)
+    tokens = open_token_source(settings.tokens) if settings.tokens else None
+    app = create_app(settings, tokens=tokens)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE)
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
@@ -65,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from(args, os.environ)
         asyncio.run(_serve(settings))
-    except (GatewayServerError, StorageError) as exc:
+    except (GatewayServerError, StorageError, LockClientError) as exc:
         print(f"fencegate serve: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -20,6 +20,7 @@ from lockclient.errors import (
     StaleToken,
     TokenSourceError,
 )
+from lockclient.http import FetchedObject, GatewayClient, ObjectInfo
 from lockclient.lease import Lease, token_of
 from lockclient.protocols import Clock, Fenced, TokenSource
 from lockclient.redlock import Redlock
@@ -37,11 +38,14 @@ __all__ = [
     "ConfigurationError",
     "ExtensionLimitReached",
     "Fenced",
+    "FetchedObject",
+    "GatewayClient",
     "GatewayError",
     "Lease",
     "LockClientError",
     "LockLost",
     "LockNotAcquired",
+    "ObjectInfo",
     "PostgresTokens",
     "RedisIncrTokens",
     "Redlock",

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import asyncpg  # type: ignore[import-untyped]  # asyncpg ships no type information
+import asyncpg
 import pytest
 
 from lab.cluster import ClusterSpec, LocalCluster
