@@ -41,6 +41,7 @@ class GatewayProcess:
     def __init__(self, data_dir: Path, *, python: str = sys.executable) -> None:
         self.data_dir = data_dir
         self.port = 0
+        self.pid: int | None = None
         self._python = python
         self._proc: asyncio.subprocess.Process | None = None
         self._log = data_dir / "gateway.log"
@@ -62,6 +63,7 @@ class GatewayProcess:
                 "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             )  # fmt: skip
+        self.pid = self._proc.pid
         await self._wait_ready()
 
     async def _wait_ready(self) -> None:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from lab.errors import StoreError
 from lab.protocols import LeaseInfo, StoreReply
+from lockclient import GatewayClient
 from lockclient.errors import StaleToken
-from lockclient.http import GatewayClient
 
 UNFENCED_TOKEN = 1  # every redis-only write carries it: equal tokens pass the fence, so nothing is refused
 TIMEOUT = 10.0  # a request the lab's gateway does not answer in this long is an error, not a hang

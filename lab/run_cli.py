@@ -27,7 +27,7 @@ from lab.deployments import DESIGNS, MODES, Mode
 from lab.errors import LabError
 from lab.report import RunResult, summary, table, to_json
 from lab.scenarios import SCENARIOS, RunPlan
-from lab.session import TOKEN_KINDS, LabSession, RunSpec, expected_safe, plan_runs
+from lab.session import TOKEN_KINDS, LabSession, RunSpec, expected_safe, one_node_note, plan_runs
 from lab.timeline import write_html
 
 HEADLINE = ("pause", "restart", "token-regress")
@@ -143,14 +143,9 @@ def _command(args: argparse.Namespace, scenarios: Sequence[str]) -> int:
     seeds = range(args.seed, args.seed + args.seeds)
     specs = plan_runs(scenarios, modes, design=args.lock, tokens=args.tokens, seeds=seeds)
     plan = RunPlan(clients=args.clients, ops=args.ops, ttl=args.ttl)
-    if args.lock != "redlock":
-        partitioned = [name for name in scenarios if SCENARIOS[name].partitioned]
-        if partitioned:
-            print(
-                f"note: {', '.join(partitioned)} need 5 lock nodes for their five-node version (holder cut "
-                f"off from D and E); --lock {args.lock} has one node, so they run the one-node version",
-                file=sys.stderr,
-            )
+    note = one_node_note(scenarios, args.lock)
+    if note is not None:
+        print(f"note: {note}", file=sys.stderr)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fencegate-lab-"))
     started = time.monotonic()
     try:

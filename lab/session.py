@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from lab.errors import LabError
 from lab.gateway_process import GatewayProcess, running
 from lab.history import History, Meta
 from lab.scenarios import SCENARIOS, RunPlan, run_scenario
+from lab.scenarios.stage import PARTITION_NODES
 
 TOKEN_KINDS = ("sqlite", "zookeeper", "postgres", INCR)
 # Where the fault itself (a restart, a promotion, a jump, a partition) eats into the holder's lease, a
@@ -82,19 +83,44 @@ def expected_safe(spec: RunSpec | Meta) -> bool:
     )
 
 
+def one_node_note(scenarios: Iterable[str], design: str) -> str | None:
+    """What to tell a user who runs a five-node scenario on a one-node lock design (None: nothing)."""
+    if design == "redlock":
+        return None
+    partitioned = [name for name in scenarios if SCENARIOS[name].partitioned]
+    if not partitioned:
+        return None
+    return (
+        f"{', '.join(partitioned)} need {PARTITION_NODES} lock nodes for their five-node version (the holder "
+        f"reaches A, B, C, the next client C, D, E); --lock {design} has one node, so they run the one-node "
+        "version: the fault hits the only node"
+    )
+
+
 class LabSession:
     """The gateway and the token servers of one comparison; `run` one spec at a time."""
 
-    def __init__(self, workdir: Path, gateway: GatewayProcess, servers: LocalCluster) -> None:
+    def __init__(
+        self, workdir: Path, gateway: GatewayProcess, servers: LocalCluster, token_urls: Mapping[str, str]
+    ) -> None:
         self.workdir = workdir
         self.gateway = gateway
         self._servers = servers
+        self._token_urls = dict(token_urls)
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls, workdir: Path, *, token_kinds: Iterable[str] = ()) -> AsyncIterator[LabSession]:
-        kinds = set(token_kinds)
-        unknown = kinds - set(TOKEN_KINDS)
+    async def open(
+        cls, workdir: Path, *, token_kinds: Iterable[str] = (), token_urls: Mapping[str, str] | None = None
+    ) -> AsyncIterator[LabSession]:
+        """Start the gateway, and ZooKeeper or PostgreSQL for the `token_kinds` that need them.
+
+        `token_urls` names servers that already run for some kinds (kind -> source URL); those are not
+        started (the test suite shares its session-wide ZooKeeper and PostgreSQL this way).
+        """
+        given = dict(token_urls or {})
+        kinds = set(token_kinds) - set(given)
+        unknown = (kinds | set(given)) - set(TOKEN_KINDS)
         if unknown:
             raise LabError(f"unknown token source {sorted(unknown)}: use one of {', '.join(TOKEN_KINDS)}")
         spec = ClusterSpec(redis=0, zookeeper="zookeeper" in kinds, postgres="postgres" in kinds)
@@ -102,9 +128,11 @@ class LabSession:
             LocalCluster.running_async(spec, workdir / "servers") as servers,
             running(workdir / "gateway") as gateway,
         ):
-            yield cls(workdir, gateway, servers)
+            yield cls(workdir, gateway, servers, given)
 
     def token_url(self, kind: str) -> str:
+        if kind in self._token_urls:
+            return self._token_urls[kind]
         if kind == "sqlite":
             return f"sqlite:///{(self.workdir / 'tokens.db').resolve()}"
         if kind == "zookeeper":
@@ -138,4 +166,4 @@ class LabSession:
         )
 
 
-__all__ = ["TOKEN_KINDS", "LabSession", "RunSpec", "expected_safe", "plan_runs"]
+__all__ = ["TOKEN_KINDS", "LabSession", "RunSpec", "expected_safe", "one_node_note", "plan_runs"]

@@ -61,3 +61,33 @@ def test_scenarios_lists_every_fault_schedule(capsys: pytest.CaptureFixture[str]
         "failover",
         "token-regress",
     ]
+
+
+def test_lab_run_refuses_a_single_client_before_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["lab", "run", "--scenario", "pause", "--clients", "1", "--workdir", str(tmp_path / "w")])
+    assert code == 2
+    assert "use --clients 2 or more" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
+def test_lab_run_on_the_gateway_prints_json_progress_and_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "lab.html"
+    argv = ["lab", "run", "--scenario", "pause", "--mode", "fenced", "--clients", "2", "--ops", "1",
+            "--json", "--report", str(report)]  # fmt: skip
+    assert main(argv) == 0  # the fenced pause run is safe, as predicted
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    (run,) = document["runs"]
+    assert run["meta"] == {"scenario": "pause", "mode": "fenced", "lock": "redlock", "seed": 1,
+                           "tokens": "sqlite", "clients": 2}  # fmt: skip
+    assert run["expected_safe"] is True
+    assert run["verdict"]["lost_updates"] == 0
+    assert run["verdict"]["refused"] == 1  # the paused holder's write
+    assert run["history"]["final"] == 1
+    assert "[1/1] pause fenced redlock sqlite seed 1 ... SAFE, as predicted" in captured.err
+    assert f"report: {report}" in captured.err
+    assert report.read_text().startswith("<!doctype html>")

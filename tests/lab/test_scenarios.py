@@ -1,169 +1,144 @@
-"""Every scenario, shortened, on real processes and real faults: redis-only loses, the fence does not.
+"""Every scenario, shortened, on Redlock over five real redis masters and a real `fencegate serve`.
 
-The lock is the single-instance `SET NX PX` lock; the store is the test-only
-redis counter (fenced or not) and the tokens come from a redis INCR on a node
-no fault touches. The gateway and Redlock rows are the lab's second phase.
+One gateway (SQLite storage, the embedded default) serves the whole module;
+each run gets fresh redis nodes, proxies, client processes and a fresh
+counter key. Tokens come from the suite's shared PostgreSQL (fenced) and
+ZooKeeper (fence-only), the consensus-backed sources; token-regress adds the
+redis INCR source on the node that restarts. The five-node scenarios cut the
+holder off from D and E and the others from A and B, as in Kleppmann's A..E
+example.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+import asyncio
+import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from lab.checker import Verdict, check, lease_spans
-from lab.client import Component
 from lab.cluster import LocalCluster
-from lab.errors import FaultError
-from lab.history import History, Meta
-from lab.scenarios import SCENARIOS, RunPlan, run_scenario
-from tests.lab.counter_store import RedisCounter
+from lab.deployments import Mode
+from lab.history import History
+from lab.scenarios import RunPlan
+from lab.session import LabSession, RunSpec, expected_safe
 
-PLAN = RunPlan(clients=2, ops=2, ttl=1.0, seed=3)
-# Where the challenger must get in while the holder's lease runs, and the fault itself (a restart, a
-# promotion) eats into that window, a longer TTL keeps a loaded machine from closing it. These
-# scenarios never wait for a TTL to pass, so the longer TTL costs no time.
-LONG_TTL = {"clock-jump", "restart", "failover", "token-regress"}
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+PLAN = RunPlan(clients=2, ops=2, ttl=1.0)
+SOURCE: dict[Mode, str | None] = {"redis-only": None, "fenced": "postgres", "fence-only": "zookeeper"}
+UNSAFE = ["pause", "delay", "clock-jump", "restart", "failover"]
+FIVE_NODE = {"clock-jump", "restart", "restart-delayed", "failover", "token-regress"}
 
 
-@dataclass
-class CounterDeployment:
-    """One mode over the single lock and the test-only store."""
-
-    mode: str
-    url: str
-    key: str
-    design: str = "single"
-    source: str = "redis-incr"
-    lock_nodes: int = 1
-
-    @property
-    def store_address(self) -> tuple[str, int]:
-        host, port = self.url.removeprefix("redis://").split(":")
-        return host, int(port)
-
-    def lock(self, urls: Sequence[str], *, tokens: str) -> Component:
-        # "stable": tokens from a redis no fault touches, standing in for ZooKeeper or Postgres
-        source = {"tokens": self.url if self.source == "stable" else tokens, "key": f"{self.key}:tokens"}
-        if self.mode == "redis-only":
-            factory = {"single": "lab.locks:SingleLock", "setnx-getset": "lab.locks:SetnxGetsetLock"}[
-                self.design
-            ]
-            return Component(factory, {"url": urls[0]})
-        if self.mode == "fenced":
-            return Component("tests.lab.counter_store:TokenSingleLock", {"url": urls[0], **source})
-        return Component("tests.lab.counter_store:TokenOnly", source)
-
-    def store(self, address: tuple[str, int]) -> Component:
-        url = f"redis://{address[0]}:{address[1]}"
-        kwargs = {"url": url, "key": self.key, "fenced": self.mode != "redis-only"}
-        return Component("tests.lab.counter_store:RedisCounter", kwargs)
-
-    async def final(self) -> int:
-        store = RedisCounter(self.url, self.key)
-        try:
-            return await store.final()
-        finally:
-            await store.aclose()
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def session(
+    tmp_path_factory: pytest.TempPathFactory, zookeeper_cluster: LocalCluster, postgres_cluster: LocalCluster
+) -> AsyncIterator[LabSession]:
+    urls = {
+        "zookeeper": f"zookeeper://{zookeeper_cluster.zookeeper}",
+        "postgres": postgres_cluster.postgres_dsn,
+    }
+    async with LabSession.open(tmp_path_factory.mktemp("lab-session"), token_urls=urls) as opened:
+        yield opened
 
 
 async def run(
-    scenario: str,
-    mode: str,
-    redis_cluster: LocalCluster,
-    tmp_path: Path,
-    design: str = "single",
-    source: str = "redis-incr",
-) -> Verdict:
-    key = f"scenario-{uuid.uuid4().hex[:8]}"
-    deployment = CounterDeployment(mode, redis_cluster.redis_urls[4], key, design, source)
-    tokens = None if mode == "redis-only" else source
-    meta = Meta(scenario, mode, design, PLAN.seed, tokens=tokens, clients=PLAN.clients)
-    plan = replace(PLAN, ttl=3.0) if scenario in LONG_TTL else PLAN
-    history = await run_scenario(SCENARIOS[scenario], deployment, plan=plan, meta=meta, workdir=tmp_path)
-    history.dump(tmp_path / "history.jsonl")
-    assert history.meta.scenario == scenario
-    return check(history)
-
-
-UNSAFE = ["pause", "delay", "clock-jump", "restart", "failover"]
+    session: LabSession, scenario: str, mode: Mode, *, design: str = "redlock", tokens: str | None = None
+) -> tuple[History, Verdict]:
+    spec = RunSpec(scenario, mode, design, tokens or SOURCE[mode], seed=3)
+    history = await session.run(spec, PLAN)
+    assert (history.meta.scenario, history.meta.mode, history.meta.lock) == (scenario, mode, design)
+    verdict = check(history)
+    assert verdict.safe is expected_safe(spec)
+    if design == "redlock" and scenario in FIVE_NODE:
+        partition = [e.detail for e in history.events if e.kind == "fault" and "partition" in e.detail]
+        assert partition == ["partition: c1 reaches A, B, C; the others reach C, D, E", "partition healed"]
+    return history, verdict
 
 
 @pytest.mark.parametrize("scenario", UNSAFE)
-async def test_redis_only_loses_an_update_and_interleaves(
-    scenario: str, redis_cluster: LocalCluster, tmp_path: Path
-) -> None:
-    verdict = await run(scenario, "redis-only", redis_cluster, tmp_path)
+async def test_redis_only_loses_an_update_and_interleaves(scenario: str, session: LabSession) -> None:
+    _, verdict = await run(session, scenario, "redis-only")
     assert verdict.lost_updates >= 1
     assert verdict.interleaved_leases >= 1
     assert verdict.acknowledged == PLAN.clients * PLAN.ops
+    assert verdict.refused == 0  # the constant token of redis-only mode is never refused
     if scenario == "pause":
         assert verdict.zombie_requests >= 1  # the holder wrote after its lease ended
     if scenario in ("clock-jump", "restart", "failover"):
-        assert verdict.overlaps >= 1  # two holders by their own clocks
+        assert verdict.overlaps >= 1  # two Redlock holders by their own clocks, each with a majority
 
 
 @pytest.mark.parametrize("scenario", [*UNSAFE, "restart-delayed"])
-async def test_fenced_loses_nothing_and_refuses_the_stale_request(
-    scenario: str, redis_cluster: LocalCluster, tmp_path: Path
-) -> None:
-    verdict = await run(scenario, "fenced", redis_cluster, tmp_path)
+async def test_fenced_loses_nothing_and_refuses_the_stale_request(scenario: str, session: LabSession) -> None:
+    _, verdict = await run(session, scenario, "fenced")
     assert (verdict.lost_updates, verdict.interleaved_leases) == (0, 0)
     if scenario != "restart-delayed":
         assert verdict.refused >= 1
 
 
-async def test_the_delayed_restart_keeps_even_redis_only_safe(
-    redis_cluster: LocalCluster, tmp_path: Path
-) -> None:
-    verdict = await run("restart-delayed", "redis-only", redis_cluster, tmp_path)
+@pytest.mark.parametrize("scenario", ["pause", "delay"])
+async def test_fence_only_is_safe_without_a_lock(scenario: str, session: LabSession) -> None:
+    _, verdict = await run(session, scenario, "fence-only")
+    assert (verdict.lost_updates, verdict.interleaved_leases, verdict.overlaps) == (0, 0, 0)
+    assert verdict.refused >= 1  # the price: work thrown away
+
+
+async def test_the_delayed_restart_keeps_even_redis_only_safe(session: LabSession) -> None:
+    _, verdict = await run(session, "restart-delayed", "redis-only")
     assert (verdict.lost_updates, verdict.interleaved_leases, verdict.overlaps) == (0, 0, 0)
     assert verdict.acknowledged == PLAN.clients * PLAN.ops
 
 
-async def test_fence_only_is_safe_without_a_lock(redis_cluster: LocalCluster, tmp_path: Path) -> None:
-    verdict = await run("pause", "fence-only", redis_cluster, tmp_path)
-    assert (verdict.lost_updates, verdict.interleaved_leases, verdict.overlaps) == (0, 0, 0)
+async def test_incr_tokens_go_back_and_the_fence_lets_the_stale_write_through(session: LabSession) -> None:
+    """The INCR source restarts with node C: the next holder draws the holder's own token again."""
+    history, verdict = await run(session, "token-regress", "fenced", tokens="incr")
+    assert verdict.lost_updates >= 1
+    assert verdict.interleaved_leases >= 1
+    spans = sorted(lease_spans(history.events).values(), key=lambda s: s.start)
+    assert [span.token for span in spans][:2] == [1, 1]  # equal tokens: the fence sees one lease
+
+
+@pytest.mark.parametrize("tokens", ["zookeeper", "postgres"])
+async def test_consensus_tokens_keep_the_fence_safe_through_the_restart(
+    tokens: str, session: LabSession
+) -> None:
+    history, verdict = await run(session, "token-regress", "fenced", tokens=tokens)
+    assert (verdict.lost_updates, verdict.interleaved_leases) == (0, 0)
     assert verdict.refused >= 1
+    spans = sorted(lease_spans(history.events).values(), key=lambda s: s.start)
+    tokens_drawn = [span.token or 0 for span in spans]
+    assert tokens_drawn[1] > tokens_drawn[0]  # the next holder's token is above the holder's
 
 
 @pytest.mark.parametrize(("scenario", "safe"), [("restart", False), ("clock-jump", True)])
 async def test_setnx_getset_forgets_on_restart_but_ignores_the_servers_clock(
-    scenario: str, safe: bool, redis_cluster: LocalCluster, tmp_path: Path
+    scenario: str, safe: bool, session: LabSession
 ) -> None:
     """The SETNX pattern keeps its expiry in the value, by the clients' clocks: redis's clock is moot."""
-    verdict = await run(scenario, "redis-only", redis_cluster, tmp_path, design="setnx-getset")
+    _, verdict = await run(session, scenario, "redis-only", design="setnx-getset")
     assert verdict.safe is safe
     assert (verdict.overlaps == 0) is safe
 
 
-async def test_tokens_that_go_back_let_a_stale_write_through_the_fence(
-    redis_cluster: LocalCluster, tmp_path: Path
-) -> None:
-    """The INCR source restarts with the lock node: the next holder draws the holder's own token again."""
-    verdict = await run("token-regress", "fenced", redis_cluster, tmp_path)
+async def test_the_one_node_lock_runs_the_one_node_version(session: LabSession) -> None:
+    history, verdict = await run(session, "restart", "redis-only", design="single")
+    assert not any("partition" in e.detail for e in history.events)
     assert verdict.lost_updates >= 1
-    assert verdict.interleaved_leases >= 1
-    spans = sorted(
-        lease_spans(History.load(tmp_path / "history.jsonl").events).values(), key=lambda s: s.start
-    )
-    tokens = [span.token for span in spans]
-    assert tokens[:2] == [1, 1]  # the second holder drew the first holder's token again: the fence sees one
 
 
-async def test_tokens_that_never_go_back_keep_the_fence_safe(
-    redis_cluster: LocalCluster, tmp_path: Path
-) -> None:
-    verdict = await run("token-regress", "fenced", redis_cluster, tmp_path, source="stable")
-    assert (verdict.lost_updates, verdict.interleaved_leases) == (0, 0)
-    assert verdict.refused >= 1
-
-
-async def test_a_scenario_needs_two_clients(redis_cluster: LocalCluster, tmp_path: Path) -> None:
-    deployment = CounterDeployment("redis-only", redis_cluster.redis_urls[4], "x")
-    with pytest.raises(FaultError, match="at least 2 clients"):
-        await run_scenario(SCENARIOS["pause"], deployment, plan=RunPlan(clients=1), meta=Meta("", "", "", 0),
-                           workdir=tmp_path)  # fmt: skip
+async def test_the_gateway_stops_with_the_session(tmp_path: Path) -> None:
+    async with LabSession.open(tmp_path) as opened:
+        pid, port = opened.gateway.pid, opened.gateway.port
+        _, writer = await asyncio.open_connection("127.0.0.1", port)  # it listens while the session is open
+        writer.close()
+        await writer.wait_closed()
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # exited and reaped
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.open_connection("127.0.0.1", port)

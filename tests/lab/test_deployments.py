@@ -1,0 +1,107 @@
+"""What each mode and lock design builds in a client process, and how a comparison expands into runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.deployments import INCR, GatewayDeployment, Mode
+from lab.errors import LabError
+from lab.session import RunSpec, expected_safe, one_node_note, plan_runs
+
+GATEWAY = ("127.0.0.1", 8099)
+NODES = [f"redis://127.0.0.1:{port}" for port in range(7001, 7006)]
+
+
+def deployment(
+    mode: Mode, design: str = "redlock", tokens: str | None = "sqlite:////tmp/t.db"
+) -> GatewayDeployment:
+    return GatewayDeployment(mode=mode, design=design, gateway=GATEWAY, key="k", resource="r", tokens=tokens)
+
+
+def test_redis_only_takes_a_lease_without_a_token_and_writes_unfenced() -> None:
+    chosen = deployment("redis-only", tokens=None)
+    assert chosen.lock_nodes == 5
+    lock = chosen.lock(NODES, tokens="redis://127.0.0.1:7009")
+    assert (lock.factory, lock.kwargs["tokens"]) == ("lab.leases:redlock", None)
+    store = chosen.store(GATEWAY)
+    assert (store.factory, store.kwargs["fenced"], store.kwargs["url"]) == (
+        "lab.gateway_store:counter",
+        False,
+        "http://127.0.0.1:8099",
+    )
+
+
+def test_fenced_draws_tokens_from_the_source_and_the_incr_source_is_marked_unsafe() -> None:
+    lock = deployment("fenced").lock(NODES, tokens="redis://127.0.0.1:7003")
+    assert lock.kwargs == {"urls": NODES, "tokens": "sqlite:////tmp/t.db"}
+    incr = deployment("fenced", tokens=INCR).lock(NODES, tokens="redis://127.0.0.1:7003")
+    assert incr.kwargs["tokens"] == "redis://127.0.0.1:7003?unsafe=1"
+    assert deployment("fenced").store(GATEWAY).kwargs["fenced"] is True
+
+
+def test_fence_only_takes_no_lock() -> None:
+    lock = deployment("fence-only").lock(NODES, tokens="redis://127.0.0.1:7003")
+    assert lock == type(lock)("lab.leases:token_only", {"tokens": "sqlite:////tmp/t.db"})
+
+
+@pytest.mark.parametrize(("design", "redis_only", "fenced"), [
+    ("single", "lab.locks:SingleLock", "lab.leases:tokened"),
+    ("setnx-getset", "lab.locks:SetnxGetsetLock", "lab.leases:tokened"),
+])  # fmt: skip
+def test_the_lab_lock_designs_use_one_node(design: str, redis_only: str, fenced: str) -> None:
+    assert deployment("redis-only", design, tokens=None).lock(NODES, tokens="").factory == redis_only
+    chosen = deployment("fenced", design)
+    assert chosen.lock_nodes == 1
+    assert chosen.lock(NODES, tokens="").kwargs == {
+        "design": design,
+        "url": NODES[0],
+        "tokens": "sqlite:////tmp/t.db",
+    }
+
+
+def test_bad_deployments_are_refused_with_the_fix() -> None:
+    with pytest.raises(LabError, match="unknown lock design 'zk'"):
+        deployment("fenced", "zk")
+    with pytest.raises(LabError, match="fenced mode draws tokens"):
+        deployment("fenced", tokens=None)
+
+
+def test_token_regress_runs_fenced_with_incr_next_to_a_source_that_does_not_go_back() -> None:
+    modes: list[Mode] = ["redis-only", "fenced"]
+    runs = plan_runs(["pause", "token-regress"], modes, design="redlock", tokens="postgres", seeds=[1, 2])
+    assert [(r.scenario, r.mode, r.tokens, r.seed) for r in runs] == [
+        ("pause", "redis-only", None, 1),
+        ("pause", "fenced", "postgres", 1),
+        ("token-regress", "fenced", "incr", 1),
+        ("token-regress", "fenced", "postgres", 1),
+        ("pause", "redis-only", None, 2),
+        ("pause", "fenced", "postgres", 2),
+        ("token-regress", "fenced", "incr", 2),
+        ("token-regress", "fenced", "postgres", 2),
+    ]
+    regress = plan_runs(["token-regress"], ["fenced"], design="redlock", tokens=INCR, seeds=[1])
+    assert [r.tokens for r in regress] == [INCR, "sqlite"]
+    with pytest.raises(LabError, match="unknown scenario 'nap'"):
+        plan_runs(["nap"], ["fenced"], design="redlock", tokens="sqlite", seeds=[1])
+
+
+@pytest.mark.parametrize(("spec", "safe"), [
+    (RunSpec("pause", "redis-only", "redlock", None, 1), False),
+    (RunSpec("pause", "fenced", "redlock", "sqlite", 1), True),
+    (RunSpec("restart-delayed", "redis-only", "redlock", None, 1), True),
+    (RunSpec("clock-jump", "redis-only", "setnx-getset", None, 1), True),
+    (RunSpec("token-regress", "fenced", "redlock", INCR, 1), False),
+    (RunSpec("token-regress", "fenced", "redlock", "zookeeper", 1), True),
+    (RunSpec("restart", "fence-only", "redlock", INCR, 1), True),
+])  # fmt: skip
+def test_the_predicted_verdicts(spec: RunSpec, safe: bool) -> None:
+    assert expected_safe(spec) is safe
+
+
+def test_a_five_node_scenario_says_so_on_a_one_node_lock() -> None:
+    note = one_node_note(["pause", "restart", "clock-jump"], "single")
+    assert note is not None
+    assert note.startswith("restart, clock-jump need 5 lock nodes")
+    assert "--lock single has one node" in note
+    assert one_node_note(["restart"], "redlock") is None
+    assert one_node_note(["pause", "delay"], "single") is None
