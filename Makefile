@@ -22,7 +22,7 @@ $(VENV_STAMP): pyproject.toml
 	@touch $@
 
 demo: setup
-	$(BIN)/fencegate demo
+	$(BIN)/fencegate lab headline
 
 lint: venv
 	$(BIN)/ruff check .

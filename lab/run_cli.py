@@ -25,10 +25,11 @@ from typing import Any, TextIO
 
 from lab.deployments import DESIGNS, MODES, Mode
 from lab.errors import LabError
+from lab.history import Meta
 from lab.report import RunResult, summary, table, to_json
 from lab.scenarios import SCENARIOS, RunPlan
 from lab.session import TOKEN_KINDS, LabSession, RunSpec, expected_safe, one_node_note, plan_runs
-from lab.timeline import write_html
+from lab.timeline import write_html, write_svg
 
 HEADLINE = ("pause", "restart", "token-regress")
 ALL = tuple(name for name in SCENARIOS if name != "none")  # "none" is the fault-free baseline
@@ -94,6 +95,12 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
         default=DEFAULT_REPORT,
         metavar="PATH",
         help=f"HTML timeline report (default {DEFAULT_REPORT})",
+    )
+    parser.add_argument(
+        "--svg",
+        type=Path,
+        metavar="DIR",
+        help="also write each run's timeline as DIR/lab-SCENARIO-MODE.svg (for docs)",
     )
     parser.add_argument(
         "--workdir",
@@ -189,8 +196,19 @@ async def _run_all(
     return runs, failures
 
 
+def svg_name(meta: Meta) -> str:
+    """token-regress runs are told apart by their token source, the others by their mode."""
+    which = meta.tokens if meta.scenario == "token-regress" else meta.mode
+    lock = "" if meta.lock == "redlock" else f"-{meta.lock}"
+    return f"lab-{meta.scenario}-{which}{lock}.svg"
+
+
 def _print(runs: Sequence[RunResult], args: argparse.Namespace, elapsed: float) -> None:
     report = write_html(runs, _parent(args.report)) if runs else None
+    if args.svg is not None:
+        args.svg.mkdir(parents=True, exist_ok=True)
+        for run in runs:
+            write_svg(run, args.svg / svg_name(run.history.meta))
     where = sys.stderr if args.json else sys.stdout
     if args.json:
         document = to_json(runs)
@@ -213,4 +231,4 @@ def _parent(path: Path) -> Path:
     return path
 
 
-__all__ = ["ALL", "HEADLINE", "register"]
+__all__ = ["ALL", "HEADLINE", "register", "svg_name"]

@@ -77,7 +77,7 @@ def test_lab_run_on_the_gateway_prints_json_progress_and_the_report(
 ) -> None:
     report = tmp_path / "lab.html"
     argv = ["lab", "run", "--scenario", "pause", "--mode", "fenced", "--clients", "2", "--ops", "1",
-            "--json", "--report", str(report)]  # fmt: skip
+            "--json", "--report", str(report), "--svg", str(tmp_path / "svg")]  # fmt: skip
     assert main(argv) == 0  # the fenced pause run is safe, as predicted
     captured = capsys.readouterr()
     document = json.loads(captured.out)
@@ -91,3 +91,4 @@ def test_lab_run_on_the_gateway_prints_json_progress_and_the_report(
     assert "[1/1] pause fenced redlock sqlite seed 1 ... SAFE, as predicted" in captured.err
     assert f"report: {report}" in captured.err
     assert report.read_text().startswith("<!doctype html>")
+    assert (tmp_path / "svg" / "lab-pause-fenced.svg").read_text().startswith("<svg")
