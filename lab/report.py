@@ -4,17 +4,19 @@ One `RunResult` per (scenario, mode, lock, token source, seed): its history
 and the checker's verdict. `table()` prints one row per run, `summary()` one
 row per (scenario, mode, lock, token source) over all seeds, with how many seeds were unsafe (lost
 updates or interleaved leases: the safety verdict; the other columns explain
-it). `to_json()` carries the same numbers and, unless asked not to, every
+it). `token_trail()` tells a token-regress run's tokens and what the fence
+let through. `to_json()` carries the same numbers and, unless asked not to, every
 history. The HTML report with the timelines lives in `lab.timeline`.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lab.checker import Verdict, check
+from lab.checker import Verdict, check, lease_spans
 from lab.history import History
 
 COLUMNS = (
@@ -90,6 +92,37 @@ def summary(runs: Sequence[RunResult]) -> str:
     return _grid(header, rows, 4) if rows else "(no runs)"
 
 
+def token_trail(run: RunResult) -> str:
+    """The tokens in the order their leases began, where they went back, and what the store did next.
+
+    For token-regress: a token source that goes back hands the next holder a
+    token the fence cannot tell from the old one, so the old holder's write is
+    accepted; one that does not go back gets it refused.
+    """
+    spans = sorted(lease_spans(run.history.events).values(), key=lambda span: span.start)
+    drawn = [f"{span.lease}={span.token}" for span in spans if span.token is not None]
+    back = [
+        f"{later.lease} drew {later.token} after {earlier.lease} drew {earlier.token}"
+        for earlier, later in itertools.pairwise(spans)
+        if earlier.token is not None and later.token is not None and later.token <= earlier.token
+    ]
+    writes = [
+        f"{e.lease} (token {e.token}) {'accepted' if e.outcome == 'ok' else e.outcome}"
+        + (" OUT OF TURN" if e.seq is not None and e.seq in run.verdict.interleaved else "")
+        for e in run.history.events
+        if e.kind == "write" and e.outcome in ("ok", "refused")
+    ]
+    meta = run.history.meta
+    return "\n".join(
+        [
+            f"{meta.scenario} ({meta.tokens or 'no'} tokens, seed {meta.seed}):",
+            f"  tokens by lease start: {', '.join(drawn) or '-'}",
+            f"  went back: {'; '.join(back) if back else 'never'}",
+            f"  writes at the store: {', '.join(writes) or '-'}",
+        ]
+    )
+
+
 def to_json(runs: Sequence[RunResult], *, histories: bool = True) -> dict[str, Any]:
     """The same numbers as the table, per run, and each run's history unless `histories=False`."""
     out = []
@@ -107,4 +140,4 @@ def to_json(runs: Sequence[RunResult], *, histories: bool = True) -> dict[str, A
     return {"fencegate_lab": JSON_VERSION, "runs": out}
 
 
-__all__ = ["COLUMNS", "RunResult", "summary", "table", "to_json"]
+__all__ = ["COLUMNS", "RunResult", "summary", "table", "to_json", "token_trail"]

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from lab.deployments import DESIGNS, MODES, Mode
 from lab.errors import LabError
 from lab.history import Meta
-from lab.report import RunResult, summary, table, to_json
+from lab.report import RunResult, summary, table, to_json, token_trail
 from lab.scenarios import SCENARIOS, RunPlan
 from lab.session import TOKEN_KINDS, LabSession, RunSpec, expected_safe, one_node_note, plan_runs
 from lab.timeline import write_html, write_svg
@@ -217,6 +217,10 @@ def _print(runs: Sequence[RunResult], args: argparse.Namespace, elapsed: float) 
         print(json.dumps(document, indent=2))
     else:
         print(table(runs))
+        for run in runs:
+            if run.history.meta.scenario == "token-regress" and run.history.meta.seed == args.seed:
+                print()
+                print(token_trail(run))
         if args.seeds > 1:
             print()
             print(summary(runs))

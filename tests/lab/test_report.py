@@ -14,8 +14,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from lab.history import Meta
-from lab.report import RunResult, summary, table, to_json
+from lab.history import Event, History, Meta
+from lab.report import RunResult, summary, table, to_json, token_trail
 from lab.timeline import LEFT, RIGHT, SQUEEZE, WIDTH, Scale, write_html, write_svg
 from tests.lab.histories import clean_run, paused_holder
 from tests.lab.png import distinct_colours
@@ -61,6 +61,29 @@ def test_the_json_has_the_same_numbers_and_the_history() -> None:
     assert (first["verdict"]["lost_updates"], first["verdict"]["safe"]) == (1, False)
     assert len(first["history"]["events"]) == 10
     assert "history" not in to_json(runs(), histories=False)["runs"][0]
+
+
+def test_the_token_trail_shows_tokens_going_back_and_the_stale_write_let_through() -> None:
+    regressed = History(
+        Meta("token-regress", "fenced", "redlock", 3, tokens="incr"),
+        (
+            Event(0.0, "c1", "acquire", "c1/1", 1, "ok", until=3.0),
+            Event(0.5, "c2", "acquire", "c2/1", 1, "ok", until=3.5),
+            Event(0.6, "c2", "write", "c2/1", 1, "ok", value=1, seq=2),
+            Event(0.7, "c1", "write", "c1/1", 1, "ok", value=1, seq=3),
+            Event(1.0, "c1", "acquire", "c1/2", 2, "ok", until=4.0),
+            Event(1.1, "c1", "write", "c1/2", 2, "refused", value=2),
+        ),
+        final=2,
+    )
+    trail = token_trail(RunResult.of(regressed)).splitlines()
+    assert trail == [
+        "token-regress (incr tokens, seed 3):",
+        "  tokens by lease start: c1/1=1, c2/1=1, c1/2=2",
+        "  went back: c2/1 drew 1 after c1/1 drew 1",
+        "  writes at the store: c2/1 (token 1) accepted, c1/1 (token 1) accepted OUT OF TURN, "
+        "c1/2 (token 2) refused",
+    ]
 
 
 def test_a_standalone_svg_is_well_formed_with_one_lane_per_client(tmp_path: Path) -> None:
