@@ -13,8 +13,14 @@ holder's first lease is over, so the holder's late write meets the store
 right after the challenger's, as in Kleppmann's figure, not after a race.
 
 A `Deployment` builds the lock and the store for the mode under test, so the
-lab's locks, Redlock, the gateway with the fence on or off, or a test-only
+lab's locks, Redlock, the gateway with the fence on or moot, or a test-only
 store all plug in: the scenarios never know which they drive.
+
+With five lock nodes, the scenarios that fault node C also partition the
+clients (`Scenario.partitioned`): each client reaches each node through a
+`DelayProxy` of its own, the holder is cut off from D and E and the others
+from A and B until the holder's first lease is over, as in Kleppmann's A..E
+example. With one node there is nothing to partition.
 """
 
 from __future__ import annotations
