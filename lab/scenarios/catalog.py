@@ -82,6 +82,7 @@ class TokenRegress(Restart):
     name = "token-regress"
     summary = "as restart, with a redis INCR token source on the restarted node: tokens go back"
     tokens_on_lock_node = True
+    lone_challenger = True
 
 
 class RestartDelayed(Scenario):

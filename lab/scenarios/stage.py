@@ -45,6 +45,7 @@ from lab.runner import Checkpoint, ClientProcess, Runner
 from lab.workload import WorkloadSettings
 
 HOLDER = "c1"
+CHALLENGER = "c2"
 HOLDER_MARGIN = 0.25  # the slow holder goes on once this fraction of its TTL is left
 CHALLENGER_WAIT = 30.0  # no scenario waits longer than this for the challenger's write
 PARTITION_WAIT = 90.0  # the partition lasts the holder's first lease, which ends well within this
@@ -144,6 +145,9 @@ class Scenario:
     replicated = False  # the faulted lock node is a master with an async replica
     tokens_on_lock_node = False  # an INCR token source lives on the faulted lock node
     partitioned = False  # with five lock nodes: holder cut off from D, E, the others from A, B
+    # only c2 contends during the holder's first lease: the first token it draws after the fault is the one
+    # that wins (with several challengers drawing at once, the winner may hold the second token drawn)
+    lone_challenger = False
 
     async def before_acquire(self, stage: Stage, holder: ClientProcess) -> None:
         return None
@@ -231,6 +235,10 @@ async def run_scenario(
         async def on_checkpoint(runner: Runner, client: ClientProcess, at: Checkpoint) -> None:
             if client.name != HOLDER and at.point == "start":
                 await runner.wait_for(_holder_read, within=CHALLENGER_WAIT, what="the holder's read")
+                if scenario.lone_challenger and client.name != CHALLENGER:
+                    await runner.wait_for(
+                        _holder_done, within=CHALLENGER_WAIT, what="the holder's first lease"
+                    )
             elif client.name != HOLDER:  # after its first write: the holder's (stale) write comes first
                 await runner.wait_for(_holder_done, within=CHALLENGER_WAIT, what="the holder's first lease")
             elif at.point == "start":
