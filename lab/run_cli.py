@@ -61,10 +61,10 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
         )
     parser.add_argument(
         "--lock",
-        choices=DESIGNS,
+        choices=[*DESIGNS, "all"],
         default="redlock",
         help="lock design: redlock (default, 5 masters), single (SET NX PX on one node), setnx-getset "
-        "(the SETNX page's timestamp pattern on one node)",
+        "(the SETNX page's timestamp pattern on one node), all: the three, one after another",
     )
     parser.add_argument(
         "--tokens",
@@ -148,11 +148,17 @@ def _command(args: argparse.Namespace, scenarios: Sequence[str]) -> int:
         return 2
     modes: tuple[Mode, ...] = MODES if args.mode == "all" else (args.mode,)
     seeds = range(args.seed, args.seed + args.seeds)
-    specs = plan_runs(scenarios, modes, design=args.lock, tokens=args.tokens, seeds=seeds)
+    designs = DESIGNS if args.lock == "all" else (args.lock,)
+    specs = [
+        spec
+        for design in designs
+        for spec in plan_runs(scenarios, modes, design=design, tokens=args.tokens, seeds=seeds)
+    ]
     plan = RunPlan(clients=args.clients, ops=args.ops, ttl=args.ttl)
-    note = one_node_note(scenarios, args.lock)
-    if note is not None:
-        print(f"note: {note}", file=sys.stderr)
+    for design in designs:
+        note = one_node_note(scenarios, design)
+        if note is not None:
+            print(f"note: {note}", file=sys.stderr)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fencegate-lab-"))
     started = time.monotonic()
     try:
