@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -36,10 +37,18 @@ def register(sub: Any) -> None:
             "the `bench` extra: pip install -e '.[bench]'."
         ),
     )
-    parser.add_argument("--quick", action="store_true",
-                        help="2 short runs per case instead of 5 long ones (a smoke run, not a measurement)")
-    parser.add_argument("--only", action="append", choices=sorted(benchmarks()), metavar="NAME",
-                        help="run only this benchmark (repeatable): " + ", ".join(benchmarks()))
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 short runs per case instead of 5 long ones (a smoke run, not a measurement)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(benchmarks()),
+        metavar="NAME",
+        help="run only this benchmark (repeatable): " + ", ".join(benchmarks()),
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="write one PNG chart per benchmark to DIR")
     parser.set_defaults(func=run)  # fmt: skip
@@ -57,6 +66,8 @@ async def run_all(names: list[str], *, quick: bool, quiet: bool) -> list[Section
 
 def run(args: argparse.Namespace) -> int:
     names = args.only or list(benchmarks())
+    logging.getLogger("redis_lock").setLevel(logging.WARNING)  # it logs every acquire at INFO
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
         sections = asyncio.run(run_all(names, quick=args.quick, quiet=args.json))
     except ImportError as exc:

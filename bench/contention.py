@@ -9,6 +9,7 @@ release notification. Goal: >= 20x the critical sections per second of both.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import statistics
 import threading
 import time
@@ -124,7 +125,7 @@ def _result(name: str, runs: list[list[Span]], seconds: float) -> Result:
     for spans in runs:
         result.rates.append(len(spans) / seconds)
         ordered = sorted(spans)
-        result.latencies += [b[0] - a[1] for a, b in zip(ordered, ordered[1:], strict=False)]
+        result.latencies += [b[0] - a[1] for a, b in itertools.pairwise(ordered)]
     return result
 
 

@@ -9,10 +9,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.cluster import ClusterSpec, LocalCluster
 from lockclient import open_token_source
 from lockclient.protocols import TokenSource
-
-from lab.cluster import ClusterSpec, LocalCluster
 
 MAX_MASTERS = 7
 
