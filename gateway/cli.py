@@ -17,8 +17,13 @@ from collections.abc import Sequence
 
 COMMANDS = (
     "lab.cluster.cli",
+    "lab.cli",
     "lab.demo",
+<<<<<<< HEAD
     "bench.cli",
+=======
+    "gateway.serve",
+>>>>>>> main
 )
 
 

@@ -9,7 +9,7 @@ What keeps storage safe is the token, checked by the fence (the gateway).
 `lockclient.sync` offers the same for code without an event loop.
 """
 
-from lockclient.config import DEFAULT_RETRY, RetryPolicy
+from lockclient.config import DEFAULT_RETRY, RedlockSettings, RetryPolicy
 from lockclient.errors import (
     ConfigurationError,
     ExtensionLimitReached,
@@ -20,6 +20,7 @@ from lockclient.errors import (
     StaleToken,
     TokenSourceError,
 )
+from lockclient.http import FetchedObject, GatewayClient, ObjectInfo
 from lockclient.lease import Lease, token_of
 from lockclient.protocols import Clock, Fenced, TokenSource
 from lockclient.redlock import Redlock
@@ -37,14 +38,18 @@ __all__ = [
     "ConfigurationError",
     "ExtensionLimitReached",
     "Fenced",
+    "FetchedObject",
+    "GatewayClient",
     "GatewayError",
     "Lease",
     "LockClientError",
     "LockLost",
     "LockNotAcquired",
+    "ObjectInfo",
     "PostgresTokens",
     "RedisIncrTokens",
     "Redlock",
+    "RedlockSettings",
     "RetryPolicy",
     "SQLiteTokens",
     "StaleToken",

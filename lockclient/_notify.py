@@ -60,6 +60,7 @@ class _Listener:
         self._notifier = notifier
         self._conn: AbstractConnection | None = None
         self._confirmed: dict[str, asyncio.Event] = {}
+        self.down = False  # the last connection attempt failed: do not wait for its confirmations
         self.task = asyncio.create_task(self._run(), name=f"lockclient-notify {master.url}")
 
     def confirmed(self, channel: str) -> asyncio.Event:
@@ -78,7 +79,7 @@ class _Listener:
             try:
                 await self._serve(conn)
             except (RedisError, OSError, TimeoutError):
-                pass  # reconnect below; waiters poll meanwhile
+                self.down = True  # reconnect below; waiters poll meanwhile
             finally:
                 self._conn = None
                 self._confirmed.clear()
@@ -89,11 +90,12 @@ class _Listener:
         async with asyncio.timeout(self._notifier.connect_timeout):
             await conn.connect()  # type: ignore[no-untyped-call]
         self._conn = conn
+        self.down = False
         wanted = self._notifier.channels
         if wanted:
             await conn.send_command("SUBSCRIBE", *wanted)
         while True:
-            # RESP3 delivers pub/sub as push frames: ask for them rather than have the parser swallow them
+            # under RESP3 pub/sub arrives as push frames: ask for them rather than let the parser take them
             self._handle(await conn.read_response(push_request=True))
 
     def _handle(self, reply: object) -> None:
@@ -138,9 +140,11 @@ class Notifier:
         self._watches.setdefault(channel, set()).add(watch)
         if first:
             await asyncio.gather(*(listener.send("SUBSCRIBE", channel) for listener in self._listeners))
-        # a timeout here only widens the window in which a release can be missed (then we poll)
+        # A timeout here only widens the window in which a release can be missed (then we poll).
+        # Masters known to be down are not waited for: they subscribe when they come back.
         await fan_out(
-            [listener.confirmed(channel).wait() for listener in self._listeners], self._subscribe_timeout
+            [listener.confirmed(channel).wait() for listener in self._listeners if not listener.down],
+            self._subscribe_timeout,
         )
         return watch
 

@@ -13,17 +13,20 @@ pure so property tests can cover it without servers (step 3):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = [
     "DRIFT_CONSTANT",
+    "NodeAnswers",
+    "Refusal",
     "Tally",
     "drift",
     "fan_out",
     "quorum",
     "reason",
+    "tally",
     "validity",
 ]
 
@@ -46,6 +49,17 @@ def drift(ttl: float, factor: float) -> float:
 def validity(ttl: float, elapsed: float, drift_allowance: float) -> float:
     """Seconds a freshly granted lease may still be used; <= 0 means refused."""
     return ttl - elapsed - drift_allowance
+
+
+def tally(outcomes: Sequence[object]) -> Tally:
+    """Count one fan-out's answers: True granted, False refused, an exception failed."""
+    granted = refused = 0
+    for outcome in outcomes:
+        if outcome is True:
+            granted += 1
+        elif outcome is False:
+            refused += 1
+    return Tally(granted=granted, refused=refused, failed=len(outcomes) - granted - refused)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +86,35 @@ class Tally:
         return self.has_quorum() and validity_left > 0
 
 
+class Refusal:
+    """Why one attempt was not granted: the tally, each master's answer, and a sentence."""
+
+    __slots__ = ("nodes", "summary", "tally")
+
+    def __init__(
+        self,
+        tally: Tally,
+        nodes: dict[str, str],
+        quorum: int,
+        *,
+        elapsed: float,
+        ttl: float,
+        validity_left: float,
+    ) -> None:
+        self.tally = tally
+        self.nodes = nodes
+        if tally.has_quorum():
+            self.summary = (
+                f"a quorum answered but the attempt took {elapsed * 1000:.1f} ms of a {ttl}s TTL "
+                f"(validity {validity_left * 1000:.1f} ms <= 0), so it was released everywhere"
+            )
+        else:
+            self.summary = (
+                f"{tally.granted} of {tally.nodes} masters granted it, a quorum is {quorum} "
+                f"({tally.refused} held by another owner, {tally.failed} failed or timed out)"
+            )
+
+
 def reason(outcome: object, timeout: float) -> str:
     """One node's answer in words, for `LockNotAcquired.reasons` and `Lease.nodes`."""
     if isinstance(outcome, TimeoutError):
@@ -81,15 +124,49 @@ def reason(outcome: object, timeout: float) -> str:
     return "ok" if outcome else "refused: held by another owner"
 
 
-async def _bounded(call: Awaitable[T], seconds: float) -> T:
-    async with asyncio.timeout(seconds):
-        return await call
+class NodeAnswers(Mapping[str, str]):
+    """Each master's answer in words, worked out only when read: the hot path just keeps the outcomes."""
+
+    __slots__ = ("_outcomes", "_per_node", "_urls")
+
+    def __init__(self, urls: Sequence[str], outcomes: Sequence[object], per_node: float) -> None:
+        self._urls = urls
+        self._outcomes = outcomes
+        self._per_node = per_node
+
+    def __getitem__(self, url: str) -> str:
+        try:
+            index = self._urls.index(url)
+        except ValueError:
+            raise KeyError(url) from None
+        return reason(self._outcomes[index], self._per_node)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._urls)
+
+    def __len__(self) -> int:
+        return len(self._urls)
 
 
-async def fan_out(calls: Sequence[Awaitable[T]], per_node: float) -> list[T | BaseException]:
-    """Await every call concurrently, each under `per_node` seconds; errors are returned, not raised.
+def _expire(tasks: list[asyncio.Task[T]]) -> None:
+    for task in tasks:
+        if not task.done():
+            task.cancel()
+
+
+async def fan_out(calls: Sequence[Coroutine[Any, Any, T]], per_node: float) -> list[T | BaseException]:
+    """Run every call concurrently, each for at most `per_node` seconds; errors are returned, not raised.
 
     `gather(return_exceptions=True)` rather than a TaskGroup: one node's error
     must not cancel the others, whose answers still count toward the quorum.
+    One timer cancels whatever is still running at the deadline (cheaper than
+    a timeout scope per node); those nodes are reported as `TimeoutError`.
     """
-    return await asyncio.gather(*(_bounded(call, per_node) for call in calls), return_exceptions=True)
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(call) for call in calls]
+    timer = loop.call_later(per_node, _expire, tasks)
+    try:
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        timer.cancel()
+    return [TimeoutError() if isinstance(r, asyncio.CancelledError) else r for r in results]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lockclient.errors import ConfigurationError
@@ -20,7 +21,10 @@ __all__ = [
     "DEFAULT_RETRY",
     "DEFAULT_TTL",
     "DEFAULT_WATCHDOG_FRACTION",
+    "RedlockSettings",
     "RetryPolicy",
+    "check_masters",
+    "check_ttl",
     "require_positive",
 ]
 
@@ -37,6 +41,24 @@ DEFAULT_MAX_EXTENSIONS = 10
 # leaving two more chances before the key expires.
 DEFAULT_WATCHDOG_FRACTION = 1 / 3
 DEFAULT_KEY_PREFIX = "fencegate:lock:"
+
+
+def check_ttl(ttl: float, node_timeout: float) -> None:
+    require_positive("ttl", ttl, "give the lease's time to live in seconds, e.g. 10.0")
+    if node_timeout >= ttl:
+        raise ConfigurationError(
+            f"node_timeout ({node_timeout}s) must be much smaller than ttl ({ttl}s): "
+            "a slow master would eat the whole validity; lower node_timeout or raise ttl"
+        )
+
+
+def check_masters(masters: Sequence[str]) -> None:
+    if isinstance(masters, str) or not masters:
+        raise ConfigurationError("masters must be a non-empty list of Redis URLs, e.g. ['redis://h1:6379']")
+    if len(set(masters)) != len(masters):
+        raise ConfigurationError(
+            "masters lists a node twice: a duplicate would count twice toward the quorum"
+        )
 
 
 def require_positive(name: str, value: float, fix: str) -> None:
@@ -81,3 +103,31 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RedlockSettings:
+    """Everything a `Redlock` is tuned by except its masters, clock and token source; checked when built."""
+
+    ttl: float = DEFAULT_TTL
+    node_timeout: float = DEFAULT_NODE_TIMEOUT
+    retry: RetryPolicy = DEFAULT_RETRY
+    drift_factor: float = DEFAULT_DRIFT_FACTOR
+    max_extensions: int = DEFAULT_MAX_EXTENSIONS
+    watchdog_fraction: float = DEFAULT_WATCHDOG_FRACTION
+    reentrant: bool = False
+    key_prefix: str = DEFAULT_KEY_PREFIX
+
+    def __post_init__(self) -> None:
+        require_positive("node_timeout", self.node_timeout, "a few tens of ms, e.g. 0.05")
+        check_ttl(self.ttl, self.node_timeout)
+        if self.drift_factor < 0 or not math.isfinite(self.drift_factor):
+            raise ConfigurationError(
+                f"drift_factor must be >= 0, got {self.drift_factor!r}: the paper uses 0.01"
+            )
+        if self.max_extensions < 0:
+            raise ConfigurationError(f"max_extensions must be >= 0, got {self.max_extensions!r}")
+        if not 0 < self.watchdog_fraction < 1:
+            raise ConfigurationError(
+                f"watchdog_fraction must be in (0, 1), got {self.watchdog_fraction!r}: try 1/3"
+            )

@@ -6,8 +6,10 @@ so it errs on the short side; past it the lease must not be used. What makes
 a write safe is the fencing token checked by the storage, not the lease.
 
 Loss is sticky: once a renewal fails or the validity runs out, `check()`
-raises `LockLost` for good, `lost` is true, and the `on_lost` callback (if
-any) has been called once.
+raises `LockLost` for good and `lost` is true. The `on_lost` callback (if
+any) is called once, on the event loop, when Redlock learns of the loss (a
+failed renewal or extension, a release that found the lock gone, or a
+watchdog that woke too late); plain expiry is seen by `check()`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable, Hashable, Mapping
-from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from lockclient.errors import LockLost
@@ -30,6 +31,7 @@ TokenT = TypeVar("TokenT", bound=int | None)
 
 # Redlock step 1: a random value unique per acquisition, so only its owner can release it.
 RANDOM_BYTES = 20
+EXPIRED = "the lease's validity ran out"
 NO_TOKEN = "-"  # noqa: S105 - a placeholder in the lock value, not a secret
 
 
@@ -61,6 +63,8 @@ class Lease(Generic[TokenT]):
         value: str,
         ttl: float,
         deadline: float,
+        drawn_at: float,
+        granted_at: float,
         nodes: Mapping[str, str],
         clock: Clock,
         owner: Hashable,
@@ -72,7 +76,11 @@ class Lease(Generic[TokenT]):
         self.value = value
         self.ttl = ttl
         self.deadline = deadline
-        self.nodes: Mapping[str, str] = MappingProxyType(dict(nodes))
+        # when the token was asked for (it was issued after that) and when the quorum answered, on the
+        # Redlock's clock: a token is drawn just before the attempt that carries it, never reused
+        self.drawn_at = drawn_at
+        self.granted_at = granted_at
+        self.nodes = nodes
         self.owner = owner
         self.extensions = 0
         self.renewals = 0
@@ -80,7 +88,7 @@ class Lease(Generic[TokenT]):
         self._clock = clock
         self._on_lost = on_lost
         self._lost_reason: str | None = None
-        self._lost_event = asyncio.Event()
+        self._lost_event: asyncio.Event | None = None  # made when first awaited
 
     @property
     def resource(self) -> str:
@@ -92,13 +100,13 @@ class Lease(Generic[TokenT]):
 
     @property
     def lost(self) -> bool:
-        """True once a renewal failed, a release found the lock gone, or the validity ran out."""
-        if self._lost_reason is None and self.remaining() <= 0:
-            self._mark_lost("the lease's validity ran out")
-        return self._lost_reason is not None
+        """True once the validity ran out, a renewal failed, or the lease was released."""
+        return self._lost_reason is not None or self.deadline <= self._clock()
 
     @property
     def lost_reason(self) -> str | None:
+        if self._lost_reason is None and self.deadline <= self._clock():
+            return EXPIRED
         return self._lost_reason
 
     def remaining(self) -> float:
@@ -108,25 +116,37 @@ class Lease(Generic[TokenT]):
         return max(0.0, self.deadline - self._clock())
 
     def check(self) -> None:
-        """Raise `LockLost` unless the lease is still valid; call it before each protected step."""
-        if self.lost:
+        """Raise `LockLost` unless the lease is still valid; call it before each protected step.
+
+        Reading the state never changes it, so any thread may call this (the sync facade's callers do).
+        """
+        reason = self.lost_reason
+        if reason is not None:
             raise LockLost(
-                f"the lease on {self._resource!r} (token {self._token}) is lost: {self._lost_reason}; "
+                f"the lease on {self._resource!r} (token {self._token}) is lost: {reason}; "
                 "stop using it and acquire again",
                 resource=self._resource,
                 token=self._token,
             )
 
     async def wait_lost(self) -> None:
-        """Return when the lease is marked lost (by the watchdog, a release or `check`)."""
-        await self._lost_event.wait()
+        """Return once the lease is lost: marked so (watchdog, release) or past its validity."""
+        if self._lost_event is None:
+            self._lost_event = asyncio.Event()
+        while not self.lost:
+            try:
+                async with asyncio.timeout(self.remaining()):  # re-read: an extension moves the deadline
+                    await self._lost_event.wait()
+            except TimeoutError:
+                pass
 
     def _mark_lost(self, reason: str, *, notify: bool = True) -> None:
-        """Record the end of the lease once; `notify=False` for an orderly release."""
+        """Record the end of the lease once, on the event loop; `notify=False` for an orderly release."""
         if self._lost_reason is not None:
             return
         self._lost_reason = reason
-        self._lost_event.set()
+        if self._lost_event is not None:
+            self._lost_event.set()
         if notify and self._on_lost is not None:
             try:
                 self._on_lost(self)

@@ -24,7 +24,7 @@ from typing import Generic, cast, overload
 
 from lockclient._nodes import Master, release_channel
 from lockclient._notify import Notifier, Watch
-from lockclient._quorum import Tally, drift, fan_out, quorum, reason, validity
+from lockclient._quorum import NodeAnswers, Refusal, drift, fan_out, quorum, tally, validity
 from lockclient.config import (
     DEFAULT_DRIFT_FACTOR,
     DEFAULT_KEY_PREFIX,
@@ -33,27 +33,20 @@ from lockclient.config import (
     DEFAULT_RETRY,
     DEFAULT_TTL,
     DEFAULT_WATCHDOG_FRACTION,
+    RedlockSettings,
     RetryPolicy,
-    require_positive,
+    check_masters,
+    check_ttl,
 )
 from lockclient.errors import ConfigurationError, ExtensionLimitReached, LockLost, LockNotAcquired
-from lockclient.lease import Lease, TokenT, lock_value
+from lockclient.lease import EXPIRED, Lease, TokenT, lock_value
 from lockclient.protocols import Clock, TokenSource
 
 __all__ = ["Redlock"]
 
 OnLost = Callable[[Lease[TokenT]], object]
 
-
-class _Refused:
-    """Why one attempt was not granted."""
-
-    __slots__ = ("nodes", "summary", "tally")
-
-    def __init__(self, tally: Tally, nodes: dict[str, str], summary: str) -> None:
-        self.tally = tally
-        self.nodes = nodes
-        self.summary = summary
+CONNECT_TIMEOUT = 1.0  # for connect(): a handshake on a loaded machine may take far longer than a command
 
 
 def _ms(seconds: float) -> int:
@@ -61,7 +54,8 @@ def _ms(seconds: float) -> int:
 
 
 class Redlock(Generic[TokenT]):
-    """A Redlock client; `Redlock[int]` when built with a token source, `Redlock[None]` without.
+    """A Redlock client; `Redlock[int]` when built with a token source, `Redlock[None]` without
+    (`Redlock[int | None]` when that is only known at run time).
 
     It owns its connection pools, its subscriber connections and the token
     source it was given: `aclose()` (or leaving `async with`) closes them all.
@@ -83,6 +77,14 @@ class Redlock(Generic[TokenT]):
         reentrant: bool = ..., key_prefix: str = ...,
     ) -> None: ...  # fmt: skip
 
+    @overload
+    def __init__(
+        self: Redlock[int | None], masters: Sequence[str], *, tokens: TokenSource | None, ttl: float = ...,
+        node_timeout: float = ..., retry: RetryPolicy = ..., clock: Clock = ...,
+        drift_factor: float = ..., max_extensions: int = ..., watchdog_fraction: float = ...,
+        reentrant: bool = ..., key_prefix: str = ...,
+    ) -> None: ...  # fmt: skip
+
     def __init__(
         self,
         masters: Sequence[str],
@@ -98,35 +100,16 @@ class Redlock(Generic[TokenT]):
         reentrant: bool = False,
         key_prefix: str = DEFAULT_KEY_PREFIX,
     ) -> None:
-        if isinstance(masters, str) or not masters:
-            raise ConfigurationError(
-                "masters must be a non-empty list of Redis URLs, e.g. ['redis://h1:6379']"
-            )
-        if len(set(masters)) != len(masters):
-            raise ConfigurationError(
-                "masters lists a node twice: a duplicate would count twice toward the quorum"
-            )
-        require_positive("node_timeout", node_timeout, "a few tens of ms, e.g. 0.05")
-        self._check_ttl(ttl, node_timeout)
-        if drift_factor < 0 or not math.isfinite(drift_factor):
-            raise ConfigurationError(f"drift_factor must be >= 0, got {drift_factor!r}: the paper uses 0.01")
-        if max_extensions < 0:
-            raise ConfigurationError(f"max_extensions must be >= 0, got {max_extensions!r}")
-        if not 0 < watchdog_fraction < 1:
-            raise ConfigurationError(
-                f"watchdog_fraction must be in (0, 1), got {watchdog_fraction!r}: 1/3 renews 3 times a TTL"
-            )
+        check_masters(masters)
+        self.settings = RedlockSettings(
+            ttl=ttl, node_timeout=node_timeout, retry=retry, drift_factor=drift_factor,
+            max_extensions=max_extensions, watchdog_fraction=watchdog_fraction, reentrant=reentrant,
+            key_prefix=key_prefix,
+        )  # fmt: skip
         self._masters = [Master(url, connect_timeout=max(node_timeout, 0.2)) for url in masters]
+        self._urls = tuple(masters)
         self._tokens = tokens
-        self.ttl = ttl
-        self.node_timeout = node_timeout
-        self.retry = retry
         self._clock = clock
-        self.drift_factor = drift_factor
-        self.max_extensions = max_extensions
-        self.watchdog_fraction = watchdog_fraction
-        self.reentrant = reentrant
-        self.key_prefix = key_prefix
         self.quorum = quorum(len(masters))
         self._notifier = Notifier(
             self._masters,
@@ -139,20 +122,11 @@ class Redlock(Generic[TokenT]):
 
     @property
     def masters(self) -> list[str]:
-        return [master.url for master in self._masters]
-
-    @staticmethod
-    def _check_ttl(ttl: float, node_timeout: float) -> None:
-        require_positive("ttl", ttl, "give the lease's time to live in seconds, e.g. 10.0")
-        if node_timeout >= ttl:
-            raise ConfigurationError(
-                f"node_timeout ({node_timeout}s) must be much smaller than ttl ({ttl}s): "
-                "a slow master would eat the whole validity; lower node_timeout or raise ttl"
-            )
+        return list(self._urls)
 
     def key(self, resource: str) -> str:
         """The Redis key that holds `resource`'s lock on every master."""
-        return self.key_prefix + resource
+        return self.settings.key_prefix + resource
 
     # -- acquiring -------------------------------------------------------------
 
@@ -178,19 +152,19 @@ class Redlock(Generic[TokenT]):
             raise ConfigurationError("this Redlock is closed: build a new one")
         if not resource:
             raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
-        ttl = self.ttl if ttl is None else ttl
-        self._check_ttl(ttl, self.node_timeout)
+        ttl = self.settings.ttl if ttl is None else ttl
+        check_ttl(ttl, self.settings.node_timeout)
         if timeout is not None and not timeout >= 0:
             raise ConfigurationError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
         if owner is None:
             owner = asyncio.current_task()
-        if self.reentrant:
+        if self.settings.reentrant:
             held = self._held.get((resource, owner))
             if held is not None and not held.lost:
                 held.holds += 1  # Step 8: the same owner re-enters; released when the count reaches zero
                 return held
         lease = await self._acquire(resource, ttl, blocking, timeout, owner, on_lost)
-        if self.reentrant:
+        if self.settings.reentrant:
             self._held[(resource, owner)] = lease
         if auto_extend:
             self._watchdogs[lease] = asyncio.create_task(self._watchdog(lease), name=f"watchdog {resource}")
@@ -206,21 +180,23 @@ class Redlock(Generic[TokenT]):
         on_lost: OnLost[TokenT] | None,
     ) -> Lease[TokenT]:
         deadline = math.inf if timeout is None else self._clock() + timeout
+        retry = self.settings.retry
         attempts = 0
         watch: Watch | None = None
         try:
             while True:
                 attempts += 1
                 # Step 10: a fresh token before every attempt, so whoever stalls holds the older one
+                drawn_at = self._clock()
                 token = await self._draw(resource)
                 value = lock_value(token)
                 if watch is not None:
                     watch.arm(value)
-                result = await self._attempt(resource, token, value, ttl, owner, on_lost)
+                result = await self._attempt(resource, token, drawn_at, value, ttl, owner, on_lost)
                 if isinstance(result, Lease):
                     return result
                 left = deadline - self._clock()
-                if not blocking or left <= 0 or attempts == self.retry.attempts:
+                if not blocking or left <= 0 or attempts == retry.attempts:
                     raise LockNotAcquired(
                         f"could not lock {resource!r} after {attempts} attempt(s): {result.summary}; "
                         "per-node reasons are in .reasons (raise timeout, or check the masters)",
@@ -233,7 +209,7 @@ class Redlock(Generic[TokenT]):
                     watch = await self._notifier.watch(release_channel(self.key(resource)))
                     watch.own.add(value.encode())
                     continue
-                pause = self.retry.poll if result.tally.held_elsewhere() else self.retry.backoff()
+                pause = retry.poll if result.tally.held_elsewhere() else retry.backoff()
                 await watch.wait(min(pause, left))
         finally:
             if watch is not None:
@@ -248,63 +224,58 @@ class Redlock(Generic[TokenT]):
         self,
         resource: str,
         token: TokenT,
+        drawn_at: float,
         value: str,
         ttl: float,
         owner: Hashable,
         on_lost: OnLost[TokenT] | None,
-    ) -> Lease[TokenT] | _Refused:
+    ) -> Lease[TokenT] | Refusal:
         key = self.key(resource)
         ttl_ms = _ms(ttl)
         start = self._clock()
         try:
-            outcomes = await fan_out([m.set_nx(key, value, ttl_ms) for m in self._masters], self.node_timeout)
+            outcomes = await fan_out(
+                [m.set_nx(key, value, ttl_ms) for m in self._masters], self.settings.node_timeout
+            )
         except BaseException:  # cancelled mid-attempt: some masters may already hold our value
             await self._undo(key, value, self._masters)
             raise
-        elapsed = self._clock() - start
-        allowance = drift(ttl, self.drift_factor)
+        end = self._clock()
+        elapsed = end - start
+        allowance = drift(ttl, self.settings.drift_factor)
         left = validity(ttl, elapsed, allowance)
-        tally = Tally(
-            granted=sum(o is True for o in outcomes),
-            refused=sum(o is False for o in outcomes),
-            failed=sum(isinstance(o, BaseException) for o in outcomes),
-        )
-        nodes = {m.url: reason(o, self.node_timeout) for m, o in zip(self._masters, outcomes, strict=True)}
-        if tally.grants(left):
+        counts = tally(outcomes)
+        nodes = NodeAnswers(self._urls, outcomes, self.settings.node_timeout)
+        if counts.grants(left):
             deadline = start + ttl - allowance  # == end + validity, measured from before the first SET
             return Lease(
                 resource=resource, token=token, key=key, value=value, ttl=ttl, deadline=deadline,
-                nodes=nodes, clock=self._clock, owner=owner, on_lost=on_lost,
+                drawn_at=drawn_at, granted_at=end, nodes=nodes, clock=self._clock, owner=owner,
+                on_lost=on_lost,
             )  # fmt: skip
         # Step 4: undo wherever the value may have landed; a master that refused never held it.
         await self._undo(
             key, value, [m for m, o in zip(self._masters, outcomes, strict=True) if o is not False]
         )
-        if tally.has_quorum():
-            summary = (
-                f"a quorum answered but the attempt took {elapsed * 1000:.1f} ms of a {ttl}s TTL "
-                f"(validity {left * 1000:.1f} ms <= 0), so it was released everywhere"
-            )
-        else:
-            summary = (
-                f"{tally.granted} of {tally.nodes} masters granted it, a quorum is {self.quorum} "
-                f"({tally.refused} held by another owner, {tally.failed} failed or timed out)"
-            )
-        return _Refused(tally, nodes, summary)
+        return Refusal(counts, dict(nodes), self.quorum, elapsed=elapsed, ttl=ttl, validity_left=left)
 
     async def _undo(self, key: str, value: str, masters: Sequence[Master]) -> list[bool | BaseException]:
         """Compare-and-delete on `masters`; shielded so a second cancellation cannot leave keys behind."""
         if not masters:
             return []
-        return await asyncio.shield(fan_out([m.release(key, value) for m in masters], self.node_timeout))
+        return await asyncio.shield(
+            fan_out([m.release(key, value) for m in masters], self.settings.node_timeout)
+        )
 
     # -- releasing and extending ---------------------------------------------------
 
     async def release(self, lease: Lease[TokenT]) -> None:
         """Compare-and-delete on every master (step 5); `LockLost` if a quorum no longer held it.
 
-        Releasing never removes another owner's key. A re-entered lease is only
-        released when its last holder releases it.
+        Releasing never removes another owner's key. `LockLost` needs evidence:
+        enough masters answered "not yours" that no quorum can have held it
+        (masters that did not answer are given the benefit of the doubt; their
+        keys expire). A re-entered lease is only released by its last holder.
         """
         if lease.holds > 1:
             lease.holds -= 1
@@ -315,12 +286,15 @@ class Redlock(Generic[TokenT]):
         outcomes = await self._undo(lease.key, lease.value, self._masters)
         lease.holds = 0
         self._held.pop((lease.resource, lease.owner), None)
-        released = sum(o is True for o in outcomes)
-        if released >= self.quorum:
+        not_ours = sum(o is False for o in outcomes)
+        if len(outcomes) - not_ours >= self.quorum:
+            # A quorum released it, or masters that did not answer may still have held it (their keys
+            # expire by the TTL): no evidence the lease was lost, so no error.
             lease._mark_lost("released", notify=False)
             return
         why = (
-            f"only {released} of {len(self._masters)} masters held it at release (a quorum is {self.quorum})"
+            f"{not_ours} of {len(self._masters)} masters no longer held it at release, "
+            f"so a quorum ({self.quorum}) cannot have"
         )
         lease._mark_lost(why)
         raise LockLost(
@@ -336,28 +310,36 @@ class Redlock(Generic[TokenT]):
         Raises `ExtensionLimitReached` (nothing changed) past `max_extensions`,
         `LockLost` (the lease is lost and released) when no quorum confirmed in time.
         """
-        if lease.extensions >= self.max_extensions:
+        limit = self.settings.max_extensions
+        if lease.extensions >= limit:
             raise ExtensionLimitReached(
                 f"the lease on {lease.resource!r} was already extended {lease.extensions} times, "
-                f"the limit is {self.max_extensions}: release it and acquire again, or raise max_extensions",
+                f"the limit is {limit}: release it and acquire again, or raise max_extensions",
                 resource=lease.resource,
-                limit=self.max_extensions,
+                limit=limit,
             )
         await self._renew(lease, lease.ttl if ttl is None else ttl)
         lease.extensions += 1
         return lease
 
     async def _renew(self, lease: Lease[TokenT], ttl: float) -> None:
-        self._check_ttl(ttl, self.node_timeout)
-        lease.check()
+        check_ttl(ttl, self.settings.node_timeout)
+        if lease.lost:  # e.g. the loop was blocked past the deadline: too late to renew
+            why = lease.lost_reason or EXPIRED
+            lease._mark_lost(why)
+            raise LockLost(
+                f"could not extend the lease on {lease.resource!r} (token {lease.token}): {why}",
+                resource=lease.resource,
+                token=lease.token,
+            )
         start = self._clock()
         outcomes = await fan_out(
-            [m.extend(lease.key, lease.value, _ms(ttl)) for m in self._masters], self.node_timeout
+            [m.extend(lease.key, lease.value, _ms(ttl)) for m in self._masters], self.settings.node_timeout
         )
         end = self._clock()
         extended = sum(o is True for o in outcomes)
         if extended >= self.quorum and end < lease.deadline:
-            lease.deadline = start + ttl - drift(ttl, self.drift_factor)
+            lease.deadline = start + ttl - drift(ttl, self.settings.drift_factor)
             lease.ttl = ttl
             return
         if extended >= self.quorum:
@@ -375,7 +357,7 @@ class Redlock(Generic[TokenT]):
     async def _watchdog(self, lease: Lease[TokenT]) -> None:
         """Step 7: renew every `ttl * watchdog_fraction` until released or lost."""
         while True:
-            await asyncio.sleep(lease.ttl * self.watchdog_fraction)
+            await asyncio.sleep(lease.ttl * self.settings.watchdog_fraction)
             try:
                 await self._renew(lease, lease.ttl)
             except LockLost:
@@ -401,6 +383,7 @@ class Redlock(Generic[TokenT]):
         timeout: float | None = None,  # noqa: ASYNC109 - the wait bounds many attempts and their pauses
         auto_extend: bool = False,
         on_lost: OnLost[TokenT] | None = None,
+        owner: Hashable | None = None,
     ) -> AsyncIterator[Lease[TokenT]]:
         """`async with locker.lock(name) as lease:` acquire, yield, release.
 
@@ -409,8 +392,9 @@ class Redlock(Generic[TokenT]):
         block did after that point must not be trusted without the fence.
         """
         lease = await self.acquire(
-            resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend, on_lost=on_lost
-        )
+            resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend, on_lost=on_lost,
+            owner=owner,
+        )  # fmt: skip
         try:
             yield lease
         except BaseException:
@@ -445,7 +429,18 @@ class Redlock(Generic[TokenT]):
         if self._tokens is not None:
             await self._tokens.aclose()
 
+    async def connect(self) -> dict[str, str]:
+        """Open a connection to every master now, each answer in words (`async with` does this).
+
+        A cold connection costs a TCP and protocol handshake; done here, it is
+        not charged to the first attempt's per-node timeout. A master that does
+        not answer is not an error here: every attempt tries it again.
+        """
+        outcomes = await fan_out([m.ping() for m in self._masters], CONNECT_TIMEOUT)
+        return dict(NodeAnswers(self._urls, outcomes, CONNECT_TIMEOUT))
+
     async def __aenter__(self) -> Redlock[TokenT]:
+        await self.connect()
         return self
 
     async def __aexit__(

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypedDict, TypeVar, Unpack, overload
 
 from lockclient import redlock
 from lockclient.config import RetryPolicy
-from lockclient.errors import LockLost
 from lockclient.lease import Lease, TokenT
 from lockclient.protocols import Clock, TokenSource
 
@@ -58,6 +58,15 @@ class Redlock(Generic[TokenT]):
         self: Redlock[None], masters: Sequence[str], *, tokens: None = None, **options: Unpack[RedlockOptions]
     ) -> None: ...
 
+    @overload
+    def __init__(
+        self: Redlock[int | None],
+        masters: Sequence[str],
+        *,
+        tokens: TokenSource | None,
+        **options: Unpack[RedlockOptions],
+    ) -> None: ...
+
     def __init__(
         self, masters: Sequence[str], *, tokens: TokenSource | None = None, **options: Unpack[RedlockOptions]
     ) -> None:
@@ -66,7 +75,9 @@ class Redlock(Generic[TokenT]):
         self._thread.start()
 
         async def build() -> redlock.Redlock[Any]:
-            return redlock.Redlock(masters, tokens=tokens, **options)
+            locker = redlock.Redlock(masters, tokens=tokens, **options)
+            await locker.connect()
+            return locker
 
         try:
             self._async: redlock.Redlock[TokenT] = self._run(build)
@@ -82,6 +93,11 @@ class Redlock(Generic[TokenT]):
         except BaseException:
             future.cancel()  # e.g. KeyboardInterrupt in the caller: stop the coroutine too
             raise
+
+    @staticmethod
+    def _owner() -> Hashable:
+        """Reentrancy in the facade is per calling thread."""
+        return ("thread", threading.get_ident())
 
     @property
     def async_client(self) -> redlock.Redlock[TokenT]:
@@ -102,7 +118,7 @@ class Redlock(Generic[TokenT]):
 
         `on_lost` runs on the loop thread: keep it short and thread-safe.
         """
-        owner = ("thread", threading.get_ident())
+        owner = self._owner()
         return self._run(
             lambda: self._async.acquire(
                 resource,
@@ -132,28 +148,19 @@ class Redlock(Generic[TokenT]):
         auto_extend: bool = False,
         on_lost: Callable[[Lease[TokenT]], object] | None = None,
     ) -> Iterator[Lease[TokenT]]:
-        """`with locker.lock(name) as lease:` with the async version's semantics on exit."""
-        lease = self.acquire(
-            resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend, on_lost=on_lost
-        )
+        """`with locker.lock(name) as lease:` the async `lock()` itself, entered and left on the loop."""
+        block = self._async.lock(
+            resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend, on_lost=on_lost,
+            owner=self._owner(),
+        )  # fmt: skip
+        lease = self._run(block.__aenter__)
         try:
             yield lease
-        except BaseException:
-            with contextlib.suppress(LockLost):
-                self.release(lease)
+        except BaseException as exc:
+            # the async block releases and re-raises; it never swallows the caller's exception
+            self._run(functools.partial(block.__aexit__, type(exc), exc, exc.__traceback__))
             raise
-        if not lease.lost:
-            self.release(lease)
-            return
-        with contextlib.suppress(LockLost):
-            self.release(lease)
-        if lease.holds == 0:
-            raise LockLost(
-                f"the lease on {lease.resource!r} (token {lease.token}) was lost inside the block: "
-                f"{lease.lost_reason}",
-                resource=lease.resource,
-                token=lease.token,
-            )
+        self._run(lambda: block.__aexit__(None, None, None))
 
     def close(self) -> None:
         """Close the async client (pools, subscribers, token source), then stop the thread."""

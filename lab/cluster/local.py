@@ -83,6 +83,27 @@ def _runs(pid: int, binary: str) -> bool:
     return _alive(pid) and os.path.basename(first) == os.path.basename(binary)
 
 
+def _descendants(root: int) -> list[int]:
+    """Every live descendant of `root`: PostgreSQL backends run in sessions of their own,
+    so a signal to the postmaster's group would miss them."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
 def _pg_user() -> str | None:
     """initdb refuses root: when we are root, PostgreSQL runs as `postgres`."""
     if os.geteuid() != 0:
@@ -266,17 +287,19 @@ class LocalCluster:
         node = self.nodes[name]
         if node.pid is None or not _runs(node.pid, node.argv[0]):
             raise ClusterError(f"{name} is not running")
-        os.killpg(node.pid, sig)
+        for pid in [node.pid, *_descendants(node.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def pause(self, name: str) -> None:
-        """SIGSTOP: the server hangs, its sockets stay open (a hung node, not a dead one)."""
+        """SIGSTOP the server and its children: it hangs, its sockets stay open (hung, not dead)."""
         self._signal(name, signal.SIGSTOP)
 
     def resume(self, name: str) -> None:
         self._signal(name, signal.SIGCONT)
 
     def kill(self, name: str) -> None:
-        """SIGKILL the whole process group, no shutdown work: a crash."""
+        """SIGKILL the server and every process it started, no shutdown work: a crash."""
         self._signal(name, signal.SIGKILL)
         self._reap(name)
 
@@ -289,8 +312,8 @@ class LocalCluster:
         self._signal(name, signal.SIGCONT)  # a paused server cannot handle SIGTERM
         os.killpg(node.pid, signal.SIGINT if node.kind == "postgres" else signal.SIGTERM)
         if not self._wait_gone(node.pid, STOP_DEADLINE):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(node.pid, signal.SIGKILL)
+            with contextlib.suppress(ClusterError):  # it may exit between the wait and the kill
+                self._signal(name, signal.SIGKILL)
         self._reap(name)
 
     def restart(self, name: str, *, env: dict[str, str] | None = None) -> Node:

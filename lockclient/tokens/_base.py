@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from types import TracebackType
+from typing import Self
 
 from lockclient.errors import ConfigurationError, TokenSourceError
 
@@ -34,7 +35,7 @@ class ClosingSource:
     async def aclose(self) -> None:
         raise NotImplementedError
 
-    async def __aenter__(self) -> ClosingSource:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

@@ -19,8 +19,8 @@ import asyncio
 import re
 from urllib.parse import urlsplit, urlunsplit
 
-from sqlalchemy import text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import TextClause, text
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from lockclient.errors import ConfigurationError
@@ -63,8 +63,11 @@ class PostgresTokens(ClosingSource):
         self.sequence = sequence
         self.timeout = timeout
         self._engine: AsyncEngine = create_async_engine(
-            asyncpg_url(dsn), isolation_level="AUTOCOMMIT", pool_size=pool_size, pool_pre_ping=True
+            asyncpg_url(dsn), isolation_level="AUTOCOMMIT", pool_size=pool_size
         )
+        self._next = text(f"SELECT nextval('{sequence}')")
+        # the name passed IDENTIFIER above; identifiers cannot be bound parameters
+        self._bound = text(f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {sequence}")  # noqa: S608
         self._ready = False
         self._ready_lock = asyncio.Lock()
 
@@ -96,26 +99,31 @@ class PostgresTokens(ClosingSource):
                 )
             self._ready = True
 
-    async def _scalar(self, doing: str, sql: str) -> int:
+    async def _once(self, query: TextClause) -> int:
+        async with self._engine.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
+    async def _scalar(self, doing: str, query: TextClause) -> int:
         with map_errors("postgres", doing, SQLAlchemyError, OSError, TimeoutError, fix=FIX):
             async with asyncio.timeout(self.timeout):
                 await self._ensure_sequence()
-                async with self._engine.connect() as conn:
-                    value = (await conn.execute(text(sql))).scalar_one()
-        return int(value)
+                try:
+                    return await self._once(query)
+                except DBAPIError as exc:
+                    # A pooled connection the server closed (say, it restarted) is dropped by the
+                    # pool: one fresh try, rather than a ping before every token.
+                    if not exc.connection_invalidated:
+                        raise
+                return await self._once(query)
 
     async def next_token(self, resource: str) -> int:
         check_resource(resource)
-        return await self._scalar("issue a token", f"SELECT nextval('{self.sequence}')")
+        return await self._scalar("issue a token", self._next)
 
     async def upper_bound(self, resource: str) -> int:
         """The sequence's last value (0 before the first token): >= every token of every resource."""
         check_resource(resource)
-        return await self._scalar(
-            "read the highest token",
-            # the name passed IDENTIFIER in __init__; identifiers cannot be bound parameters
-            f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {self.sequence}",  # noqa: S608
-        )
+        return await self._scalar("read the highest token", self._bound)
 
     async def aclose(self) -> None:
         await self._engine.dispose()

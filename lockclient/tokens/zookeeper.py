@@ -15,14 +15,16 @@ so every call runs in `asyncio.to_thread`; the event loop never waits on it.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import ConnectionClosedError, KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import KazooRetry
+from kazoo.protocol.states import KeeperState
+from kazoo.retry import ForceRetryError, KazooRetry
 
 from lockclient.errors import ConfigurationError
 from lockclient.tokens._base import ClosingSource, check_resource, map_errors
@@ -64,28 +66,48 @@ class ZooKeeperTokens(ClosingSource):
         self.timeout = timeout
         self._client: Any = None  # KazooClient once started (kazoo is untyped)
         self._start_lock = asyncio.Lock()
+        self._revive_lock = threading.Lock()  # kazoo calls run on worker threads
 
     async def _started(self) -> Any:
         async with self._start_lock:
             if self._client is None:
+                # the chroot is applied as a path prefix rather than by kazoo, which cannot create it
                 client = KazooClient(
-                    hosts=self.hosts + self.chroot,
+                    hosts=self.hosts,
                     timeout=self.timeout,
                     connection_retry={"max_tries": -1, "max_delay": 1.0},
                 )
                 try:
                     await asyncio.to_thread(client.start, self.timeout)
                 except BaseException:
+                    await asyncio.to_thread(client.stop)
                     await asyncio.to_thread(client.close)
                     raise
                 self._client = client
         return self._client
 
-    def _retrying(self, call: Callable[[], T]) -> T:
+    def _retrying(self, client: KazooClient, call: Callable[[], T]) -> T:
         """Retry through connection loss and session expiry (a ZooKeeper restart) until the deadline."""
+
+        def attempt() -> T:
+            if client.client_state == KeeperState.CLOSED:
+                self._revive(client)
+            try:
+                return call()
+            except ConnectionClosedError as exc:  # KazooRetry gives up on this one; we revive instead
+                raise ForceRetryError(str(exc)) from exc
+
         retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=0.5, deadline=self.timeout)
-        result: T = retry(call)
+        result: T = retry(attempt)
         return result
+
+    def _revive(self, client: KazooClient) -> None:
+        """kazoo's connection loop can give up during a long outage (a slow restart after the session
+        expired), leaving the client closed for good; start it again, once, whichever thread sees it."""
+        with self._revive_lock:
+            if client.client_state == KeeperState.CLOSED and self._client is client:
+                client.stop()
+                client.start(self.timeout)
 
     def _set(self, client: KazooClient, path: str) -> int:
         def write() -> int:
@@ -95,14 +117,14 @@ class ZooKeeperTokens(ClosingSource):
                 client.ensure_path(path)
                 return int(client.set(path, b"").mzxid)
 
-        return self._retrying(write)
+        return self._retrying(client, write)
 
     def _bound(self, client: KazooClient, path: str) -> int:
-        stat = self._retrying(lambda: client.exists(path))
+        stat = self._retrying(client, lambda: client.exists(path))
         return 0 if stat is None else int(stat.mzxid)
 
     async def _call(self, doing: str, op: Callable[[KazooClient, str], int], resource: str) -> int:
-        path = f"{self.root}/{znode_name(check_resource(resource))}"
+        path = f"{self.chroot}{self.root}/{znode_name(check_resource(resource))}"
         with map_errors("zookeeper", doing, KazooException, KazooTimeoutError, OSError, fix=FIX):
             client = await self._started()
             return await asyncio.to_thread(op, client, path)

@@ -142,3 +142,26 @@ def test_zookeeper_ensemble_elects_one_leader_and_survives_a_member_stop(
     cluster.stop(follower.name)
     assert not cluster.is_running(follower.name)
     assert all(probe(n) for n in members if n is not follower)
+
+
+async def test_pausing_postgres_hangs_open_connections_too(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster],
+) -> None:
+    import asyncio
+
+    import asyncpg
+
+    cluster = cluster_factory(ClusterSpec(redis=0, postgres=True))
+    conn = await asyncpg.connect(cluster.postgres_dsn)
+    try:
+        assert await conn.fetchval("SELECT 1") == 1
+        cluster.pause("postgres-0")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(conn.fetchval("SELECT 2"), 0.5)
+        cluster.resume("postgres-0")
+    finally:
+        cluster.resume("postgres-0")
+        conn.terminate()
+    conn = await asyncpg.connect(cluster.postgres_dsn)
+    assert await conn.fetchval("SELECT 3") == 3
+    await conn.close()

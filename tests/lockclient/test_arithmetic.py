@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockclient._quorum import DRIFT_CONSTANT, Tally, drift, quorum, validity
+from lockclient._quorum import DRIFT_CONSTANT, Tally, drift, quorum, tally, validity
+from lockclient.lease import lock_value, token_of
 
 nodes = st.integers(min_value=1, max_value=101)
 seconds = st.floats(min_value=0.001, max_value=3600, allow_nan=False, allow_infinity=False)
@@ -63,3 +64,19 @@ def test_two_clients_cannot_both_be_granted(n: int, data: st.DataObject) -> None
     a = Tally(granted=first, refused=second, failed=n - first - second)
     b = Tally(granted=second, refused=first, failed=n - first - second)
     assert not (a.grants(1.0) and b.grants(1.0))
+
+
+@given(st.lists(st.one_of(st.booleans(), st.just(TimeoutError()), st.just(ConnectionError())), max_size=15))
+def test_tally_counts_every_answer_once(outcomes: list[object]) -> None:
+    counts = tally(outcomes)
+    assert counts.nodes == len(outcomes)
+    assert counts.granted == outcomes.count(True)
+    assert counts.refused == sum(o is False for o in outcomes)
+
+
+@given(st.one_of(st.none(), st.integers(min_value=1, max_value=2**63 - 1)))
+def test_the_lock_value_records_its_token(token: int | None) -> None:
+    value = lock_value(token)
+    assert token_of(value) == token
+    assert token_of(value.encode()) == token
+    assert lock_value(token) != value  # fresh random bytes every time

@@ -54,7 +54,7 @@ async def test_each_acquisition_gets_a_new_random_value(urls: list[str], resourc
 
 
 async def test_validity_is_ttl_minus_elapsed_minus_drift(urls: list[str], resource: str) -> None:
-    clock = StepClock(100.0, 100.25)  # the fan-out "took" 250 ms
+    clock = StepClock(99.0, 100.0, 100.25)  # token asked for, SETs sent, quorum in: the fan-out "took" 250 ms
     async with Redlock(urls, clock=clock) as locker:
         lease = await locker.acquire(resource, ttl=10.0)
         assert lease.remaining() == pytest.approx(10.0 - 0.25 - (10.0 * 0.01 + 0.002))
@@ -64,7 +64,7 @@ async def test_validity_is_ttl_minus_elapsed_minus_drift(urls: list[str], resour
 async def test_a_quorum_slower_than_the_ttl_is_refused_and_released_everywhere(
     urls: list[str], raw: list[Redis], resource: str
 ) -> None:
-    clock = StepClock(100.0, 102.5)  # a 2 s TTL, and the attempt took 2.5 s (say, a GC pause)
+    clock = StepClock(99.0, 100.0, 102.5)  # a 2 s TTL, and the fan-out took 2.5 s (say, a GC pause)
     async with Redlock(urls, clock=clock) as locker:
         with pytest.raises(LockNotAcquired, match="quorum answered but") as caught:
             await locker.acquire(resource, ttl=2.0, blocking=False)
@@ -96,7 +96,7 @@ async def test_a_stale_holders_release_and_extend_leave_the_new_holders_key(
 
         await eventually(expired)
         current = await new.acquire(resource, ttl=5.0, timeout=5.0)
-        with pytest.raises(LockLost, match="0 of 5"):
+        with pytest.raises(LockLost, match="only 0 of 5"):
             await old.extend(stale, ttl=60.0)
         with pytest.raises(LockLost):
             await old.release(stale)
@@ -183,3 +183,27 @@ async def test_retry_attempts_bound_a_blocking_acquire(urls: list[str], resource
         with pytest.raises(LockNotAcquired, match="after 3 attempt"):
             await waiter.acquire(resource)
         await holder.release(lease)
+
+
+async def test_wait_lost_returns_when_the_validity_runs_out(urls: list[str], resource: str) -> None:
+    called: list[object] = []
+    async with Redlock(urls) as locker:
+        lease = await locker.acquire(resource, ttl=0.3, on_lost=called.append)
+        async with asyncio.timeout(5):
+            await lease.wait_lost()
+        assert lease.lost
+        assert lease.lost_reason == "the lease's validity ran out"
+        assert lease.remaining() == 0.0
+        with pytest.raises(LockLost, match="validity ran out"):
+            await locker.extend(lease)
+        assert called == [lease]  # the failed extension told the holder, once
+
+
+async def test_connect_opens_a_connection_to_every_master(urls: list[str]) -> None:
+    locker = Redlock([*urls, "redis://127.0.0.1:1"])  # plus one master that is down
+    try:
+        answers = await locker.connect()
+        assert [answers[url] for url in urls] == ["ok"] * 5
+        assert "ConnectionError" in answers["redis://127.0.0.1:1"]
+    finally:
+        await locker.aclose()

@@ -1,0 +1,93 @@
+"""Every error the gateway server raises; each refusal knows its HTTP answer.
+
+GatewayServerError
+ ├── ConfigError (ValueError)     bad settings; the message says the fix
+ └── Refusal                      a request answered with an error: status, `error` code, JSON fields
+      ├── BadRequest               400 bad_request: malformed token, resource or key
+      ├── Unauthorized             401 unauthorized: no or unknown API key
+      ├── Forbidden                403 forbidden: the key is not scoped to this resource or key
+      ├── NotFound                 404 not_found
+      ├── PayloadTooLarge          413 payload_too_large
+      ├── TokenFromTheFuture       422 token_from_the_future: above the source's upper bound
+      ├── TokenRequired            428 token_required: a write without Fencing-Token
+      ├── NotSupported             501 not_supported: not available in this mode
+      ├── UpstreamFailed           502 upstream_failed: the upstream answered an error
+      ├── Unavailable              503: storage, token source or upstream unreachable, or the
+      │                            source went back below a mark (token_source_regressed)
+      └── UpstreamTimeout          504 upstream_timeout: the upstream did not answer in time
+
+A stale token is `storage.StaleTokenError`, answered 409 by the middleware.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+
+class GatewayServerError(Exception):
+    """Root of every gateway server error."""
+
+
+class ConfigError(GatewayServerError, ValueError):
+    """A setting is invalid; the message says how to fix it."""
+
+
+class Refusal(GatewayServerError):
+    """A request the gateway answers with an error; nothing was written."""
+
+    status: ClassVar[int] = 500
+    default_code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None, fields: Mapping[str, object] | None = None):
+        super().__init__(message)
+        self.code = code or self.default_code
+        self.fields = dict(fields or {})
+
+    def body(self) -> dict[str, object]:
+        """The JSON body: the `error` code, the fields, and the message as `detail`."""
+        return {"error": self.code, **self.fields, "detail": str(self)}
+
+
+class BadRequest(Refusal):
+    status, default_code = 400, "bad_request"
+
+
+class Unauthorized(Refusal):
+    status, default_code = 401, "unauthorized"
+
+
+class Forbidden(Refusal):
+    status, default_code = 403, "forbidden"
+
+
+class NotFound(Refusal):
+    status, default_code = 404, "not_found"
+
+
+class PayloadTooLarge(Refusal):
+    status, default_code = 413, "payload_too_large"
+
+
+class TokenFromTheFuture(Refusal):
+    status, default_code = 422, "token_from_the_future"
+
+
+class TokenRequired(Refusal):
+    status, default_code = 428, "token_required"
+
+
+class NotSupported(Refusal):
+    status, default_code = 501, "not_supported"
+
+
+class UpstreamFailed(Refusal):
+    status, default_code = 502, "upstream_failed"
+
+
+class Unavailable(Refusal):
+    status, default_code = 503, "unavailable"
+
+
+class UpstreamTimeout(Refusal):
+    status, default_code = 504, "upstream_timeout"

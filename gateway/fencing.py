@@ -1,0 +1,137 @@
+"""The fence's decisions, with no HTTP in sight.
+
+`Fencer` runs every fenced operation: first the token-from-the-future guard
+(a token above the source's upper bound for the resource is refused 422,
+since one such token would fence out every honest client forever), then the
+store's single-transaction check-and-change, timed. A stale refusal is
+checked against the source once more: if the mark itself is above what the
+source has ever issued, the source went back (restored from a backup, a
+reset counter) and every honest client would be refused; that is answered
+503 `token_source_regressed`, logged and counted, not 409.
+
+The bound is cached per resource and the source is asked again only when a
+token exceeds it (bounds only grow while the source is healthy), or when a
+refusal needs explaining.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from gateway.errors import TokenFromTheFuture, Unavailable
+from gateway.metrics import Metrics
+from lockclient.errors import LockClientError
+from lockclient.protocols import TokenSource
+from storage.errors import StaleTokenError
+from storage.protocols import ObjectData, ObjectMeta, ObjectStore
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+BOUND_CACHE_SIZE = 100_000  # resources whose bound is remembered; the oldest are forgotten first
+
+
+class FutureGuard:
+    """Refuses tokens above the source's bound and notices a source that went back."""
+
+    def __init__(self, source: TokenSource | None, *, metrics: Metrics) -> None:
+        self._source = source
+        self._metrics = metrics
+        self._bounds: OrderedDict[str, int] = OrderedDict()
+
+    @property
+    def enabled(self) -> bool:
+        return self._source is not None
+
+    async def _ask(self, resource: str) -> int:
+        assert self._source is not None
+        try:
+            bound = await self._source.upper_bound(resource)
+        except (LockClientError, OSError, TimeoutError) as exc:
+            raise Unavailable(
+                f"the token source did not answer for {resource!r}: {exc}; nothing was written, retry",
+                code="token_source_unavailable",
+                fields={"resource": resource},
+            ) from exc
+        self._bounds[resource] = bound
+        self._bounds.move_to_end(resource)
+        while len(self._bounds) > BOUND_CACHE_SIZE:
+            self._bounds.popitem(last=False)
+        return bound
+
+    async def admit(self, resource: str, token: int) -> None:
+        """422 if `token` is above everything the source has issued for `resource`."""
+        if self._source is None or token <= self._bounds.get(resource, 0):
+            return
+        bound = await self._ask(resource)
+        if token > bound:
+            self._metrics.future_refusals.inc()
+            raise TokenFromTheFuture(
+                f"token {token} is above the highest the token source has issued for {resource!r} ({bound}); "
+                "send a token drawn from the gateway's token source",
+                fields={"resource": resource, "token": token, "bound": bound},
+            )
+
+    async def explain(self, stale: StaleTokenError) -> None:
+        """503 token_source_regressed if the mark that refused `stale` is above the source's bound."""
+        if self._source is None:
+            return
+        bound = await self._ask(stale.resource)
+        if stale.highest > bound:
+            self._metrics.token_source_regressed.inc()
+            log.error(
+                "token source regressed: resource=%s mark=%d source_bound=%d token=%d; every client is "
+                "refused until the source issues tokens above the mark",
+                stale.resource,
+                stale.highest,
+                bound,
+                stale.token,
+            )
+            raise Unavailable(
+                f"the token source's bound {bound} for {stale.resource!r} is below the mark {stale.highest}: "
+                "the source went back (restored or reset); move it past the mark, nothing was written",
+                code="token_source_regressed",
+                fields={"resource": stale.resource, "highest": stale.highest, "bound": bound},
+            ) from stale
+
+
+class Fencer:
+    """Every fenced operation: guard, one store transaction, timing, refusal accounting."""
+
+    def __init__(self, *, store: ObjectStore, guard: FutureGuard, metrics: Metrics) -> None:
+        self._store = store
+        self._guard = guard
+        self._metrics = metrics
+
+    async def put(self, key: str, data: bytes, *, resource: str, token: int) -> ObjectMeta:
+        return await self._fenced(
+            resource, token, lambda: self._store.put(key, data, resource=resource, token=token)
+        )
+
+    async def get(self, key: str, *, resource: str, token: int | None) -> ObjectData:
+        if token is None:
+            return await self._store.get(key, resource=resource, token=None)
+        return await self._fenced(
+            resource, token, lambda: self._store.get(key, resource=resource, token=token)
+        )
+
+    async def delete(self, key: str, *, resource: str, token: int) -> ObjectMeta:
+        return await self._fenced(
+            resource, token, lambda: self._store.delete(key, resource=resource, token=token)
+        )
+
+    async def _fenced(self, resource: str, token: int, operation: Callable[[], Awaitable[T]]) -> T:
+        await self._guard.admit(resource, token)
+        start = time.perf_counter()
+        try:
+            return await operation()
+        except StaleTokenError as exc:
+            await self._guard.explain(exc)
+            self._metrics.stale_refusals.inc()
+            raise
+        finally:
+            self._metrics.fence_check_seconds.observe(time.perf_counter() - start)

@@ -1,0 +1,52 @@
+"""Prometheus metrics of one app, in a registry of its own (never the process-global one).
+
+Two apps in one process (tests, a proxy and a store side by side) must not
+share counters, so each `create_app` makes one `Metrics`.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# Fence checks are one short transaction: sub-millisecond on a warm SQLite,
+# up to an fsync or a network round trip; the tail is what matters.
+FENCE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    """The gateway's counters, histogram and gauge."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "fencegate_requests",
+            "HTTP requests answered, by route, method and status",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.stale_refusals = Counter(
+            "fencegate_stale_refusals", "requests refused 409: token below the mark", registry=self.registry
+        )
+        self.future_refusals = Counter(
+            "fencegate_future_refusals",
+            "requests refused 422: token above the source's upper bound",
+            registry=self.registry,
+        )
+        self.token_source_regressed = Counter(
+            "fencegate_token_source_regressed",
+            "requests answered 503 because a mark is above the token source's upper bound",
+            registry=self.registry,
+        )
+        self.fence_check_seconds = Histogram(
+            "fencegate_fence_check_seconds",
+            "time of one fenced storage transaction (check and change), accepted or refused",
+            buckets=FENCE_BUCKETS,
+            registry=self.registry,
+        )
+        self.marks = Gauge(
+            "fencegate_marks", "resources with a high-water mark (updated on scrape)", registry=self.registry
+        )
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of this registry."""
+        return generate_latest(self.registry)

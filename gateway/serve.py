@@ -1,0 +1,74 @@
+"""`fencegate serve`: run the gateway as a process.
+
+Every flag is also an environment variable of the same name
+(`--max-body` is `FENCEGATE_MAX_BODY`); a flag wins. The process serves
+until SIGTERM or SIGINT, then stops accepting, lets requests in flight
+finish, and closes storage. It logs the address it listens on, so
+`--port 0` can be used and read back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from aiohttp import web
+
+from gateway.app import create_app
+from gateway.config import Settings, add_arguments, settings_from
+from gateway.errors import GatewayServerError
+from lockclient import LockClientError, open_token_source
+from storage.errors import StorageError
+
+log = logging.getLogger("gateway")
+
+SHUTDOWN_GRACE = 10.0  # seconds for requests in flight to finish after SIGTERM
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "serve",
+        help="run the fencing gateway (HTTP) in front of the object store",
+        description=(
+            "Serve the fenced object store over HTTP. Requests that change storage carry a "
+            "Fencing-Token; tokens below a resource's high-water mark are refused (409). Every option "
+            "can also be given as an environment variable FENCEGATE_<NAME>."
+        ),
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+async def _serve(settings: Settings) -> None:
+    tokens = open_token_source(settings.tokens) if settings.tokens else None
+    app = create_app(settings, tokens=tokens)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
+        await site.start()
+        for address in runner.addresses:
+            log.info("fencegate gateway listening on http://%s:%s", *address[:2])
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("stopping: finishing requests in flight")
+    finally:
+        await runner.cleanup()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_from(args, os.environ)
+        asyncio.run(_serve(settings))
+    except (GatewayServerError, StorageError, LockClientError) as exc:
+        print(f"fencegate serve: {exc}", file=sys.stderr)
+        return 2
+    return 0

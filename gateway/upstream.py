@@ -1,0 +1,170 @@
+"""Upstream proxy mode: the fence in front of another HTTP service.
+
+For each fenced request the gateway takes the resource's in-process lock,
+commits the raised mark in its own database, and only then forwards the
+request; the lock is held until the upstream answered, so one gateway sends
+a resource's requests to the upstream one at a time, in fence order.
+
+The limit, stated at start-up and in docs/gateway.md: this is safe only if
+the path from the gateway to the upstream cannot delay or reorder requests.
+A request that times out here may still arrive at the upstream later, after
+a newer token's request; only a store that checks the token itself (the
+built-in one) is safe against that. Run one gateway per upstream in this mode:
+the per-resource lock is per process.
+
+An upstream failure is 502 (it answered an error), 503 (unreachable) or 504
+(no answer in time), never a success. The raised mark stays: the token was
+valid, and a mark never goes down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from urllib.parse import quote
+
+import aiohttp
+
+from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
+from storage.errors import ObjectNotFound
+from storage.protocols import ObjectData, ObjectMeta
+from storage.sql import SqlObjectStore, digest_of
+
+PROXY_LIMIT = (
+    "proxy mode is safe only if the path from this gateway to the upstream cannot delay or reorder "
+    "requests; a delayed request can reach the upstream after a newer token's request"
+)
+
+
+class ResourceLocks:
+    """One asyncio lock per resource, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, resource: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(resource, (asyncio.Lock(), 0))
+        self._locks[resource] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[resource]
+            if users == 1:
+                del self._locks[resource]
+            else:
+                self._locks[resource] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+class _Answer:
+    def __init__(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+
+class UpstreamStore:
+    """`ObjectStore` that fences in SQL and keeps the bytes in an upstream HTTP service."""
+
+    def __init__(
+        self, *, fences: SqlObjectStore, session: aiohttp.ClientSession, base_url: str, timeout: float
+    ) -> None:
+        self._fences = fences
+        self._session = session
+        self._base = base_url.rstrip("/")
+        self._timeout = timeout
+        self.locks = ResourceLocks()
+
+    async def _forward(
+        self, method: str, key: str, *, resource: str, token: int | None, data: bytes | None = None
+    ) -> _Answer:
+        headers = {"Fencing-Resource": resource}
+        if token is not None:
+            headers["Fencing-Token"] = str(token)
+        url = f"{self._base}/{quote(key, safe='/')}"
+        fields = {"upstream": self._base, "key": key}
+        try:
+            async with asyncio.timeout(self._timeout):
+                async with self._session.request(method, url, data=data, headers=headers) as resp:
+                    answer = _Answer(resp.status, await resp.read(), dict(resp.headers))
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"no upstream answer to {method} {key!r} within {self._timeout}s; its outcome is unknown",
+                fields=fields,
+            ) from exc
+        except (aiohttp.ClientConnectionError, OSError) as exc:
+            raise Unavailable(
+                f"the upstream is unreachable ({exc}); the request was not applied, retry",
+                code="upstream_unavailable",
+                fields=fields,
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamFailed(
+                f"the upstream answered {method} {key!r} badly: {exc}", fields=fields
+            ) from exc
+        if 200 <= answer.status < 300:
+            return answer
+        if answer.status == 404 and method in ("GET", "DELETE"):
+            raise ObjectNotFound(f"no object under key {key!r} upstream", key=key)
+        fields["upstream_status"] = str(answer.status)
+        if answer.status == 503:
+            raise Unavailable("the upstream is unavailable (503)", code="upstream_unavailable", fields=fields)
+        if answer.status == 504:
+            raise UpstreamTimeout("the upstream timed out (504)", fields=fields)
+        raise UpstreamFailed(f"the upstream answered {method} {key!r} with {answer.status}", fields=fields)
+
+    async def put(self, key: str, data: bytes, *, resource: str, token: int) -> ObjectMeta:
+        async with self.locks.hold(resource):
+            await self._fences.fence(resource, token)
+            answer = await self._forward("PUT", key, resource=resource, token=token, data=data)
+        return ObjectMeta(
+            key=key,
+            resource=resource,
+            token=token,
+            version=None,
+            size=len(data),
+            digest=digest_of(data),
+            created=answer.status == 201,
+        )
+
+    async def get(self, key: str, *, resource: str, token: int | None) -> ObjectData:
+        if token is None:
+            answer = await self._forward("GET", key, resource=resource, token=None)
+        else:
+            async with self.locks.hold(resource):
+                await self._fences.fence(resource, token)
+                answer = await self._forward("GET", key, resource=resource, token=token)
+        written_by = answer.headers.get("Fencing-Token", "")
+        meta = ObjectMeta(
+            key=key,
+            resource=resource,
+            token=int(written_by) if written_by.isdigit() else None,
+            version=None,
+            size=len(answer.body),
+            digest=digest_of(answer.body),
+        )
+        content_type = answer.headers.get("Content-Type", "application/octet-stream")
+        return ObjectData(meta=meta, data=answer.body, content_type=content_type)
+
+    async def delete(self, key: str, *, resource: str, token: int) -> ObjectMeta:
+        async with self.locks.hold(resource):
+            await self._fences.fence(resource, token)
+            await self._forward("DELETE", key, resource=resource, token=token)
+        return ObjectMeta(key=key, resource=resource, token=token, version=None, size=0, digest=None)
+
+    async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]:
+        raise NotSupported("listing is not available in proxy mode: list on the upstream service itself")
+
+    async def mark(self, resource: str) -> int:
+        return await self._fences.mark(resource)
+
+    async def marks_count(self) -> int:
+        return await self._fences.marks_count()
+
+    async def ping(self) -> None:
+        await self._fences.ping()

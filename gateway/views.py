@@ -1,0 +1,118 @@
+"""Thin handlers: parse HTTP, ask the fencer, shape the answer. No decision lives here."""
+
+from __future__ import annotations
+
+import contextlib
+
+from aiohttp import web
+
+from gateway.errors import PayloadTooLarge
+from gateway.keys import AppKeys
+from gateway.openapi import OPENAPI
+from gateway.parsing import parse_key, parse_limit, parse_prefix, parse_resource, parse_token
+from storage.errors import StorageError
+from storage.protocols import ObjectMeta
+
+
+def _authorize(request: web.Request, *names: str) -> None:
+    api_keys = request.app[AppKeys.api_keys]
+    if api_keys is not None:
+        api_keys.require(api_keys.identify(request.headers.get("Authorization")), *names)
+
+
+def _accepted_headers(meta: ObjectMeta) -> dict[str, str]:
+    headers = {"Fencing-Resource": meta.resource}
+    if meta.token is not None:
+        headers["Fencing-Token"] = str(meta.token)
+    if meta.digest is not None:
+        headers["ETag"] = f'"{meta.digest}"'
+    return headers
+
+
+def _meta_body(meta: ObjectMeta) -> dict[str, object]:
+    return {
+        "key": meta.key,
+        "resource": meta.resource,
+        "token": meta.token,
+        "version": meta.version,
+        "size": meta.size,
+    }
+
+
+def _fenced_target(request: web.Request, *, required: bool) -> tuple[str, str, int | None]:
+    key = parse_key(request.match_info["key"])
+    resource = parse_resource(request.headers.get("Fencing-Resource"), key=key)
+    _authorize(request, key, resource)  # before the token: a stranger learns nothing about it
+    return key, resource, parse_token(request.headers.get("Fencing-Token"), required=required)
+
+
+async def put_object(request: web.Request) -> web.Response:
+    key, resource, token = _fenced_target(request, required=True)
+    assert token is not None
+    limit = request.app[AppKeys.settings].max_body
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"the body is {request.content_length} bytes; the limit is {limit}")
+    data = await request.read()
+    meta = await request.app[AppKeys.fencer].put(key, data, resource=resource, token=token)
+    return web.json_response(
+        _meta_body(meta), status=201 if meta.created else 200, headers=_accepted_headers(meta)
+    )
+
+
+async def get_object(request: web.Request) -> web.Response:
+    key, resource, token = _fenced_target(request, required=False)
+    found = await request.app[AppKeys.fencer].get(key, resource=resource, token=token)
+    headers = _accepted_headers(found.meta)
+    if found.meta.version is not None:
+        headers["Object-Version"] = str(found.meta.version)
+    return web.Response(body=found.data, content_type=found.content_type, headers=headers)
+
+
+async def delete_object(request: web.Request) -> web.Response:
+    key, resource, token = _fenced_target(request, required=True)
+    assert token is not None
+    meta = await request.app[AppKeys.fencer].delete(key, resource=resource, token=token)
+    return web.json_response(_meta_body(meta), headers=_accepted_headers(meta))
+
+
+async def list_objects(request: web.Request) -> web.Response:
+    prefix = parse_prefix(request.query.get("prefix"))
+    after = parse_prefix(request.query.get("after"))
+    limit = parse_limit(request.query.get("limit"))
+    _authorize(request, prefix)
+    found = await request.app[AppKeys.store].list(prefix, after=after, limit=limit)
+    return web.json_response(
+        {
+            "prefix": prefix,
+            "objects": [_meta_body(meta) for meta in found],
+            "next": found[-1].key if len(found) == limit else None,
+        }
+    )
+
+
+async def get_fence(request: web.Request) -> web.Response:
+    resource = parse_resource(request.match_info["resource"], key="")
+    _authorize(request, resource)
+    highest = await request.app[AppKeys.store].mark(resource)
+    return web.json_response({"resource": resource, "highest": highest})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    await request.app[AppKeys.store].ping()
+    return web.json_response({"status": "ready"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    registry = request.app[AppKeys.metrics]
+    # The scrape still answers when storage is down; the gauge keeps its last value.
+    with contextlib.suppress(StorageError):
+        registry.marks.set(await request.app[AppKeys.store].marks_count())
+    return web.Response(body=registry.render(), content_type="text/plain", charset="utf-8")
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(OPENAPI)

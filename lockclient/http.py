@@ -1,0 +1,224 @@
+"""`GatewayClient`: the aiohttp client of the fencing gateway.
+
+Every fenced call takes `lease=` (anything with `token` and `resource`, a
+`lockclient.protocols.Fenced`) and sends them as `Fencing-Token` and
+`Fencing-Resource`. A 409 is raised as `StaleToken` carrying the mark that
+refused it: the caller's lease is no longer the newest and must not write
+again. Any other failure is a `GatewayError` with the status and the
+gateway's error code; a 5xx or a lost connection means the outcome is
+unknown, never that the write happened.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from lockclient.errors import ConfigurationError, GatewayError, StaleToken
+from lockclient.protocols import Fenced
+
+DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What the gateway reports about an accepted write, or a listed object."""
+
+    key: str
+    resource: str
+    token: int | None
+    version: int | None
+    size: int
+    etag: str | None = None
+    created: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedObject:
+    """An object read through the gateway: its bytes and the token that wrote them."""
+
+    key: str
+    data: bytes
+    token: int | None
+    version: int | None
+    etag: str | None
+
+
+def _int_header(headers: Mapping[str, str], name: str) -> int | None:
+    value = headers.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+def _info(body: Mapping[str, Any], *, etag: str | None = None, created: bool = False) -> ObjectInfo:
+    return ObjectInfo(
+        key=body["key"],
+        resource=body["resource"],
+        token=body["token"],
+        version=body["version"],
+        size=body["size"],
+        etag=etag,
+        created=created,
+    )
+
+
+class GatewayClient:
+    """Talks to one gateway; `async with` it, or call `aclose()`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        session: aiohttp.ClientSession | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"base_url {base_url!r} must be an http(s) URL, e.g. http://127.0.0.1:8080"
+            )
+        self._base = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._session = session
+        self._owns_session = session is None
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+
+    async def __aenter__(self) -> GatewayClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the session if this client opened it."""
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _fencing(
+        self, key: str, lease: Fenced | None, token: int | None, resource: str | None, *, required: bool
+    ) -> dict[str, str]:
+        if lease is not None:
+            if token is not None or resource is not None:
+                raise ConfigurationError("pass either lease= or token=/resource=, not both")
+            token, resource = lease.token, lease.resource
+        if token is None:
+            if required:
+                raise ConfigurationError(f"writing {key!r} needs a fencing token: pass lease= (or token=)")
+            return {}
+        headers = {"Fencing-Token": str(token)}
+        if resource is not None:
+            headers["Fencing-Resource"] = resource
+        return headers
+
+    async def _request(
+        self, method: str, path: str, *, headers: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        try:
+            async with self._session.request(
+                method, self._base + path, headers={**self._headers, **(headers or {})}, **kwargs
+            ) as resp:
+                body = await resp.read()
+                status, resp_headers = resp.status, resp.headers
+        except TimeoutError as exc:
+            raise GatewayError(
+                f"{method} {path}: no answer within the timeout; the outcome is unknown",
+                status=None,
+                code="timeout",
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise GatewayError(
+                f"{method} {path}: cannot reach the gateway at {self._base} ({exc}); the outcome is unknown",
+                status=None,
+                code="unreachable",
+            ) from exc
+        if status >= 400:
+            raise self._error(method, path, status, body)
+        return status, resp_headers, body
+
+    @staticmethod
+    def _error(method: str, path: str, status: int, body: bytes) -> GatewayError:
+        try:
+            document = json.loads(body)
+        except ValueError:
+            document = {}
+        if not isinstance(document, dict):
+            document = {}
+        code = document.get("error")
+        detail = document.get("detail") or body[:200].decode(errors="replace")
+        if status == 409 and code == "stale_token":
+            return StaleToken(
+                f"{method} {path}: {detail}",
+                resource=document["resource"],
+                token=document["token"],
+                highest=document["highest"],
+            )
+        return GatewayError(f"{method} {path}: {status} {code}: {detail}", status=status, code=code)
+
+    @staticmethod
+    def _object_path(key: str) -> str:
+        return "/v1/objects/" + quote(key, safe="/")
+
+    async def put(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        lease: Fenced | None = None,
+        token: int | None = None,
+        resource: str | None = None,
+    ) -> ObjectInfo:
+        """Store `data` under `key`, fenced by the lease's token."""
+        headers = self._fencing(key, lease, token, resource, required=True)
+        status, resp_headers, body = await self._request(
+            "PUT", self._object_path(key), headers=headers, data=data
+        )
+        return _info(json.loads(body), etag=resp_headers.get("ETag"), created=status == 201)
+
+    async def get(
+        self, key: str, *, lease: Fenced | None = None, token: int | None = None, resource: str | None = None
+    ) -> FetchedObject:
+        """Read `key`; with a lease it is a fenced read, which raises the mark."""
+        headers = self._fencing(key, lease, token, resource, required=False)
+        _, resp_headers, body = await self._request("GET", self._object_path(key), headers=headers)
+        return FetchedObject(
+            key=key,
+            data=body,
+            token=_int_header(resp_headers, "Fencing-Token"),
+            version=_int_header(resp_headers, "Object-Version"),
+            etag=resp_headers.get("ETag"),
+        )
+
+    async def delete(
+        self, key: str, *, lease: Fenced | None = None, token: int | None = None, resource: str | None = None
+    ) -> ObjectInfo:
+        """Delete `key`, fenced by the lease's token."""
+        headers = self._fencing(key, lease, token, resource, required=True)
+        _, resp_headers, body = await self._request("DELETE", self._object_path(key), headers=headers)
+        return _info(json.loads(body), etag=resp_headers.get("ETag"))
+
+    async def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """Every object whose key starts with `prefix`, in key order (all pages)."""
+        found: list[ObjectInfo] = []
+        after = ""
+        while True:
+            _, _, body = await self._request("GET", "/v1/objects", params={"prefix": prefix, "after": after})
+            page = json.loads(body)
+            found.extend(_info(item) for item in page["objects"])
+            if page["next"] is None:
+                return found
+            after = page["next"]
+
+    async def fence(self, resource: str) -> int:
+        """The resource's current high-water mark (0 if no token was ever accepted)."""
+        _, _, body = await self._request("GET", "/v1/fences/" + quote(resource, safe="/"))
+        return int(json.loads(body)["highest"])

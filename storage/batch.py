@@ -1,0 +1,258 @@
+"""Group commit on SQLite: many fenced writes, one transaction, one fsync, each fence checked in order.
+
+On SQLite every commit is an fsync (WAL, `synchronous=FULL`) and one writer
+holds the lock at a time, so one transaction per request spends its time on
+the disk, the write lock and a thread hop per statement. Here requests queue
+up; one writer task takes everything queued (up to `max_batch`) and hands the
+batch to one dedicated thread, which runs `BEGIN IMMEDIATE`, then for each
+request in queue order the fence upsert and the change, then one `COMMIT`.
+
+The statements are the SQLAlchemy constructs of `statements.py`, compiled
+once for SQLite; the batch runs them on a stdlib `sqlite3` connection owned by
+that thread, so a statement costs microseconds instead of a thread hop.
+
+A stale request needs no savepoint: the fence upsert is its first statement
+and, refused, it changed nothing; the request is answered 409 and its
+neighbours go on. No request is answered before the COMMIT that holds it
+returned; if any statement or the commit fails, the batch rolls back and every
+request in it gets `StorageUnavailable` (outcome unknown: 503), never 2xx.
+Reads without a token do not queue: WAL readers run beside the writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+from storage.engine import SQLITE_BUSY_TIMEOUT
+from storage.errors import ObjectNotFound, StorageError, StorageUnavailable
+from storage.models import Fence
+from storage.protocols import ObjectData, ObjectMeta
+from storage.sql import SqlObjectStore, object_params, stale_token
+from storage.statements import META_COLUMNS, OBJECT_COLUMNS, Statements
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BATCH = 256  # requests per transaction; bounds how long one batch holds the write lock
+
+
+@dataclass(slots=True)
+class _Op:
+    kind: Literal["put", "get", "delete"]
+    key: str
+    resource: str
+    token: int
+    data: bytes = b""
+    future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class _Compiled:
+    """The store's statements as SQLite SQL text with named parameters and their defaults."""
+
+    def __init__(self) -> None:
+        dialect = sqlite_dialect.dialect(paramstyle="named")
+        statements = Statements.for_dialect("sqlite")
+        self.sql: dict[str, tuple[str, dict[str, Any]]] = {}
+        for name in ("fence_upsert", "mark_select", "object_upsert", "object_delete", "object_select"):
+            compiled = getattr(statements, name).compile(dialect=dialect)
+            self.sql[name] = (str(compiled), dict(compiled.params))
+        self.bind_time: Callable[[datetime], str] = Fence.updated_at.type.dialect_impl(
+            dialect
+        ).bind_processor(dialect)
+
+    def run(self, db: sqlite3.Connection, name: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        text, defaults = self.sql[name]
+        if "updated_at" in params:
+            params = {**params, "updated_at": self.bind_time(params["updated_at"])}
+        row: tuple[Any, ...] | None = db.execute(text, {**defaults, **params}).fetchone()
+        return row
+
+
+class _Writer:
+    """The writer thread's side: one sqlite3 connection, used only on that thread."""
+
+    def __init__(self, path: str, *, busy_timeout: float) -> None:
+        self._path = path
+        self._busy_timeout = busy_timeout
+        self._db: sqlite3.Connection | None = None
+        self._sql = _Compiled()
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            db = sqlite3.connect(self._path, timeout=self._busy_timeout, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # per connection: the commit is on disk when it returns
+            self._db = db
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _apply(self, db: sqlite3.Connection, op: _Op, now: datetime) -> tuple[bool, Any]:
+        fenced = self._sql.run(
+            db, "fence_upsert", {"resource": op.resource, "token": op.token, "updated_at": now}
+        )
+        if fenced is None:
+            highest = self._sql.run(db, "mark_select", {"resource": op.resource})
+            assert highest is not None  # the upsert found a row it would not raise
+            return False, stale_token(op.resource, op.token, highest[0])
+        if op.kind == "put":
+            params = object_params(op.key, op.data, resource=op.resource, token=op.token, now=now)
+            row = self._sql.run(db, "object_upsert", params)
+            assert row is not None
+            meta = dict(zip(META_COLUMNS, row, strict=True))
+            return True, ObjectMeta(**meta, created=meta["version"] == 1)
+        if op.kind == "delete":
+            row = self._sql.run(db, "object_delete", {"key": op.key})
+            if row is None:
+                return False, ObjectNotFound(f"no object under key {op.key!r}", key=op.key)
+            version, size, digest = row
+            return True, ObjectMeta(
+                key=op.key, resource=op.resource, token=op.token, version=version, size=size, digest=digest
+            )
+        row = self._sql.run(db, "object_select", {"key": op.key})
+        if row is None:  # the raised mark still commits: a fenced read of a missing key fences too
+            return False, ObjectNotFound(f"no object under key {op.key!r}", key=op.key)
+        found = dict(zip(OBJECT_COLUMNS, row, strict=True))
+        meta_values = {name: found[name] for name in META_COLUMNS}
+        return True, ObjectData(meta=ObjectMeta(**meta_values), data=found["data"])
+
+    def write(self, batch: list[_Op]) -> list[tuple[bool, Any]]:
+        """Run the batch in one transaction; raises (after rolling back) if it did not commit."""
+        db = self._connect()
+        now = datetime.now(UTC)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            outcomes = [self._apply(db, op, now) for op in batch]
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return outcomes
+
+
+class GroupCommitStore:
+    """`ObjectStore` for SQLite that batches fenced operations; `await start()`, then `aclose()`."""
+
+    def __init__(
+        self,
+        store: SqlObjectStore,
+        *,
+        path: str,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        busy_timeout: float = SQLITE_BUSY_TIMEOUT,
+    ) -> None:
+        self._store = store
+        self._writer = _Writer(path, busy_timeout=busy_timeout)
+        self._max_batch = max(1, max_batch)
+        self._queue: asyncio.Queue[_Op | None] = asyncio.Queue()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fencegate-sqlite-writer")
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.batches = 0  # committed batches (tests read it to see that batching happened)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="fencegate-group-commit")
+
+    async def aclose(self) -> None:
+        """Refuse new requests, commit the queued ones, stop the writer and its thread."""
+        self._closing = True
+        if self._task is not None:
+            self._queue.put_nowait(None)
+            await self._task
+            self._task = None
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._writer.close)
+        self._executor.shutdown(wait=True)
+
+    async def _submit(self, op: _Op) -> Any:
+        if self._closing or self._task is None or self._task.done():
+            raise StorageUnavailable(
+                "the store is not accepting writes (shutting down); retry on another gateway"
+            )
+        self._queue.put_nowait(op)
+        return await op.future
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            first = await self._queue.get()
+            if first is None:
+                return
+            batch, stop = [first], False
+            while len(batch) < self._max_batch and not self._queue.empty():
+                op = self._queue.get_nowait()
+                if op is None:
+                    stop = True
+                    break
+                batch.append(op)
+            try:
+                outcomes = await loop.run_in_executor(self._executor, self._writer.write, batch)
+            except (sqlite3.Error, OSError, StorageError) as exc:
+                self._fail(batch, exc)
+            except Exception as exc:  # the writer must outlive any one batch; its callers get 503
+                log.exception("group commit of %d requests failed", len(batch))
+                self._fail(batch, exc)
+            else:
+                self.batches += 1
+                for op, (ok, value) in zip(batch, outcomes, strict=True):
+                    self._settle(op.future, ok, value)
+            if stop:
+                return
+
+    def _fail(self, batch: list[_Op], exc: BaseException) -> None:
+        for op in batch:
+            failure = StorageUnavailable(
+                f"the batch holding this request was not committed ({type(exc).__name__}: {exc}); retry"
+            )
+            failure.__cause__ = exc
+            self._settle(op.future, False, failure)
+
+    @staticmethod
+    def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+        if future.done():  # the caller gave up (deadline) and answered 503; the outcome stands
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    # -- ObjectStore ---------------------------------------------------------
+
+    async def put(self, key: str, data: bytes, *, resource: str, token: int) -> ObjectMeta:
+        meta: ObjectMeta = await self._submit(_Op("put", key, resource, token, data))
+        return meta
+
+    async def get(self, key: str, *, resource: str, token: int | None) -> ObjectData:
+        if token is None:
+            return await self._store.get(key, resource=resource, token=None)
+        found: ObjectData = await self._submit(_Op("get", key, resource, token))
+        return found
+
+    async def delete(self, key: str, *, resource: str, token: int) -> ObjectMeta:
+        meta: ObjectMeta = await self._submit(_Op("delete", key, resource, token))
+        return meta
+
+    async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]:
+        return await self._store.list(prefix, after=after, limit=limit)
+
+    async def mark(self, resource: str) -> int:
+        return await self._store.mark(resource)
+
+    async def marks_count(self) -> int:
+        return await self._store.marks_count()
+
+    async def ping(self) -> None:
+        await self._store.ping()
+        if self._task is None or self._task.done():
+            raise StorageUnavailable("the group-commit writer is not running; restart the gateway")

@@ -1,0 +1,67 @@
+"""Every error the storage layer raises; driver errors are translated here.
+
+StorageError
+ ├── StaleTokenError          the resource's mark is above the token; the transaction rolled back
+ ├── ObjectNotFound (KeyError) no object under that key (the fence check itself passed)
+ ├── StorageUnavailable        the database failed or did not answer: the outcome is unknown,
+ │                             so a caller must never report success (invariant 4)
+ └── SchemaError               the database holds a schema this code cannot use
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from sqlalchemy import exc as sa_exc
+
+
+class StorageError(Exception):
+    """Root of every storage error."""
+
+
+class StaleTokenError(StorageError):
+    """The token is below the resource's high-water mark; nothing was written."""
+
+    def __init__(self, message: str, *, resource: str, token: int, highest: int) -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.token = token
+        self.highest = highest
+
+
+class ObjectNotFound(StorageError, KeyError):
+    """No object is stored under the key."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class StorageUnavailable(StorageError):
+    """The database could not be reached or failed mid-transaction; the outcome is unknown."""
+
+
+class SchemaError(StorageError):
+    """The stored schema version is not one this code can migrate from."""
+
+
+@contextlib.contextmanager
+def map_storage_errors(what: str) -> Iterator[None]:
+    """Translate driver failures into `StorageUnavailable`, keeping our own errors as they are.
+
+    Any failure of the driver, the socket or a deadline leaves the outcome of a
+    commit unknown; the caller answers 503 and never 2xx.
+    """
+    try:
+        yield
+    except StorageError:
+        raise
+    except (sa_exc.SQLAlchemyError, OSError, TimeoutError) as exc:
+        raise StorageUnavailable(
+            f"storage failed during {what}: {type(exc).__name__}: {exc}; check that the database "
+            "is running and reachable, then retry"
+        ) from exc

@@ -1,0 +1,197 @@
+"""The fenced object store on SQLAlchemy: check and change in one transaction.
+
+The fence is one conditional upsert (`statements.py`), `INSERT ... ON CONFLICT
+(resource) DO UPDATE SET token = excluded.token WHERE fence.token <=
+excluded.token RETURNING token`. No row back means the mark is higher: the transaction rolls
+back and nothing changes. On PostgreSQL the upsert locks the fence row until
+commit, so two gateways on one database accept a resource's tokens in commit
+order (invariant 1); on SQLite the write lock does the same. The mark is never
+read, compared and then written.
+
+A method returns only after its commit returned; any failure on the way is
+`StorageUnavailable` (outcome unknown), never a success.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from storage.engine import READ_ONLY
+from storage.errors import ObjectNotFound, StaleTokenError, map_storage_errors
+from storage.models import Fence, StoredObject
+from storage.protocols import ObjectData, ObjectMeta
+from storage.statements import Statements
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def digest_of(data: bytes) -> str:
+    """The content digest used as the ETag."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def stale_token(resource: str, token: int, highest: int) -> StaleTokenError:
+    """The refusal of `token` by the mark `highest`."""
+    return StaleTokenError(
+        f"token {token} is below the mark {highest} of resource {resource!r}: a newer lease has "
+        "written; take the lock again to get a fresh token",
+        resource=resource,
+        token=token,
+        highest=highest,
+    )
+
+
+def object_params(key: str, data: bytes, *, resource: str, token: int, now: datetime) -> dict[str, Any]:
+    """The bound parameters of `Statements.object_upsert`."""
+    return {
+        "key": key,
+        "data": data,
+        "size": len(data),
+        "digest": digest_of(data),
+        "token": token,
+        "resource": resource,
+        "updated_at": now,
+    }
+
+
+def _meta(row: Any, *, created: bool = False) -> ObjectMeta:
+    return ObjectMeta(
+        key=row.key,
+        resource=row.resource,
+        token=row.token,
+        version=row.version,
+        size=row.size,
+        digest=row.digest,
+        created=created,
+    )
+
+
+class SqlObjectStore:
+    """`ObjectStore` over one SQLAlchemy async engine (SQLite or PostgreSQL).
+
+    The engine is owned by the caller (a cleanup context), not by the store.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, now: Callable[[], datetime] = _now) -> None:
+        self._engine = engine
+        self._now = now
+        self._sql = Statements.for_dialect(engine.dialect.name)
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
+    # -- the fence ------------------------------------------------------------
+
+    async def raise_mark_in(self, conn: AsyncConnection, resource: str, token: int) -> None:
+        """Raise the mark to `token` if `token` >= mark, in `conn`'s transaction; else StaleTokenError."""
+        params = {"resource": resource, "token": token, "updated_at": self._now()}
+        if (await conn.execute(self._sql.fence_upsert, params)).first() is not None:
+            return
+        # Only for the message: the decision was the upsert above.
+        highest = (await conn.execute(self._sql.mark_select, {"resource": resource})).scalar_one()
+        raise stale_token(resource, token, highest)
+
+    async def fence(self, resource: str, token: int) -> None:
+        """Raise the mark alone and commit (the upstream proxy forwards after this)."""
+        with map_storage_errors("fence check"):
+            async with self._engine.begin() as conn:
+                await self.raise_mark_in(conn, resource, token)
+
+    # -- fenced operations ----------------------------------------------------
+
+    async def put(self, key: str, data: bytes, *, resource: str, token: int) -> ObjectMeta:
+        with map_storage_errors("fenced put"):
+            async with self._engine.begin() as conn:
+                await self.raise_mark_in(conn, resource, token)
+                return await self.put_in(conn, key, data, resource=resource, token=token)
+
+    async def put_in(
+        self, conn: AsyncConnection, key: str, data: bytes, *, resource: str, token: int
+    ) -> ObjectMeta:
+        """Write the object inside an open transaction whose fence check passed."""
+        params = object_params(key, data, resource=resource, token=token, now=self._now())
+        row = (await conn.execute(self._sql.object_upsert, params)).one()
+        return _meta(row, created=row.version == 1)
+
+    async def get(self, key: str, *, resource: str, token: int | None) -> ObjectData:
+        with map_storage_errors("fenced get" if token is not None else "get"):
+            if token is None:
+                async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+                    found = await self.find_in(conn, key)
+            else:
+                # A fenced read raises the mark, and the raised mark is committed
+                # before the read is answered, even when the key is absent.
+                async with self._engine.begin() as conn:
+                    await self.raise_mark_in(conn, resource, token)
+                    found = await self.find_in(conn, key)
+        if found is None:
+            raise ObjectNotFound(f"no object under key {key!r}", key=key)
+        return found
+
+    async def find_in(self, conn: AsyncConnection, key: str) -> ObjectData | None:
+        """The object under `key` as `conn`'s transaction sees it, or None."""
+        row = (await conn.execute(self._sql.object_select, {"key": key})).first()
+        return None if row is None else ObjectData(meta=_meta(row), data=row.data)
+
+    async def delete(self, key: str, *, resource: str, token: int) -> ObjectMeta:
+        with map_storage_errors("fenced delete"):
+            async with self._engine.begin() as conn:
+                await self.raise_mark_in(conn, resource, token)
+                meta = await self.delete_in(conn, key, resource=resource, token=token)
+            if meta is None:
+                raise ObjectNotFound(f"no object under key {key!r}", key=key)
+            return meta
+
+    async def delete_in(
+        self, conn: AsyncConnection, key: str, *, resource: str, token: int
+    ) -> ObjectMeta | None:
+        """Delete inside an open transaction whose fence check passed; None if absent."""
+        row = (await conn.execute(self._sql.object_delete, {"key": key})).first()
+        if row is None:
+            return None
+        return ObjectMeta(
+            key=key, resource=resource, token=token, version=row.version, size=row.size, digest=row.digest
+        )
+
+    # -- reads without a token ------------------------------------------------
+
+    async def list(self, prefix: str, *, after: str = "", limit: int = 1000) -> list[ObjectMeta]:
+        cols = (
+            StoredObject.key,
+            StoredObject.resource,
+            StoredObject.token,
+            StoredObject.version,
+            StoredObject.size,
+            StoredObject.digest,
+        )
+        stmt = select(*cols).where(StoredObject.key > after).order_by(StoredObject.key).limit(limit)
+        if prefix:
+            stmt = stmt.where(StoredObject.key.startswith(prefix, autoescape=True))
+        with map_storage_errors("list"):
+            async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+                return [_meta(row) for row in await conn.execute(stmt)]
+
+    async def mark(self, resource: str) -> int:
+        with map_storage_errors("mark lookup"):
+            async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+                found = (await conn.execute(self._sql.mark_select, {"resource": resource})).scalar()
+        return int(found or 0)
+
+    async def marks_count(self) -> int:
+        with map_storage_errors("marks count"):
+            async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+                return int((await conn.execute(select(func.count()).select_from(Fence))).scalar_one())
+
+    async def ping(self) -> None:
+        with map_storage_errors("readiness check"):
+            async with self._engine.execution_options(**{READ_ONLY: True}).connect() as conn:
+                await conn.execute(select(1))

@@ -1,0 +1,74 @@
+"""The fenced store's statements, built once per dialect with bound parameters.
+
+The fence is `INSERT ... ON CONFLICT (resource) DO UPDATE SET token =
+excluded.token WHERE fence.token <= excluded.token RETURNING token`: no row
+back means the mark is higher and the statement changed nothing. Both the
+async store (`sql.py`) and the SQLite group-commit writer (`sqlite_writer.py`)
+run these same constructs, so the decision has one definition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Executable, bindparam, delete, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from storage.models import Fence, StoredObject
+
+OBJECT_COLUMNS = ("key", "data", "size", "digest", "version", "token", "resource", "updated_at")
+META_COLUMNS = ("key", "resource", "token", "version", "size", "digest")
+
+
+def _param(name: str, column: Any) -> Any:
+    return bindparam(name, type_=column.type)
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """Every statement of the fenced store, for one dialect."""
+
+    fence_upsert: Executable
+    mark_select: Executable
+    object_upsert: Executable
+    object_delete: Executable
+    object_select: Executable
+
+    @classmethod
+    def for_dialect(cls, dialect: str) -> Statements:
+        insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
+
+        fence = insert(Fence).values(
+            resource=_param("resource", Fence.resource),
+            token=_param("token", Fence.token),
+            updated_at=_param("updated_at", Fence.updated_at),
+        )
+        fence = fence.on_conflict_do_update(
+            index_elements=[Fence.resource],
+            set_={"token": fence.excluded.token, "updated_at": fence.excluded.updated_at},
+            where=Fence.token <= fence.excluded.token,
+        ).returning(Fence.token)
+
+        columns = {name: getattr(StoredObject, name) for name in OBJECT_COLUMNS}
+        obj = insert(StoredObject).values(
+            {name: _param(name, column) for name, column in columns.items() if name != "version"}
+            | {"version": 1}
+        )
+        obj = obj.on_conflict_do_update(
+            index_elements=[StoredObject.key],
+            set_={name: obj.excluded[name] for name in OBJECT_COLUMNS if name not in ("key", "version")}
+            | {"version": StoredObject.version + 1},
+        ).returning(*(getattr(StoredObject, name) for name in META_COLUMNS))
+
+        return cls(
+            fence_upsert=fence,
+            mark_select=select(Fence.token).where(Fence.resource == _param("resource", Fence.resource)),
+            object_upsert=obj,
+            object_delete=delete(StoredObject)
+            .where(StoredObject.key == _param("key", StoredObject.key))
+            .returning(StoredObject.version, StoredObject.size, StoredObject.digest),
+            object_select=select(*(getattr(StoredObject, name) for name in OBJECT_COLUMNS)).where(
+                StoredObject.key == _param("key", StoredObject.key)
+            ),
+        )

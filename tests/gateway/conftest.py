@@ -1,0 +1,54 @@
+"""Gateway apps for pytest-aiohttp, on a fresh SQLite file per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from gateway import Settings, create_app
+from lockclient.protocols import TokenSource
+
+AppClient = TestClient[web.Request, web.Application]
+MakeClient = Callable[..., Awaitable[AppClient]]
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A stand-in for a lockclient lease: all the gateway client needs is token and resource."""
+
+    token: int
+    resource: str
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(data_dir=tmp_path)
+
+
+@pytest.fixture
+async def make_client(aiohttp_client: Any, tmp_path: Path) -> MakeClient:
+    """`await make_client(tokens=..., **settings)`: a test client over a fresh app."""
+
+    async def make(*, tokens: TokenSource | None = None, **overrides: Any) -> AppClient:
+        settings = Settings(**{"data_dir": tmp_path, **overrides})
+        client: AppClient = await aiohttp_client(create_app(settings, tokens=tokens))
+        return client
+
+    return make
+
+
+@pytest.fixture
+async def client(make_client: MakeClient) -> AppClient:
+    return await make_client()
+
+
+@pytest.fixture
+def unique() -> str:
+    return f"u{uuid.uuid4().hex[:10]}"

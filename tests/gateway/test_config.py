@@ -1,0 +1,76 @@
+"""Settings from flags and from environment variables of the same names; bad values say the fix."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import build_parser
+from gateway.config import Settings, add_arguments, settings_from
+from gateway.errors import ConfigError
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_defaults_are_an_embedded_sqlite_on_loopback() -> None:
+    settings = settings_from(parse(), {})
+    assert (settings.host, settings.port, settings.upstream, settings.loopback) == (
+        "127.0.0.1",
+        8080,
+        None,
+        True,
+    )
+    assert settings.storage_url == f"sqlite:///{(Path('.state/gateway') / 'fencegate.db').resolve()}"
+
+
+def test_environment_variables_have_the_flag_names() -> None:
+    env = {
+        "FENCEGATE_STORAGE": "postgresql://pg@db/fg",
+        "FENCEGATE_PORT": "9000",
+        "FENCEGATE_MAX_BODY": "1024",
+        "FENCEGATE_REQUEST_TIMEOUT": "2.5",
+        "FENCEGATE_DATA_DIR": "/var/lib/fg",
+    }
+    settings = settings_from(parse(), env)
+    got = (
+        settings.storage_url,
+        settings.port,
+        settings.max_body,
+        settings.request_timeout,
+        settings.data_dir,
+    )
+    assert got == ("postgresql://pg@db/fg", 9000, 1024, 2.5, Path("/var/lib/fg"))
+
+
+def test_a_flag_wins_over_the_environment() -> None:
+    settings = settings_from(parse("--port", "7000", "--max-body", "5"), {"FENCEGATE_PORT": "9000"})
+    assert (settings.port, settings.max_body) == (7000, 5)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(("--port", "70000"),  "out of range"), (("--port", "x"), "not a number"),
+     (("--request-timeout", "0"), "positive"), (("--upstream", "ftp://x"), "http"),
+     (("--max-body", "-1"), "negative")],
+)  # fmt: skip
+def test_bad_values_are_refused_with_the_fix(argv: tuple[str, ...], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        settings_from(parse(*argv), {})
+
+
+def test_settings_are_frozen() -> None:
+    settings = Settings()
+    with pytest.raises(AttributeError):
+        settings.port = 1  # type: ignore[misc]
+
+
+def test_serve_is_a_fencegate_command() -> None:
+    args = build_parser().parse_args(["serve", "--port", "0"])
+    assert args.command == "serve"
+    assert args.port == "0"

@@ -1,0 +1,126 @@
+"""Tokens from the future (422) and a token source that went back (503 token_source_regressed).
+
+The guard is pure decision logic over the `TokenSource` Protocol, so a small
+in-memory source stands in for the real ones here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lockclient.errors import TokenSourceError
+from tests.gateway.conftest import MakeClient
+
+
+class CountingSource:
+    """A `TokenSource` whose upper bound the test sets; counts how often it is asked."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.asked = 0
+        self.closed = False
+        self.down = False
+
+    async def next_token(self, resource: str) -> int:
+        self.bound += 1
+        return self.bound
+
+    async def upper_bound(self, resource: str) -> int:
+        self.asked += 1
+        if self.down:
+            raise TokenSourceError("source down", source="test")
+        return self.bound
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_422_token_above_the_source_bound_changes_nothing(make_client: MakeClient) -> None:
+    source = CountingSource(100)
+    client = await make_client(tokens=source)
+    resp = await client.put("/v1/objects/k", data=b"x", headers={"Fencing-Token": str(2**62)})
+    body = await resp.json()
+    assert resp.status == 422
+    assert {k: body[k] for k in ("error", "resource", "token", "bound")} == {
+        "error": "token_from_the_future",
+        "resource": "k",
+        "token": 2**62,
+        "bound": 100,
+    }
+    assert (await (await client.get("/v1/fences/k")).json())["highest"] == 0
+    ok = await client.put("/v1/objects/k", data=b"x", headers={"Fencing-Token": "100"})
+    assert ok.status == 201
+
+
+async def test_the_bound_is_cached_and_asked_again_only_above_it(make_client: MakeClient) -> None:
+    source = CountingSource(50)
+    client = await make_client(tokens=source)
+    for token in (10, 20, 50, 50):
+        assert (
+            await client.put("/v1/objects/c", data=b"x", headers={"Fencing-Token": str(token)})
+        ).status < 300
+    assert source.asked == 1
+    source.bound = 80  # the source issued more tokens since
+    assert (await client.put("/v1/objects/c", data=b"x", headers={"Fencing-Token": "70"})).status == 200
+    assert source.asked == 2
+    assert (await client.put("/v1/objects/c", data=b"x", headers={"Fencing-Token": "75"})).status == 200
+    assert source.asked == 2
+
+
+async def test_fenced_reads_are_guarded_too(make_client: MakeClient) -> None:
+    client = await make_client(tokens=CountingSource(5))
+    resp = await client.get("/v1/objects/r", headers={"Fencing-Token": "6"})
+    assert (resp.status, (await resp.json())["error"]) == (422, "token_from_the_future")
+
+
+async def test_503_token_source_regressed_is_counted_not_409(make_client: MakeClient) -> None:
+    source = CountingSource(1000)
+    client = await make_client(tokens=source)
+    assert (await client.put("/v1/objects/g", data=b"x", headers={"Fencing-Token": "900"})).status == 201
+    source.bound = 10  # restored from an old backup: it now hands out 11, 12, ...
+    resp = await client.put("/v1/objects/g", data=b"honest", headers={"Fencing-Token": "11"})
+    body = await resp.json()
+    assert resp.status == 503
+    assert {k: body[k] for k in ("error", "resource", "highest", "bound")} == {
+        "error": "token_source_regressed",
+        "resource": "g",
+        "highest": 900,
+        "bound": 10,
+    }
+    assert await (await client.get("/v1/objects/g")).read() == b"x"
+    metrics = await (await client.get("/metrics")).text()
+    assert "fencegate_token_source_regressed_total 1.0" in metrics
+
+
+async def test_a_plain_stale_token_stays_409_when_the_source_is_healthy(make_client: MakeClient) -> None:
+    source = CountingSource(1000)
+    client = await make_client(tokens=source)
+    await client.put("/v1/objects/h", data=b"x", headers={"Fencing-Token": "900"})
+    resp = await client.put("/v1/objects/h", data=b"x", headers={"Fencing-Token": "899"})
+    assert (resp.status, (await resp.json())["error"]) == (409, "stale_token")
+
+
+async def test_503_when_the_source_cannot_answer(make_client: MakeClient) -> None:
+    source = CountingSource(10)
+    source.down = True
+    client = await make_client(tokens=source)
+    resp = await client.put("/v1/objects/d", data=b"x", headers={"Fencing-Token": "5"})
+    assert (resp.status, (await resp.json())["error"]) == (503, "token_source_unavailable")
+    assert (await (await client.get("/v1/fences/d")).json())["highest"] == 0
+
+
+async def test_the_app_closes_its_source(make_client: MakeClient) -> None:
+    source = CountingSource(10)
+    client = await make_client(tokens=source)
+    await client.close()
+    assert source.closed
+
+
+async def test_without_a_source_the_start_log_says_the_guard_is_off(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="gateway"):
+        client = await make_client()
+    assert any("guard is OFF" in r.getMessage() for r in caplog.records)
+    resp = await client.put("/v1/objects/f", data=b"x", headers={"Fencing-Token": str(2**62)})
+    assert resp.status == 201

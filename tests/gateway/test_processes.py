@@ -1,0 +1,133 @@
+"""Real `fencegate serve` processes: crashes (`kill -9`) and two replicas on one PostgreSQL.
+
+Invariant 3 (the mark never decreases) across a crash and between replicas,
+and invariant 1 (accepted tokens never decrease in commit order) with two
+gateways committing to one database at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from lab.cluster import LocalCluster
+from tests.gateway.processes import GatewayProcess
+
+LOAD_DEADLINE = 60.0
+Start = Callable[..., GatewayProcess]
+
+
+@pytest.fixture
+def start_gateway(tmp_path: Path) -> Iterator[Start]:
+    started: list[GatewayProcess] = []
+
+    def start(*args: str, name: str = "gw") -> GatewayProcess:
+        proc = GatewayProcess(tmp_path / f"{name}.log", *args)
+        proc.start()
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
+@pytest.mark.parametrize("group_commit", ["256", "0"], ids=["group-commit", "one-transaction-per-request"])
+async def test_kill_9_during_writes_loses_no_acknowledged_write_and_no_mark(
+    start_gateway: Start, tmp_path: Path, group_commit: str
+) -> None:
+    gateway = start_gateway("--data-dir", str(tmp_path / "data"), "--group-commit", group_commit)
+    acked: dict[str, tuple[str, int]] = {}  # key -> (resource, token) of every 2xx write
+    dead = asyncio.Event()
+
+    async def writer(session: aiohttp.ClientSession, client: int) -> None:
+        resource = f"r{client}"
+        for token in itertools.count(1):
+            key = f"w{client}/{token}"
+            try:
+                async with session.put(
+                    f"{gateway.url}/v1/objects/{key}",
+                    data=key.encode(),
+                    headers={"Fencing-Token": str(token), "Fencing-Resource": resource},
+                ) as resp:
+                    if resp.status in (200, 201):
+                        acked[key] = (resource, token)
+                    else:
+                        assert resp.status >= 500, await resp.text()
+            except (TimeoutError, aiohttp.ClientError):
+                if dead.is_set():
+                    return
+                raise
+
+    async with aiohttp.ClientSession() as session:
+        writers = [asyncio.create_task(writer(session, c)) for c in range(8)]
+        deadline = time.monotonic() + LOAD_DEADLINE
+        while len(acked) < 150:
+            assert time.monotonic() < deadline, "the write load made no progress"
+            assert not any(w.done() for w in writers), [w.exception() for w in writers if w.done()]
+            await asyncio.sleep(0.01)
+        dead.set()
+        await asyncio.to_thread(gateway.kill9)
+        await asyncio.wait_for(asyncio.gather(*writers), LOAD_DEADLINE)
+        snapshot = dict(acked)
+
+        url = await asyncio.to_thread(gateway.start)
+        for key in snapshot:
+            async with session.get(f"{url}/v1/objects/{key}") as resp:
+                assert (resp.status, await resp.read()) == (200, key.encode()), key
+        for client in range(8):
+            highest = max((t for r, t in snapshot.values() if r == f"r{client}"), default=0)
+            async with session.get(f"{url}/v1/fences/r{client}") as resp:
+                assert (await resp.json())["highest"] >= highest
+
+
+async def test_two_replicas_on_one_postgres_never_accept_below_a_committed_token(
+    start_gateway: Start, postgres_cluster: LocalCluster
+) -> None:
+    dsn = postgres_cluster.postgres_dsn
+    replicas = [start_gateway("--storage", dsn, name=f"replica{i}") for i in range(2)]
+    key = f"shared-{uuid.uuid4().hex[:8]}"
+    tokens = itertools.count(1)
+    rng = random.Random(7)
+    # (started, finished, token, version or None): version orders commits on the one row
+    history: list[tuple[float, float, int, int | None]] = []
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        for _ in range(40):
+            token = next(tokens)
+            if rng.random() < 0.25:  # a paused holder wakes up with an older token
+                token = max(1, token - rng.randint(1, 10))
+            url = rng.choice(replicas).url
+            started = time.monotonic()
+            async with session.put(
+                f"{url}/v1/objects/{key}", data=str(token).encode(), headers={"Fencing-Token": str(token)}
+            ) as resp:
+                body = await resp.json()
+                assert resp.status in (200, 201, 409), body
+                version = body["version"] if resp.status < 300 else None
+            history.append((started, time.monotonic(), token, version))
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(client(session) for _ in range(8)))
+        marks = []
+        for replica in replicas:
+            async with session.get(f"{replica.url}/v1/fences/{key}") as resp:
+                marks.append((await resp.json())["highest"])
+
+    accepted = [h for h in history if h[3] is not None]
+    assert len(accepted) >= 20
+    assert len(accepted) < len(history)
+    by_commit = [token for *_, token, _ in sorted(accepted, key=lambda h: h[3] or 0)]
+    assert by_commit == sorted(by_commit), "a replica accepted a token below an earlier-committed one"
+    for started, _, token, _ in accepted:
+        committed_before = [t for _, finished, t, _ in accepted if finished < started]
+        assert token >= max(committed_before, default=0)
+    assert marks == [max(t for *_, t, _ in accepted)] * 2

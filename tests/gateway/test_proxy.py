@@ -1,0 +1,181 @@
+"""Upstream proxy mode: fence first (committed), then forward, one request per resource at a time.
+
+The upstream is a small aiohttp app that records what reached it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from tests.gateway.conftest import AppClient, MakeClient
+
+Behaviour = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
+
+
+class Upstream:
+    """An HTTP object store that records each request's token and can misbehave."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.received: list[tuple[str, str, int]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.behaviour: Behaviour | None = None
+        self.app = web.Application()
+        self.app.router.add_route("*", "/store/{key:.+}", self.handle)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        key = request.match_info["key"]
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            self.received.append((request.method, key, int(request.headers.get("Fencing-Token", "0"))))
+            if self.behaviour is not None:
+                answer = await self.behaviour(request)
+                if answer is not None:
+                    return answer
+            if request.method == "PUT":
+                created = key not in self.objects
+                self.objects[key] = await request.read()
+                return web.Response(status=201 if created else 200)
+            if key not in self.objects:
+                return web.Response(status=404)
+            if request.method == "DELETE":
+                del self.objects[key]
+                return web.Response(status=204)
+            return web.Response(body=self.objects[key], headers={"Fencing-Token": "1"})
+        finally:
+            self.in_flight -= 1
+
+
+@pytest.fixture
+async def upstream(aiohttp_server: Any) -> tuple[Upstream, TestServer]:
+    up = Upstream()
+    server: TestServer = await aiohttp_server(up.app)
+    return up, server
+
+
+@pytest.fixture
+async def proxy(make_client: MakeClient, upstream: tuple[Upstream, TestServer]) -> AppClient:
+    _, server = upstream
+    return await make_client(upstream=str(server.make_url("/store")), upstream_timeout=1.0)
+
+
+async def test_accepted_requests_are_forwarded_and_stale_ones_never(
+    proxy: AppClient, upstream: tuple[Upstream, TestServer]
+) -> None:
+    up, _ = upstream
+    put = await proxy.put("/v1/objects/doc/1", data=b"v5", headers={"Fencing-Token": "5"})
+    assert (put.status, await put.json()) == (
+        201, {"key": "doc/1", "resource": "doc/1", "token": 5, "version": None, "size": 2})  # fmt: skip
+    stale = await proxy.put("/v1/objects/doc/1", data=b"v4", headers={"Fencing-Token": "4"})
+    assert (stale.status, (await stale.json())["highest"]) == (409, 5)
+    assert up.received == [("PUT", "doc/1", 5)]
+    assert up.objects == {"doc/1": b"v5"}
+    read = await proxy.get("/v1/objects/doc/1")
+    assert (read.status, await read.read()) == (200, b"v5")
+    gone = await proxy.delete("/v1/objects/doc/1", headers={"Fencing-Token": "6"})
+    assert gone.status == 200
+    assert (await proxy.get("/v1/objects/doc/1")).status == 404
+
+
+async def test_the_mark_is_committed_before_forwarding(
+    proxy: AppClient, upstream: tuple[Upstream, TestServer]
+) -> None:
+    up, _ = upstream
+    seen_marks: list[int] = []
+
+    async def look_at_the_mark(request: web.Request) -> None:
+        async with proxy.session.get(proxy.make_url("/v1/fences/m")) as resp:
+            seen_marks.append((await resp.json())["highest"])
+
+    up.behaviour = look_at_the_mark
+    for token in (3, 8):
+        assert (
+            await proxy.put("/v1/objects/m", data=b"x", headers={"Fencing-Token": str(token)})
+        ).status < 300
+    assert seen_marks == [3, 8]
+
+
+async def test_requests_for_one_resource_reach_the_upstream_one_at_a_time_in_token_order(
+    proxy: AppClient, upstream: tuple[Upstream, TestServer]
+) -> None:
+    up, _ = upstream
+
+    async def slow(request: web.Request) -> None:
+        await asyncio.sleep(0.005)  # widen the window in which a second request could overlap
+
+    up.behaviour = slow
+    statuses = await asyncio.gather(
+        *(
+            proxy.put("/v1/objects/s", data=b"x", headers={"Fencing-Token": str(t)})
+            for t in (4, 9, 2, 7, 9, 12, 1)
+        )
+    )
+    forwarded = [token for method, _, token in up.received]
+    assert up.max_in_flight == 1
+    assert forwarded == sorted(forwarded)
+    assert len(forwarded) == sum(1 for r in statuses if r.status < 300)
+
+
+@pytest.mark.parametrize(
+    ("upstream_status", "status", "code"),
+    [(500, 502, "upstream_failed"), (400, 502, "upstream_failed"), (503, 503, "upstream_unavailable"),
+     (504, 504, "upstream_timeout")],
+)  # fmt: skip
+async def test_upstream_errors_are_never_success(
+    proxy: AppClient, upstream: tuple[Upstream, TestServer], upstream_status: int, status: int, code: str
+) -> None:
+    up, _ = upstream
+
+    async def fail(request: web.Request) -> web.Response:
+        return web.Response(status=upstream_status)
+
+    up.behaviour = fail
+    resp = await proxy.put("/v1/objects/e", data=b"x", headers={"Fencing-Token": "1"})
+    assert (resp.status, (await resp.json())["error"]) == (status, code)
+
+
+async def test_an_upstream_that_does_not_answer_is_504(
+    proxy: AppClient, upstream: tuple[Upstream, TestServer]
+) -> None:
+    up, _ = upstream
+    never = asyncio.Event()
+
+    async def hang(request: web.Request) -> None:
+        await never.wait()
+
+    up.behaviour = hang
+    resp = await proxy.put("/v1/objects/h", data=b"x", headers={"Fencing-Token": "1"})
+    assert (resp.status, (await resp.json())["error"]) == (504, "upstream_timeout")
+    never.set()
+
+
+async def test_an_unreachable_upstream_is_503(make_client: MakeClient) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = await make_client(upstream=f"http://127.0.0.1:{port}/store")
+    resp = await client.put("/v1/objects/u", data=b"x", headers={"Fencing-Token": "1"})
+    assert (resp.status, (await resp.json())["error"]) == (503, "upstream_unavailable")
+
+
+async def test_listing_is_not_available_in_proxy_mode(proxy: AppClient) -> None:
+    resp = await proxy.get("/v1/objects")
+    assert (resp.status, (await resp.json())["error"]) == (501, "not_supported")
+
+
+async def test_the_start_log_states_the_limit(
+    make_client: MakeClient, upstream: tuple[Upstream, TestServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, server = upstream
+    with caplog.at_level("WARNING", logger="gateway"):
+        await make_client(upstream=str(server.make_url("/store")))
+    assert any("cannot delay or reorder" in r.getMessage() for r in caplog.records)

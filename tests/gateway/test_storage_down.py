@@ -1,0 +1,99 @@
+"""Invariant 4: a lost or unknown storage outcome is answered 503, never 2xx.
+
+A private PostgreSQL (never the shared one) is stopped, or paused past the
+deadlines, under a running gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from lab.cluster import ClusterSpec, LocalCluster
+from tests.gateway.conftest import AppClient, MakeClient
+
+RECOVERY_DEADLINE = 30.0
+PG = "postgres-0"
+
+
+def _process_tree(root: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    tree = [root]
+    for pid in tree:
+        tree.extend(child for child, parent in parents.items() if parent == pid)
+    return tree
+
+
+@contextlib.contextmanager
+def hung(cluster: LocalCluster) -> Iterator[None]:
+    """SIGSTOP the postmaster and every backend (each backend runs in a session of its own,
+    so stopping the postmaster's process group leaves open connections answering)."""
+    pid = cluster.nodes[PG].pid
+    assert pid is not None
+    stopped = _process_tree(pid)
+    for each in stopped:
+        os.kill(each, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for each in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(each, signal.SIGCONT)
+
+
+async def wait_ready(client: AppClient) -> None:
+    deadline = time.monotonic() + RECOVERY_DEADLINE
+    while (await client.get("/readyz")).status != 200:
+        assert time.monotonic() < deadline, "the gateway did not become ready after PostgreSQL returned"
+        await asyncio.sleep(0.1)
+
+
+async def test_invariant_4_postgres_stopped_is_503_nothing_written_and_recovers(
+    make_client: MakeClient, cluster_factory: Callable[[ClusterSpec], LocalCluster]
+) -> None:
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
+    client = await make_client(storage=cluster.postgres_dsn, storage_timeout=2.0)
+    assert (await client.put("/v1/objects/doc", data=b"before", headers={"Fencing-Token": "5"})).status == 201
+
+    await asyncio.to_thread(cluster.stop, PG)
+    for method, token in (("PUT", "9"), ("DELETE", "9"), ("GET", "9"), ("GET", None)):
+        headers = {"Fencing-Token": token} if token else {}
+        resp = await client.request(method, "/v1/objects/doc", data=b"during", headers=headers)
+        body = await resp.json()
+        assert (resp.status, body["error"]) == (503, "storage_unavailable"), (method, body)
+    ready = await client.get("/readyz")
+    assert (ready.status, (await ready.json())["error"]) == (503, "storage_unavailable")
+
+    await asyncio.to_thread(cluster.restart, PG)
+    await wait_ready(client)
+    read = await client.get("/v1/objects/doc")
+    assert (await read.read(), read.headers["Fencing-Token"]) == (b"before", "5")
+    assert (await (await client.get("/v1/fences/doc")).json())["highest"] == 5
+    after = await client.put("/v1/objects/doc", data=b"after", headers={"Fencing-Token": "6"})
+    assert (after.status, (await after.json())["version"]) == (200, 2)
+
+
+async def test_invariant_4_postgres_hung_past_the_deadline_is_503_never_2xx(
+    make_client: MakeClient, cluster_factory: Callable[[ClusterSpec], LocalCluster]
+) -> None:
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
+    client = await make_client(storage=cluster.postgres_dsn, storage_timeout=1.0, request_timeout=3.0)
+    assert (await client.put("/v1/objects/hung", data=b"v1", headers={"Fencing-Token": "1"})).status == 201
+
+    with hung(cluster):
+        resp = await client.put("/v1/objects/hung", data=b"v2", headers={"Fencing-Token": "2"})
+        assert resp.status == 503
+        assert (await resp.json())["error"] in ("storage_unavailable", "request_timeout")
+    await wait_ready(client)
+    # The outcome was unknown: either state is allowed, but never a half of one.
+    read = await client.get("/v1/objects/hung")
+    state = (await read.read(), read.headers["Fencing-Token"], read.headers["Object-Version"])
+    assert state in ((b"v1", "1", "1"), (b"v2", "2", "2"))

@@ -1,0 +1,63 @@
+"""`fencegate lab report` judges history files; its exit status is the safety verdict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+from lab.history import Meta
+from tests.lab.histories import clean_run, paused_holder
+
+
+def histories(tmp_path: Path) -> tuple[Path, Path]:
+    unsafe, safe = tmp_path / "unsafe.jsonl", tmp_path / "safe.jsonl"
+    paused_holder(Meta("pause", "redis-only", "single", 1), fenced=False).dump(unsafe)
+    clean_run(Meta("none", "redis-only", "single", 1)).dump(safe)
+    return unsafe, safe
+
+
+def test_report_prints_the_table_and_fails_on_an_unsafe_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unsafe, safe = histories(tmp_path)
+    assert main(["lab", "report", str(unsafe), str(safe), "--html", str(tmp_path / "r.html")]) == 1
+    out = capsys.readouterr().out
+    assert "UNSAFE" in out
+    assert f"report: {tmp_path / 'r.html'}" in out
+    assert (tmp_path / "r.html").read_text().startswith("<!doctype html>")
+    assert main(["lab", "report", str(safe)]) == 0
+
+
+def test_report_json_carries_the_verdicts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    unsafe, _ = histories(tmp_path)
+    main(["lab", "report", "--json", "--no-events", str(unsafe)])
+    document = json.loads(capsys.readouterr().out)
+    assert document["runs"][0]["verdict"]["lost_updates"] == 1
+    assert "history" not in document["runs"][0]
+
+
+def test_a_file_that_is_not_a_history_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bogus = tmp_path / "bogus.jsonl"
+    bogus.write_text("not json\n")
+    assert main(["lab", "report", str(bogus)]) == 2
+    captured = capsys.readouterr()
+    assert "not JSON" in captured.err
+    assert captured.out == ""
+
+
+def test_scenarios_lists_every_fault_schedule(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lab", "scenarios"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert names == [
+        "none",
+        "pause",
+        "delay",
+        "clock-jump",
+        "restart",
+        "restart-delayed",
+        "failover",
+        "token-regress",
+    ]

@@ -1,0 +1,40 @@
+"""A fenced store on each backend: a fresh SQLite file, and the shared PostgreSQL.
+
+Tests on the shared PostgreSQL use unique key and resource names (`names`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from lab.cluster import LocalCluster
+from storage import SqlObjectStore, migrate, open_engine
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
+    return cluster.postgres_dsn
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[SqlObjectStore]:
+    engine = open_engine(store_url)
+    await migrate(engine)
+    try:
+        yield SqlObjectStore(engine)
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def names() -> Callable[[str], str]:
+    """Unique names, so tests can share one database."""
+    run = uuid.uuid4().hex[:12]
+    return lambda name: f"t-{run}/{name}"

@@ -1,0 +1,115 @@
+"""SQLite group commit: one transaction per batch, each fence checked in queue order.
+
+A stale request is refused without failing its neighbours; a batch that
+cannot commit answers every request in it `StorageUnavailable` and leaves
+nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from storage import ObjectNotFound, SqlObjectStore, StaleTokenError, StorageUnavailable, migrate, open_engine
+from storage.batch import GroupCommitStore
+
+
+@pytest.fixture
+async def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "gc.db"
+
+
+@pytest.fixture
+async def sql(db_path: Path) -> AsyncIterator[SqlObjectStore]:
+    engine = open_engine(f"sqlite:///{db_path}")
+    await migrate(engine)
+    try:
+        yield SqlObjectStore(engine)
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+async def batching(sql: SqlObjectStore, db_path: Path) -> AsyncIterator[GroupCommitStore]:
+    store = GroupCommitStore(sql, path=str(db_path), busy_timeout=0.2)
+    await store.start()
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def test_a_batch_checks_each_fence_in_order_and_refuses_stale_alone(batching: GroupCommitStore) -> None:
+    tokens = [5, 3, 7, 7, 2, 9]
+    results = await asyncio.gather(
+        *(batching.put(f"k{i}", str(t).encode(), resource="r", token=t) for i, t in enumerate(tokens)),
+        return_exceptions=True,
+    )
+    refused = [i for i, r in enumerate(results) if isinstance(r, StaleTokenError)]
+    assert refused == [1, 4]
+    assert [(r.resource, r.token, r.highest) for r in results if isinstance(r, StaleTokenError)] == [
+        ("r", 3, 5),
+        ("r", 2, 7),
+    ]
+    assert batching.batches < len(tokens)
+    assert await batching.mark("r") == 9
+    for i, t in enumerate(tokens):
+        if i in refused:
+            with pytest.raises(ObjectNotFound):
+                await batching.get(f"k{i}", resource="r", token=None)
+        else:
+            assert (await batching.get(f"k{i}", resource="r", token=None)).data == str(t).encode()
+
+
+async def test_versions_and_reads_match_the_plain_store(batching: GroupCommitStore) -> None:
+    first = await batching.put("v", b"1", resource="v", token=1)
+    second = await batching.put("v", b"22", resource="v", token=1)
+    read = await batching.get("v", resource="v", token=2)
+    assert (first.version, first.created, second.version, second.created) == (1, True, 2, False)
+    assert (read.data, read.meta.token, read.meta.version, read.meta.size) == (b"22", 1, 2, 2)
+    deleted = await batching.delete("v", resource="v", token=3)
+    assert (deleted.version, deleted.token, deleted.size) == (2, 3, 2)
+
+
+async def test_fenced_get_and_delete_of_a_missing_key_still_raise_the_mark(
+    batching: GroupCommitStore,
+) -> None:
+    with pytest.raises(ObjectNotFound):
+        await batching.get("none", resource="m", token=4)
+    with pytest.raises(ObjectNotFound):
+        await batching.delete("none", resource="m", token=6)
+    assert await batching.mark("m") == 6
+
+
+async def test_a_batch_that_cannot_commit_fails_every_request_and_writes_nothing(
+    batching: GroupCommitStore, db_path: Path
+) -> None:
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock past the busy timeout
+        results = await asyncio.gather(
+            *(batching.put(f"b{i}", b"x", resource="b", token=i + 1) for i in range(3)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, StorageUnavailable) for r in results), results
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert await batching.mark("b") == 0
+    assert await batching.list("b", after="", limit=10) == []
+    assert (await batching.put("b0", b"x", resource="b", token=1)).version == 1
+
+
+async def test_close_commits_what_is_queued_then_refuses(sql: SqlObjectStore, db_path: Path) -> None:
+    store = GroupCommitStore(sql, path=str(db_path))
+    await store.start()
+    pending = [asyncio.ensure_future(store.put(f"c{i}", b"x", resource="c", token=1)) for i in range(5)]
+    await asyncio.sleep(0)  # let every put reach the queue
+    await store.aclose()
+    assert [p.result().version for p in pending] == [1] * 5
+    with pytest.raises(StorageUnavailable, match="shutting down"):
+        await store.put("late", b"x", resource="c", token=1)
