@@ -20,10 +20,17 @@ Benchmark = Callable[[BenchEnv], Awaitable[Section]]
 def benchmarks() -> dict[str, Benchmark]:
     """Name -> benchmark, in the order they run."""
     from bench.contention import contention
+    from bench.gateway import gateway
     from bench.leases import leases, scaling
     from bench.tokens import tokens
 
-    return {"leases": leases, "scaling": scaling, "contention": contention, "tokens": tokens}
+    return {
+        "leases": leases,
+        "scaling": scaling,
+        "contention": contention,
+        "tokens": tokens,
+        "gateway": gateway,
+    }
 
 
 def register(sub: Any) -> None:

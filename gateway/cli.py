@@ -19,11 +19,8 @@ COMMANDS = (
     "lab.cluster.cli",
     "lab.cli",
     "lab.demo",
-<<<<<<< HEAD
-    "bench.cli",
-=======
     "gateway.serve",
->>>>>>> main
+    "bench.cli",
 )
 
 
