@@ -20,6 +20,7 @@ Benchmark = Callable[[BenchEnv], Awaitable[Section]]
 def benchmarks() -> dict[str, Benchmark]:
     """Name -> benchmark, in the order they run."""
     from bench.contention import contention
+    from bench.e2e import e2e
     from bench.gateway import gateway
     from bench.leases import leases, scaling
     from bench.tokens import tokens
@@ -30,6 +31,7 @@ def benchmarks() -> dict[str, Benchmark]:
         "contention": contention,
         "tokens": tokens,
         "gateway": gateway,
+        "e2e": e2e,
     }
 
 
@@ -61,10 +63,10 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run)  # fmt: skip
 
 
-async def run_all(names: list[str], *, quick: bool, quiet: bool) -> list[Section]:
+async def run_all(names: list[str], *, quick: bool, quiet: bool, smoke: bool = False) -> list[Section]:
     chosen = benchmarks()
     sections = []
-    async with bench_env(quick=quick, quiet=quiet) as env:
+    async with bench_env(quick=quick, quiet=quiet, smoke=smoke) as env:
         for name in names:
             env.progress(f"== {name}")
             sections.append(await chosen[name](env))

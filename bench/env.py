@@ -49,12 +49,17 @@ class BenchEnv:
 
 
 @contextlib.asynccontextmanager
-async def bench_env(*, quick: bool, quiet: bool = False) -> AsyncIterator[BenchEnv]:
-    """Start the servers once for the whole run; stop them whatever happens."""
+async def bench_env(*, quick: bool, quiet: bool = False, smoke: bool = False) -> AsyncIterator[BenchEnv]:
+    """Start the servers once for the whole run; stop them whatever happens.
+
+    `smoke` is the tests' size: one tiny run per case, numbers without meaning.
+    """
     spec = ClusterSpec(redis=MAX_MASTERS, zookeeper=True, postgres=True)
     with tempfile.TemporaryDirectory(prefix="fencegate-bench-") as workdir:
         async with LocalCluster.running_async(spec, Path(workdir) / "cluster") as cluster:
-            if quick:
+            if smoke:
+                yield BenchEnv(cluster, Path(workdir), runs=1, ops=10, seconds=0.3, quiet=quiet)
+            elif quick:
                 yield BenchEnv(cluster, Path(workdir), runs=2, ops=30, seconds=0.5, quiet=quiet)
             else:
                 yield BenchEnv(cluster, Path(workdir), runs=5, ops=1000, seconds=5.0, quiet=quiet)
