@@ -15,7 +15,7 @@ servers:
 
 venv: $(VENV_STAMP)
 
-$(VENV_STAMP): pyproject.toml
+$(VENV_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,bench]'
