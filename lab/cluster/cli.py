@@ -18,7 +18,7 @@ def register(sub: Any) -> None:
         "cluster",
         help="start or stop a local cluster of real servers",
         description=(
-            "Start real redis-server masters, ZooKeeper and PostgreSQL on loopback "
+            "Start real redis-server masters, ZooKeeper, PostgreSQL and gateways behind HAProxy on loopback "
             "on free ports, record their PIDs and endpoints in DIR/cluster.json, "
             "and stop exactly those processes again."
         ),
@@ -53,6 +53,14 @@ def register(sub: Any) -> None:
         "--postgres",
         action="store_true",
         help="also start a throwaway PostgreSQL cluster (token source, storage)",
+    )
+    up.add_argument(
+        "--gateways",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also start N `fencegate serve` replicas (on the PostgreSQL if any, tokens from ZooKeeper) "
+        "behind one HAProxy, whose URL is `load_balancer` in the endpoints",
     )
     up.add_argument(
         "--dir",
@@ -93,6 +101,7 @@ def _up(args: argparse.Namespace) -> int:
         zookeeper_ensemble=args.zookeeper_ensemble,
         postgres=args.postgres,
         aof=args.aof,
+        gateways=args.gateways,
     )
     try:
         cluster.up(spec)
