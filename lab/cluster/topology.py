@@ -87,7 +87,13 @@ def haproxy_config(
     a write whose answer was lost is reported to the client as 502/504, an
     unknown outcome, exactly like the gateway's own 503.
     """
-    lines = ["global", "    maxconn 4096", ""]
+    lines = [
+        "# fencegate's load balancer, rendered by lab.cluster.topology.haproxy_config",
+        "# (tests/deploy keeps compose/haproxy.cfg equal to what it renders)",
+        "global",
+        "    maxconn 4096",
+        "",
+    ]
     if docker_dns:  # containers get new addresses on restart: resolve names at run time
         lines += ["resolvers docker", "    nameserver dns 127.0.0.11:53", "    hold valid 5s", ""]
     lines += [
