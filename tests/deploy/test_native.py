@@ -20,7 +20,7 @@ import yaml
 
 from gateway.cli import main
 from lab.cluster import ClusterSpec, LocalCluster
-from lab.cluster.loadcheck import Ledger, drive, verify
+from lab.cluster.loadcheck import Ack, Ledger, drive, verify
 from lab.cluster.servers import HOST
 from lockclient import GatewayClient, Redlock, ZooKeeperTokens
 
@@ -145,3 +145,16 @@ async def test_writes_through_the_load_balancer_go_on_while_a_gateway_is_stopped
             assert await gateway.fence("lb-failover/a") == token
     finally:
         await asyncio.to_thread(topology.restart, "gateway-1")
+
+
+async def test_the_checker_reports_a_lost_write_and_a_token_that_went_back(topology: LocalCluster) -> None:
+    """The clean verdicts above mean something only if `verify` can fail."""
+    resource = "checker-self-test/a"
+    async with GatewayClient(topology.load_balancer) as gateway, ZooKeeperTokens(topology.zookeeper) as zk:
+        low, high = await zk.next_token(resource), await zk.next_token(resource)
+        await gateway.put(resource, b"one", token=low, resource=resource)
+        await gateway.put(resource, b"two", token=high, resource=resource)
+        went_back = Ledger(acks=[Ack(resource, high, 1, b"one", 0.0), Ack(resource, low, 2, b"two", 0.0)])
+        lost = Ledger(acks=[Ack(resource, high, 2, b"two", 0.0), Ack(resource, high, 3, b"three", 0.0)])
+        assert any("went back" in p for p in await verify(gateway, went_back, [resource]))
+        assert any("v3 lost" in p for p in await verify(gateway, lost, [resource]))
