@@ -158,3 +158,17 @@ async def test_the_checker_reports_a_lost_write_and_a_token_that_went_back(topol
         lost = Ledger(acks=[Ack(resource, high, 2, b"two", 0.0), Ack(resource, high, 3, b"three", 0.0)])
         assert any("went back" in p for p in await verify(gateway, went_back, [resource]))
         assert any("v3 lost" in p for p in await verify(gateway, lost, [resource]))
+
+
+async def test_a_bound_read_through_one_member_covers_a_token_issued_through_another(
+    topology: LocalCluster,
+) -> None:
+    """ZooKeeper reads are not linearizable: a follower may lag the leader. The gateways' guard
+    reads the bound through whichever member its session has, so the bound must be synced
+    first, or a token just issued elsewhere is refused as 422 from the future."""
+    first, second = [n.address for n in topology.nodes.values() if n.kind == "zookeeper"][:2]
+    async with ZooKeeperTokens(first) as issuer, ZooKeeperTokens(second) as reader:
+        for i in range(100):
+            resource = f"zk-sync/r{i % 4}"
+            token = await issuer.next_token(resource)
+            assert await reader.upper_bound(resource) >= token
