@@ -53,7 +53,6 @@ class Ack:
     token: int
     version: int
     data: bytes
-    at: float  # monotonic seconds
 
 
 @dataclass
@@ -103,7 +102,7 @@ async def _worker(
                     raise ClusterError(
                         "the gateway reports no object versions (proxy mode): nothing to check"
                     )
-                ledger.acks.append(Ack(resource, info.token, info.version, data, time.monotonic()))
+                ledger.acks.append(Ack(resource, info.token, info.version, data))
         except (LockNotAcquired, LockLost):
             ledger.missed += 1
         except TokenSourceError:

@@ -154,8 +154,8 @@ async def test_the_checker_reports_a_lost_write_and_a_token_that_went_back(topol
         low, high = await zk.next_token(resource), await zk.next_token(resource)
         await gateway.put(resource, b"one", token=low, resource=resource)
         await gateway.put(resource, b"two", token=high, resource=resource)
-        went_back = Ledger(acks=[Ack(resource, high, 1, b"one", 0.0), Ack(resource, low, 2, b"two", 0.0)])
-        lost = Ledger(acks=[Ack(resource, high, 2, b"two", 0.0), Ack(resource, high, 3, b"three", 0.0)])
+        went_back = Ledger(acks=[Ack(resource, high, 1, b"one"), Ack(resource, low, 2, b"two")])
+        lost = Ledger(acks=[Ack(resource, high, 2, b"two"), Ack(resource, high, 3, b"three")])
         assert any("went back" in p for p in await verify(gateway, went_back, [resource]))
         assert any("v3 lost" in p for p in await verify(gateway, lost, [resource]))
 
