@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -56,3 +60,36 @@ def test_a_load_balancer_without_gateways_is_refused_before_anything_starts(tmp_
     with pytest.raises(ClusterError, match="at least 1 gateway"):
         cluster.add_gateways(0)
     assert cluster.nodes == {}
+
+
+def test_cluster_up_and_down_by_cli_start_and_stop_gateways_and_haproxy_by_pid(tmp_path: Path) -> None:
+    """The operator's path: `up` in one process, `down` in another, with nothing left running."""
+    state = tmp_path / "deploy"
+    fencegate = [sys.executable, "-m", "gateway.cli", "--log-level", "WARNING", "cluster"]
+    up = subprocess.run(
+        [*fencegate, "up", "--redis", "1", "--gateways", "2", "--dir", str(state)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stderr
+        endpoints = json.loads(up.stdout)
+        pids = [endpoints["pids"][name] for name in ("gateway-0", "gateway-1", "haproxy-0")]
+        assert endpoints["load_balancer"].startswith("http://127.0.0.1:")
+        url = endpoints["load_balancer"] + "/readyz"
+        with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 - http URL from `up`
+            assert answer.status == 200
+    finally:
+        down = subprocess.run([*fencegate, "down", "--dir", str(state)], capture_output=True, text=True,
+                              check=False, timeout=120)  # fmt: skip
+    assert down.returncode == 0, down.stderr
+    assert {"gateway-0", "gateway-1", "haproxy-0"} <= set(json.loads(down.stdout)["stopped"])
+    assert [pid for pid in pids if _alive(pid)] == []
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie: the processes outlive the `up` process, so init reaps them, maybe late."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
