@@ -18,6 +18,7 @@ from collections.abc import Sequence
 COMMANDS = (
     "lab.cluster.cli",
     "lab.demo",
+    "model.cli",
 )
 
 

@@ -5,6 +5,8 @@
  * Select one variant (the lab's modes, plus the token ordering DESIGN.md rejects):
  *   -DREDIS_ONLY    lease, then read and write with no token check
  *   -DFENCED        token drawn before the quorum, every request through the fence
+ *   -DFENCED_LATE_CLOCK  like FENCED, but the validity clock starts after the token
+ *                   is drawn (a stall while drawing goes unnoticed by the lease)
  *   -DFENCE_ONLY    token and fence, no lock
  *   -DTOKEN_AFTER   like FENCED, but the token is drawn after the quorum
  * Sizes: -DK=clients -DN=nodes -DOPS=acquisitions per client
@@ -57,6 +59,11 @@
 #define LOCK 1
 #define FENCE 1
 #define TOKEN_BEFORE 1
+#elif defined(FENCED_LATE_CLOCK)
+#define LOCK 1
+#define FENCE 1
+#define TOKEN_BEFORE 1
+#define LATE_CLOCK 1
 #elif defined(FENCE_ONLY)
 #define LOCK 0
 #define FENCE 1
@@ -66,7 +73,10 @@
 #define FENCE 1
 #define TOKEN_BEFORE 0
 #else
-#error "pick a variant: -DREDIS_ONLY, -DFENCED, -DFENCE_ONLY or -DTOKEN_AFTER"
+#error "pick a variant: -DREDIS_ONLY, -DFENCED, -DFENCED_LATE_CLOCK, -DFENCE_ONLY or -DTOKEN_AFTER"
+#endif
+#ifndef LATE_CLOCK
+#define LATE_CLOCK 0
 #endif
 
 #define QUORUM (N / 2 + 1)
@@ -170,14 +180,20 @@ proctype Client(byte c) {
         atomic {
             /* the validity clock starts before the token is drawn: a stall while
                drawing counts against the lease like any other part of the attempt */
+#if !LATE_CLOCK
             start = now;
+#endif
             phase[c] = 1;
 #if TOKEN_BEFORE
             tokens++;
             tok = tokens;
-            rank[l] = tok
+            rank[l] = tok;
+            printf("EV token %d %d %d ok -1 0 before -1\n", c, it, tok)
 #endif
         };
+#if LATE_CLOCK
+        start = now;
+#endif
         got = 0;
         i = 0;
         do
@@ -223,7 +239,7 @@ proctype Client(byte c) {
             tokens++;
             tok = tokens;
             rank[l] = tok;
-            printf("EV token %d %d %d ok -1 0 drawn -1\n", c, it, tok)
+            printf("EV token %d %d %d ok -1 0 after -1\n", c, it, tok)
         };
 #endif
 #else

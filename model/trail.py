@@ -7,7 +7,8 @@ with exactly the keys of `lab.history.Event` (`at` is the step number), so the
 lab's checker and timeline read a model trail like a recorded run.
 
 Translation choices, each so the lab's rules read the trail as the model meant it:
-- a token drawn after the quorum (token-after) is written back onto the lease's
+- the moment a token is drawn is noted in the detail of the lease's acquire; a
+  token drawn after the quorum (token-after) is also written back onto the
   acquire event: the lease carries that token, as the lab checker expects;
 - a TTL passing while a client is inside a lease is a `pause` of that client,
   and its next event is preceded by a `resume`; while its request is in flight
@@ -89,6 +90,7 @@ class _Translator:
         self.trail = trail
         self.paused: set[str] = set()
         self.acquires: dict[str, dict[str, Any]] = {}
+        self.drawn: dict[str, str] = {}  # lease -> when its token was drawn, before its acquire
 
     def run(self, lines: list[tuple[re.Match[str], int]]) -> None:
         for match, at in lines:
@@ -112,10 +114,13 @@ class _Translator:
             self.trail.final, self.trail.acknowledged = value or 0, arg
             return
         if kind == "token":
+            note = f"token {token} drawn {detail} the quorum, at step {at:g}"
             acquire = self.acquires.get(lease or "")
             if acquire is not None:
                 acquire["token"] = token
-                acquire["detail"] += f"; token {token} drawn after the quorum, at step {at:g}"
+                acquire["detail"] += f"; {note}"
+            else:
+                self.drawn[lease or ""] = note
             return
         if client in self.paused and kind not in ("expire", "pause", "fault"):
             self.paused.discard(client)
@@ -128,9 +133,10 @@ class _Translator:
         elif kind == "expire":
             self.emit(at=at, client=client, kind="expire", lease=lease, outcome="ok", detail="TTL passed")
         elif kind == "acquire":
+            notes = (_acquire_detail(detail, arg), self.drawn.pop(lease or "", ""))
             event = self.emit(
                 at=at, client=client, kind="acquire", lease=lease, token=token, outcome=outcome,
-                detail=_acquire_detail(detail, arg),
+                detail="; ".join(n for n in notes if n),
             )  # fmt: skip
             if outcome == "ok":
                 self.acquires[lease or ""] = event

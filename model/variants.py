@@ -35,6 +35,13 @@ VARIANTS: dict[str, Variant] = {
     for v in (
         Variant("redis-only", "REDIS_ONLY", True, False, "Redlock lease, then read and write unchecked"),
         Variant("fenced", "FENCED", True, True, "token drawn before the quorum, requests fenced"),
+        Variant(
+            "fenced-late-clock",
+            "FENCED_LATE_CLOCK",
+            True,
+            True,
+            "like fenced, but the lease's validity clock starts after the token is drawn",
+        ),
         Variant("fence-only", "FENCE_ONLY", False, True, "token and fence, no lock"),
         Variant("token-after", "TOKEN_AFTER", True, True, "like fenced, token drawn after the quorum"),
     )
