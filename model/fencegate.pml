@@ -7,19 +7,23 @@
  *   -DFENCED        token drawn before the quorum, every request through the fence
  *   -DFENCED_LATE_CLOCK  like FENCED, but the validity clock starts after the token
  *                   is drawn (a stall while drawing goes unnoticed by the lease)
+ *   -DSPLIT_FENCE   like FENCED, but the gateway reads the mark, compares, and
+ *                   writes in a later step (what STYLE.md habit 7 forbids)
  *   -DFENCE_ONLY    token and fence, no lock
  *   -DTOKEN_AFTER   like FENCED, but the token is drawn after the quorum
  * Sizes: -DK=clients -DN=nodes -DOPS=acquisitions per client
  *        -DMAXT=TTL expiries -DMAXF=node faults (restart or clock jump).
  * -DMAXT=0 lets no TTL pass (no pause, no delay); -DMAXF=0 leaves the nodes alone.
- * Properties (one per run, so each gets its own verdict):
- *   -DCHECK_INTERLEAVE  the store never accepts a request from lease A after one
- *                       from a later lease B ("later": token order where leases
- *                       carry tokens, acquisition order otherwise: the lab checker's rule)
- *   -DCHECK_LOST        at the end, counter == acknowledged increments
- *   -DCHECK_MARK        the fence's mark never decreases
- *   -DCHECK_GRANT       the store accepts requests in the lock's grant order
- *                       (acquisition order even where tokens exist)
+ * Properties are the ltl blocks at the end, one per pan run (./pan -N name), so
+ * one property's counterexample never ends the search for another:
+ *   interleave     the store never accepts a request from lease A after one from
+ *                  a later lease B ("later": token order where leases carry
+ *                  tokens, acquisition order otherwise: the lab checker's rule)
+ *   lost_update    once every client is done, counter == acknowledged increments
+ *   mark_monotone  the fence's high-water mark never decreases
+ *   grant_order    the store accepts requests in the lock's grant order, even
+ *                  where tokens exist (not promised by fencing: it shows whose
+ *                  side the fence takes when two leases overlap)
  *
  * Time is abstract. A "tick" is the adversary letting a whole TTL pass at
  * once: every key then in Redis expires, every lease then held is over, and
@@ -64,6 +68,11 @@
 #define FENCE 1
 #define TOKEN_BEFORE 1
 #define LATE_CLOCK 1
+#elif defined(SPLIT_FENCE)
+#define LOCK 1
+#define FENCE 1
+#define TOKEN_BEFORE 1
+#define SPLIT 1
 #elif defined(FENCE_ONLY)
 #define LOCK 0
 #define FENCE 1
@@ -73,10 +82,13 @@
 #define FENCE 1
 #define TOKEN_BEFORE 0
 #else
-#error "pick a variant: -DREDIS_ONLY, -DFENCED, -DFENCED_LATE_CLOCK, -DFENCE_ONLY or -DTOKEN_AFTER"
+#error "pick a variant: -DREDIS_ONLY, -DFENCED, -DFENCED_LATE_CLOCK, -DSPLIT_FENCE, -DFENCE_ONLY or -DTOKEN_AFTER"
 #endif
 #ifndef LATE_CLOCK
 #define LATE_CLOCK 0
+#endif
+#ifndef SPLIT
+#define SPLIT 0
 #endif
 
 #define QUORUM (N / 2 + 1)
@@ -100,7 +112,7 @@ byte maxrank;           /* highest rank the store has accepted a request from */
 byte maxgrank;          /* highest grant rank the store has accepted a request from */
 bool live[LEASES + 1];  /* granted, and neither expired nor released */
 byte phase[K];          /* 0 idle or done, 1 in an attempt or a lease, 2 with a request in flight */
-byte bad;               /* order breaks seen in the current store step (bit 1 lab rule, bit 2 grant) */
+byte bad;               /* properties broken so far: 1 lab order, 2 grant order, 4 mark decreased */
 byte done;              /* clients finished */
 
 /* The store accepted a request of lease l: note any break of the two orders. */
@@ -116,31 +128,21 @@ inline accepted(l) {
     fi
 }
 
-/* Assert the order properties after the acceptance was printed, so a trail shows it. */
-inline judge() {
-#ifdef CHECK_INTERLEAVE
-    assert((bad & 1) == 0);
-#endif
-#ifdef CHECK_GRANT
-    assert((bad & 2) == 0);
-#endif
-    bad = 0
+/* The gateway's fence. Atomic variants check and raise in one transaction;
+   SPLIT checks in the step before (`ok` holds that earlier answer). */
+inline fence_check(tok, ok) {
+    ok = !(FENCE && tok < mark)
 }
 
-/* The fence: accept a token >= the mark and raise the mark to it; one transaction. */
-inline fence(tok, ok) {
+inline fence_raise(tok) {
     if
-    :: FENCE && tok < mark -> ok = false
-    :: else ->
-        ok = true;
+    :: FENCE ->
         if
-        :: FENCE ->
-#ifdef CHECK_MARK
-            assert(tok >= mark);
-#endif
-            mark = tok
+        :: tok < mark -> bad = bad | 4
         :: else
-        fi
+        fi;
+        mark = tok
+    :: else
     fi
 }
 
@@ -255,14 +257,19 @@ proctype Client(byte c) {
 #endif
         /* read: the request leaves, and the gateway handles it whenever the adversary lets it */
         atomic { phase[c] = 2; printf("EV read %d %d %d sent -1 0 - -1\n", c, it, tok) };
+#if SPLIT
+        fence_check(tok, ok);
+#endif
         atomic {
-            fence(tok, ok);
+#if !SPLIT
+            fence_check(tok, ok);
+#endif
             if
             :: ok ->
+                fence_raise(tok);
                 accepted(l);
                 v = counter;
-                printf("EV read %d %d %d ok %d %d - -1\n", c, it, tok, v, seq);
-                judge()
+                printf("EV read %d %d %d ok %d %d - -1\n", c, it, tok, v, seq)
             :: else -> printf("EV read %d %d %d refused -1 0 stale %d\n", c, it, tok, mark)
             fi;
             phase[c] = 1
@@ -270,15 +277,20 @@ proctype Client(byte c) {
         if
         :: ok ->
             atomic { phase[c] = 2; printf("EV write %d %d %d sent %d 0 - -1\n", c, it, tok, v + 1) };
+#if SPLIT
+            fence_check(tok, ok);
+#endif
             atomic {
-                fence(tok, ok);
+#if !SPLIT
+                fence_check(tok, ok);
+#endif
                 if
                 :: ok ->
+                    fence_raise(tok);
                     accepted(l);
                     counter = v + 1;
                     acked++;
-                    printf("EV write %d %d %d ok %d %d - -1\n", c, it, tok, v + 1, seq);
-                    judge()
+                    printf("EV write %d %d %d ok %d %d - -1\n", c, it, tok, v + 1, seq)
                 :: else -> printf("EV write %d %d %d refused %d 0 stale %d\n", c, it, tok, v + 1, mark)
                 fi;
                 v = 0;
@@ -379,8 +391,10 @@ init {
         c = 0
     };
     done == K;
-    printf("EV final -1 0 0 ok %d 0 - %d\n", counter, acked);
-#ifdef CHECK_LOST
-    assert(counter == acked)
-#endif
+    printf("EV final -1 0 0 ok %d 0 - %d\n", counter, acked)
 }
+
+ltl interleave { [] ((bad & 1) == 0) }
+ltl lost_update { [] (done < K || counter == acked) }
+ltl mark_monotone { [] ((bad & 4) == 0) }
+ltl grant_order { [] ((bad & 2) == 0) }

@@ -47,7 +47,7 @@ def text_table(results: Sequence[CheckResult]) -> str:
                 f"{r.report.transitions:,}",
                 str(r.report.depth),
                 f"{r.report.memory_mb:.0f}",
-                f"{r.report.seconds:.2f}",
+                f"{r.search_seconds:.2f}",
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -90,6 +90,7 @@ def as_json(results: Sequence[CheckResult]) -> dict[str, Any]:
                 "promised": r.promised,
                 "verdict": r.verdict,
                 "build_seconds": round(r.build_seconds, 3),
+                "search_seconds": round(r.search_seconds, 3),
                 **asdict(r.report),
                 "trail": None
                 if r.trail is None

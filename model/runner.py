@@ -4,8 +4,12 @@ Every search is exhaustive: `-DSAFETY` (only safety properties are asked, so
 no cycle detection is compiled in), `-DCOLLAPSE` (lossless state compression:
 it saves memory and never drops a state) and never `-DBITSTATE` or hash
 compaction, which could miss states and would turn a proof into a sample.
-Each property is searched on its own, so one property's counterexample never
-ends the search for another. Work happens in a temporary directory that is
+The variant is compiled once; each property (an ltl block of the model) is
+then searched on its own with `./pan -N`, so one property's counterexample
+never ends the search for another. Each ltl formula is an invariant `[] p`,
+which spin turns into a claim that asserts p after every step: a safety
+check, complete under -DSAFETY (pan's warning about accept labels concerns
+liveness, which no property here needs). Work happens in a temporary directory that is
 removed afterwards, unless the caller passes a directory to keep.
 """
 
@@ -15,11 +19,12 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from model.errors import BuildError, ModelError, SearchError, ToolMissing, TrailError
 from model.pan import PanReport, parse_pan
@@ -42,7 +47,8 @@ class CheckResult:
     sizes: Sizes
     verdict: str  # "holds" | "violated" | "incomplete"
     report: PanReport
-    build_seconds: float
+    build_seconds: float  # spin -a and gcc, shared by the variant's properties
+    search_seconds: float  # ./pan, wall clock
     trail: Trail | None  # the replayed counterexample when violated
 
     @property
@@ -65,25 +71,29 @@ def tool(name: str) -> str:
     return path
 
 
-def macros(variant: str, prop: str, sizes: Sizes) -> list[str]:
-    if variant not in VARIANTS or prop not in PROPERTIES:
-        raise ModelError(f"unknown variant {variant!r} or property {prop!r}")
-    return [f"-D{VARIANTS[variant].macro}", f"-D{PROPERTIES[prop].macro}", *sizes.macros()]
+def macros(variant: str, sizes: Sizes) -> list[str]:
+    if variant not in VARIANTS:
+        raise ModelError(f"unknown variant {variant!r}: choose from {', '.join(VARIANTS)}")
+    return [f"-D{VARIANTS[variant].macro}", *sizes.macros()]
 
 
-def check(
+def check_variant(
     variant: str,
-    prop: str,
+    props: Sequence[str],
     sizes: Sizes,
     *,
     max_depth: int = DEFAULT_MAX_DEPTH,
     memory_mb: int = DEFAULT_MEMORY_MB,
     keep: Path | None = None,
     timeout: float | None = None,
-) -> CheckResult:
-    """Search every state of one configuration for a violation of one property."""
-    defines = macros(variant, prop, sizes)
-    with _workdir(keep, f"{variant}-{prop}") as work:
+) -> list[CheckResult]:
+    """Build the verifier for one variant once, then search every state once per property."""
+    unknown = [p for p in props if p not in PROPERTIES]
+    if unknown:
+        raise ModelError(f"unknown properties {unknown}: choose from {', '.join(PROPERTIES)}")
+    defines = macros(variant, sizes)
+    results = []
+    with _workdir(keep, variant) as work:
         (work / MODEL_FILE).write_text(model_source())
         started = time.monotonic()
         _run([tool("spin"), "-a", *defines, MODEL_FILE], work, "spin -a rejected the model")
@@ -93,23 +103,37 @@ def check(
             "gcc could not compile the verifier spin generated",
         )
         build_seconds = time.monotonic() - started
-        try:
-            pan = subprocess.run(
-                ["./pan", f"-m{max_depth}"], cwd=work, capture_output=True, text=True, timeout=timeout
+        for prop in props:
+            claim = PROPERTIES[prop].claim
+            (work / f"{MODEL_FILE}.trail").unlink(missing_ok=True)
+            started = time.monotonic()
+            try:
+                pan = subprocess.run(
+                    ["./pan", f"-m{max_depth}", "-N", claim],
+                    cwd=work, capture_output=True, text=True, timeout=timeout,
+                )  # fmt: skip
+            except subprocess.TimeoutExpired as exc:
+                raise SearchError(
+                    f"./pan ran past {timeout} s: shrink the configuration or raise the timeout", output=""
+                ) from exc
+            search_seconds = time.monotonic() - started
+            (work / f"pan-{claim}.out").write_text(pan.stdout + pan.stderr)
+            report = parse_pan(pan.stdout)
+            trail = None
+            if report.errors:
+                trail = _replay(work, defines)
+                verdict = "violated"
+            else:
+                verdict = "holds" if report.complete else "incomplete"
+            results.append(
+                CheckResult(variant, prop, sizes, verdict, report, build_seconds, search_seconds, trail)
             )
-        except subprocess.TimeoutExpired as exc:
-            raise SearchError(
-                f"./pan ran past {timeout} s: shrink the configuration or raise --timeout", output=""
-            ) from exc
-        (work / "pan.out").write_text(pan.stdout + pan.stderr)
-        report = parse_pan(pan.stdout)
-        trail = None
-        if report.errors:
-            trail = _replay(work, defines)
-            verdict = "violated"
-        else:
-            verdict = "holds" if report.complete else "incomplete"
-    return CheckResult(variant, prop, sizes, verdict, report, build_seconds, trail)
+    return results
+
+
+def check(variant: str, prop: str, sizes: Sizes, **options: Any) -> CheckResult:
+    """One property of one variant (see `check_variant` for the options)."""
+    return check_variant(variant, [prop], sizes, **options)[0]
 
 
 def _replay(work: Path, defines: list[str]) -> Trail:
@@ -144,4 +168,12 @@ def _workdir(keep: Path | None, name: str) -> Iterator[Path]:
         yield Path(tmp)
 
 
-__all__ = ["DEFAULT_MAX_DEPTH", "DEFAULT_MEMORY_MB", "CheckResult", "check", "macros", "model_source"]
+__all__ = [
+    "DEFAULT_MAX_DEPTH",
+    "DEFAULT_MEMORY_MB",
+    "CheckResult",
+    "check",
+    "check_variant",
+    "macros",
+    "model_source",
+]
