@@ -13,7 +13,10 @@ Translation choices, each so the lab's rules read the trail as the model meant i
 - a TTL passing while a client is inside a lease is a `pause` of that client,
   and its next event is preceded by a `resume`; while its request is in flight
   it is a `fault` on that client (the message was delayed past the TTL);
-- node faults belong to client "lab", as the lab's own fault events do.
+- node faults belong to client "lab", as the lab's own fault events do;
+- a granted lease's `until` is the step its TTL passed, or one past the trail's
+  end if it never did (time in the model has no other measure); fence-only
+  "leases" are token epochs with no validity, so their `until` stays None.
 """
 
 from __future__ import annotations
@@ -82,7 +85,19 @@ def parse_replay(text: str) -> Trail:
             "on fencegate.pml with the same -D flags as the search?"
         )
     _Translator(trail).run([(m, step if at is None else at) for m, at in raw])
+    _validity(trail, float(max(step, trail.steps) + 1))
     return trail
+
+
+def _validity(trail: Trail, end: float) -> None:
+    """Give each granted lease the `until` of its validity: its expiry, or past the trail's end."""
+    expired: dict[str, float] = {}
+    for event in trail.events:
+        if event["kind"] == "expire" and event["lease"] is not None:
+            expired.setdefault(event["lease"], event["at"])
+    for event in trail.events:
+        if event["kind"] == "acquire" and event["outcome"] == "ok" and "no lock" not in event["detail"]:
+            event["until"] = expired.get(event["lease"], end)
 
 
 class _Translator:

@@ -88,6 +88,7 @@ def test_replay_becomes_lab_events_with_tokens_resumes_and_faults() -> None:
     assert acquire["lease"] == "c1/1"
     assert acquire["token"] == 2  # drawn after the quorum, written back onto the lease
     assert "after the quorum, at step 10" in acquire["detail"]
+    assert acquire["until"] == 12.0  # its validity ended when the TTL passed
     assert trail.events[0]["detail"] == "redis-1 restarted without its keys"
     assert trail.events[-1]["detail"] == "stale token: the mark is 3"
     assert trail.events[-1]["seq"] is None
