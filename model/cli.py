@@ -21,7 +21,7 @@ from typing import Any
 
 from model.doc import regenerate
 from model.errors import ModelError
-from model.report import as_json, history_lines, markdown_table, text_table
+from model.report import as_json, history_lines, markdown_table, text_table, trail_tables
 from model.runner import DEFAULT_MAX_DEPTH, DEFAULT_MEMORY_MB, CheckResult, check_variant
 from model.variants import PROPERTIES, VARIANTS, Sizes, pick
 
@@ -48,6 +48,9 @@ def register(sub: Any) -> None:
     out.add_argument("--json", action="store_true", help="print the results, trails included, as JSON")
     out.add_argument("--markdown", action="store_true", help="print the Markdown table of docs/model.md")
     checker.add_argument(
+        "--trails", action="store_true", help="also print each counterexample as a timeline table"
+    )
+    checker.add_argument(
         "--history-dir",
         type=Path,
         metavar="DIR",
@@ -66,6 +69,9 @@ def register(sub: Any) -> None:
     )
     doc.add_argument("path", nargs="?", default=DEFAULT_DOC, type=Path, help="default: %(default)s")
     doc.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is stale")
+    doc.add_argument(
+        "--quick", action="store_true", help="only the blocks with 2 clients or fewer (seconds, not minutes)"
+    )
     doc.set_defaults(func=_doc)
 
 
@@ -95,18 +101,29 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_checks(args: argparse.Namespace) -> list[CheckResult]:
+Cache = dict[tuple[str, str, Sizes, int, int], CheckResult]
+
+
+def run_checks(args: argparse.Namespace, cache: Cache | None = None) -> list[CheckResult]:
+    """Search each selected (variant, property); `cache` reuses searches already run with equal bounds."""
+    cache = {} if cache is None else cache
     sizes = Sizes(
         clients=args.clients, nodes=args.nodes, ops=args.ops, pauses=args.pauses, node_faults=args.node_faults
     )
-    variants = pick(args.variant, dict(VARIANTS), "variant")
-    props = pick(args.property, dict(PROPERTIES), "property")
+    variants = pick(args.variant, VARIANTS, "variant")
+    props = pick(args.property, PROPERTIES, "property")
     if args.max_depth < 1 or args.memory < 64:
         raise ModelError("--max-depth must be >= 1 and --memory >= 64 (MB)")
-    results = []
+
+    def key(variant: str, prop: str) -> tuple[str, str, Sizes, int, int]:
+        return (variant, prop, sizes, args.max_depth, args.memory)
+
     for variant in variants:
+        missing = [p for p in props if key(variant, p) not in cache]
+        if not missing:
+            continue
         for result in check_variant(
-            variant, props, sizes, max_depth=args.max_depth, memory_mb=args.memory,
+            variant, missing, sizes, max_depth=args.max_depth, memory_mb=args.memory,
             keep=getattr(args, "keep", None),
         ):  # fmt: skip
             log.info(
@@ -114,8 +131,8 @@ def run_checks(args: argparse.Namespace) -> list[CheckResult]:
                 variant, result.prop, result.verdict, f"{result.report.states:,}", result.report.depth,
                 result.search_seconds,
             )  # fmt: skip
-            results.append(result)
-    return results
+            cache[key(variant, result.prop)] = result
+    return [cache[key(v, p)] for v in variants for p in props]
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -137,6 +154,9 @@ def _check(args: argparse.Namespace) -> int:
         print(markdown_table(results))
     else:
         print(text_table(results))
+    if args.trails and not args.json and any(r.trail for r in results):
+        print()
+        print(trail_tables(results, markdown=args.markdown))
     return exit_code(results)
 
 
@@ -148,17 +168,33 @@ def exit_code(results: list[CheckResult]) -> int:
     return 0
 
 
-def render_block(argv: list[str]) -> str:
-    """The Markdown table for the arguments recorded in a doc marker."""
+def render_block(argv: list[str], cache: Cache | None = None) -> str:
+    """The Markdown for the arguments recorded in a doc marker (`--trails`: the timelines instead)."""
     parser = argparse.ArgumentParser(prog="fencegate model check", add_help=False)
     add_check_arguments(parser)
-    return markdown_table(run_checks(parser.parse_args(argv)))
+    parser.add_argument("--trails", action="store_true")
+    args = parser.parse_args(argv)
+    results = run_checks(args, cache)
+    if args.trails:
+        return trail_tables(results, markdown=True)
+    return markdown_table(results)
+
+
+def quick(argv: list[str]) -> bool:
+    """A block cheap enough for CI: at most 2 clients (3 clients take minutes per table)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--clients", type=int, default=2)
+    known, _ = parser.parse_known_args(argv)
+    return bool(known.clients <= 2)
 
 
 def _doc(args: argparse.Namespace) -> int:
     try:
         text = args.path.read_text()
-        fresh = regenerate(text, render_block, only=lambda _: True)
+        cache: Cache = {}  # blocks that share a configuration search it once
+        fresh = regenerate(
+            text, lambda argv: render_block(argv, cache), only=quick if args.quick else lambda _: True
+        )
     except (OSError, ModelError) as exc:
         print(f"fencegate model doc: {exc}", file=sys.stderr)
         return 2
@@ -174,4 +210,4 @@ def _doc(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_check_arguments", "exit_code", "register", "render_block", "run_checks"]
+__all__ = ["Cache", "add_check_arguments", "exit_code", "quick", "register", "render_block", "run_checks"]

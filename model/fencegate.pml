@@ -2,7 +2,7 @@
  * fencegate.pml: Redlock leases, fencing tokens and the gateway's fence,
  * checked by spin over every interleaving of a small system.
  *
- * Select one variant (the lab's modes, plus the token ordering DESIGN.md rejects):
+ * Select one variant (the lab's modes, plus three designs DESIGN.md and STYLE.md reject):
  *   -DREDIS_ONLY    lease, then read and write with no token check
  *   -DFENCED        token drawn before the quorum, every request through the fence
  *   -DFENCED_LATE_CLOCK  like FENCED, but the validity clock starts after the token
@@ -258,7 +258,7 @@ proctype Client(byte c) {
         /* read: the request leaves, and the gateway handles it whenever the adversary lets it */
         atomic { phase[c] = 2; printf("EV read %d %d %d sent -1 0 - -1\n", c, it, tok) };
 #if SPLIT
-        fence_check(tok, ok);
+        atomic { fence_check(tok, ok); printf("EV check %d %d %d ok -1 0 - %d\n", c, it, tok, mark) };
 #endif
         atomic {
 #if !SPLIT
@@ -278,7 +278,7 @@ proctype Client(byte c) {
         :: ok ->
             atomic { phase[c] = 2; printf("EV write %d %d %d sent %d 0 - -1\n", c, it, tok, v + 1) };
 #if SPLIT
-            fence_check(tok, ok);
+            atomic { fence_check(tok, ok); printf("EV check %d %d %d ok -1 0 - %d\n", c, it, tok, mark) };
 #endif
             atomic {
 #if !SPLIT

@@ -51,7 +51,9 @@ def text_table(results: Sequence[CheckResult]) -> str:
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     if results:
         lines.append("")
@@ -77,6 +79,43 @@ def markdown_table(results: Sequence[CheckResult]) -> str:
         lines.append("")
         lines.append(f"Sizes: {results[0].sizes.label()}. Cells: verdict, states stored, depth reached.")
     return "\n".join(lines)
+
+
+def trail_tables(results: Sequence[CheckResult], *, markdown: bool) -> str:
+    """Each counterexample as a timeline table, one row per event, in step order."""
+    blocks = []
+    for r in results:
+        if r.trail is None:
+            continue
+        head = ("step", "client", "kind", "lease", "token", "outcome", "value", "seq", "detail")
+        rows = [
+            (
+                f"{e['at']:g}",
+                e["client"],
+                e["kind"],
+                e["lease"] or "",
+                _opt(e["token"]),
+                e["outcome"],
+                _opt(e["value"]),
+                _opt(e["seq"]),
+                e["detail"],
+            )
+            for e in r.trail.events
+        ]
+        ending = f"final counter {r.trail.final}, acknowledged increments {r.trail.acknowledged}"
+        if markdown:
+            lines = [f"**{r.variant} / {r.prop}** ({ending}):", "", "| " + " | ".join(head) + " |"]
+            lines.append("|" + "---|" * len(head))
+            lines += ["| " + " | ".join(row) + " |" for row in rows]
+        else:
+            widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+            lines = [f"{r.variant} / {r.prop}: {ending}"]
+            lines += [
+                ("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))).rstrip()
+                for row in [head, *rows]
+            ]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def as_json(results: Sequence[CheckResult]) -> dict[str, Any]:
@@ -128,6 +167,10 @@ def history_lines(result: CheckResult) -> list[dict[str, Any]]:
     return [header, *result.trail.events]
 
 
+def _opt(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
 def _title(prop: str) -> str:
     return prop if PROPERTIES[prop].promised else f"{prop} (not promised)"
 
@@ -137,4 +180,12 @@ def _cell(r: CheckResult) -> str:
     return f"{word} · {r.report.states:,} · {r.report.depth}"
 
 
-__all__ = ["as_json", "by_variant", "history_lines", "markdown_table", "text_table", "variant_verdict"]
+__all__ = [
+    "as_json",
+    "by_variant",
+    "history_lines",
+    "markdown_table",
+    "text_table",
+    "trail_tables",
+    "variant_verdict",
+]

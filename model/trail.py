@@ -14,6 +14,8 @@ Translation choices, each so the lab's rules read the trail as the model meant i
   and its next event is preceded by a `resume`; while its request is in flight
   it is a `fault` on that client (the message was delayed past the TTL);
 - node faults belong to client "lab", as the lab's own fault events do;
+- in split-fence, the separate fence check is noted in the detail of the
+  request's outcome (when it ran and against which mark);
 - a granted lease's `until` is the step its TTL passed, or one past the trail's
   end if it never did (time in the model has no other measure); fence-only
   "leases" are token epochs with no validity, so their `until` stays None.
@@ -106,6 +108,7 @@ class _Translator:
         self.paused: set[str] = set()
         self.acquires: dict[str, dict[str, Any]] = {}
         self.drawn: dict[str, str] = {}  # lease -> when its token was drawn, before its acquire
+        self.checked: dict[str, str] = {}  # client -> its request's fence check (split-fence only)
 
     def run(self, lines: list[tuple[re.Match[str], int]]) -> None:
         for match, at in lines:
@@ -128,6 +131,12 @@ class _Translator:
         if kind == "final":
             self.trail.final, self.trail.acknowledged = value or 0, arg
             return
+        if client in self.paused and kind not in ("expire", "pause", "fault"):
+            self.paused.discard(client)
+            self.emit(at=at, client=client, kind="resume", outcome="ok", detail="resumed after a TTL")
+        if kind == "check":
+            self.checked[client] = f"passed the fence at step {at:g}, against mark {arg}"
+            return
         if kind == "token":
             note = f"token {token} drawn {detail} the quorum, at step {at:g}"
             acquire = self.acquires.get(lease or "")
@@ -137,9 +146,6 @@ class _Translator:
             else:
                 self.drawn[lease or ""] = note
             return
-        if client in self.paused and kind not in ("expire", "pause", "fault"):
-            self.paused.discard(client)
-            self.emit(at=at, client=client, kind="resume", outcome="ok", detail="resumed after a TTL")
         if kind == "pause":
             self.paused.add(client)
             self.emit(at=at, client=client, kind="pause", outcome="ok", detail="a whole TTL passed")
@@ -157,6 +163,8 @@ class _Translator:
                 self.acquires[lease or ""] = event
         elif kind in ("read", "write"):
             note = f"stale token: the mark is {arg}" if outcome == "refused" else ""
+            if outcome != "sent":
+                note = "; ".join(n for n in (note, self.checked.pop(client, "")) if n)
             self.emit(
                 at=at, client=client, kind=kind, lease=lease, token=token, outcome=outcome,
                 value=value, seq=seq, detail=note,

@@ -10,6 +10,7 @@ property's counterexample must not hide another's verdict.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from model.errors import ModelError
@@ -123,7 +124,7 @@ class Sizes:
         )
 
 
-def pick(names: str, table: dict[str, object], what: str) -> list[str]:
+def pick(names: str, table: Mapping[str, object], what: str) -> list[str]:
     """Comma-separated names (or `all`) checked against a table, in the table's order."""
     if names == "all":
         return list(table)

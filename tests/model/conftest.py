@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from model.cli import add_check_arguments, run_checks
+from model.cli import Cache, add_check_arguments, run_checks
 from model.runner import CheckResult
 
 # The first table of docs/model.md: every variant and property, 2 clients, 3 nodes.
@@ -20,8 +20,14 @@ def parse_check_args(argv: list[str]) -> argparse.Namespace:
 
 
 @pytest.fixture(scope="session")
-def main_results() -> list[CheckResult]:
-    return run_checks(parse_check_args(MAIN_ARGS))
+def search_cache() -> Cache:
+    """Searches already run in this session, shared so no configuration is searched twice."""
+    return {}
+
+
+@pytest.fixture(scope="session")
+def main_results(search_cache: Cache) -> list[CheckResult]:
+    return run_checks(parse_check_args(MAIN_ARGS), search_cache)
 
 
 @pytest.fixture(scope="session")

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from model.cli import run_checks
-from model.runner import CheckResult, check
+from model.cli import Cache, run_checks
+from model.runner import CheckResult
 from model.trail import EVENT_KEYS
-from model.variants import PROPERTIES, Sizes
+from model.variants import PROPERTIES
 from tests.model.conftest import parse_check_args
 
 PROMISED = [name for name, p in PROPERTIES.items() if p.promised]
@@ -100,12 +100,9 @@ def test_split_fence_trail_shows_a_lower_token_accepted_after_a_higher(
     assert any(later < earlier for earlier, later in itertools.pairwise(tokens)), tokens
 
 
-def test_token_after_keeps_the_fence_but_a_pause_alone_breaks_grant_order() -> None:
-    results = run_checks(
-        parse_check_args(
-            ["--variant", "fenced,token-after", "--node-faults", "0", "--property", "grant-order"]
-        )
-    )
+def test_token_after_keeps_the_fence_but_a_pause_alone_breaks_grant_order(search_cache: Cache) -> None:
+    argv = ["--variant", "fenced,token-after", "--node-faults", "0", "--pauses", "2"]
+    results = run_checks(parse_check_args([*argv, "--property", "grant-order"]), search_cache)
     verdicts = {r.variant: r for r in results}
     assert verdicts["fenced"].verdict == "holds"
     token_after = verdicts["token-after"]
@@ -120,8 +117,10 @@ def test_token_after_keeps_the_fence_but_a_pause_alone_breaks_grant_order() -> N
     assert any(e["kind"] == "expire" and e["lease"] == zombie for e in events)
 
 
-@pytest.mark.parametrize("nodes", [1, 5])
-def test_fenced_counter_loses_no_update_on_one_and_five_nodes(nodes: int) -> None:
-    result = check("fenced", "lost-update", Sizes(nodes=nodes))
+@pytest.mark.parametrize("nodes", ["1", "5"])
+def test_fenced_counter_loses_no_update_on_one_and_five_nodes(nodes: str, search_cache: Cache) -> None:
+    argv = ["--variant", "fenced", "--property", "lost-update", "--nodes", nodes]
+    [result] = run_checks(parse_check_args(argv), search_cache)
     assert result.verdict == "holds"
     assert result.report.complete
+    assert result.sizes.nodes == int(nodes)
