@@ -2,13 +2,14 @@
  * fencegate.pml: Redlock leases, fencing tokens and the gateway's fence,
  * checked by spin over every interleaving of a small system.
  *
- * Select one variant (the lab's modes, plus three designs DESIGN.md and STYLE.md reject):
+ * Select one variant (the lab's modes, plus designs DESIGN.md and STYLE.md reject):
  *   -DREDIS_ONLY    lease, then read and write with no token check
  *   -DFENCED        token drawn before the quorum, every request through the fence
  *   -DFENCED_LATE_CLOCK  like FENCED, but the validity clock starts after the token
  *                   is drawn (a stall while drawing goes unnoticed by the lease)
  *   -DSPLIT_FENCE   like FENCED, but the gateway reads the mark, compares, and
  *                   writes in a later step (what STYLE.md habit 7 forbids)
+ *   -DUNFENCED_READS  like FENCED, but reads carry no token (only writes are fenced)
  *   -DFENCE_ONLY    token and fence, no lock
  *   -DTOKEN_AFTER   like FENCED, but the token is drawn after the quorum
  * Sizes: -DK=clients -DN=nodes -DOPS=acquisitions per client
@@ -73,6 +74,11 @@
 #define FENCE 1
 #define TOKEN_BEFORE 1
 #define SPLIT 1
+#elif defined(UNFENCED_READS)
+#define LOCK 1
+#define FENCE 1
+#define TOKEN_BEFORE 1
+#define BARE_READS 1
 #elif defined(FENCE_ONLY)
 #define LOCK 0
 #define FENCE 1
@@ -82,13 +88,21 @@
 #define FENCE 1
 #define TOKEN_BEFORE 0
 #else
-#error "pick a variant: -DREDIS_ONLY, -DFENCED, -DFENCED_LATE_CLOCK, -DSPLIT_FENCE, -DFENCE_ONLY or -DTOKEN_AFTER"
+#error "pick a variant: REDIS_ONLY FENCED FENCED_LATE_CLOCK SPLIT_FENCE UNFENCED_READS FENCE_ONLY TOKEN_AFTER"
 #endif
 #ifndef LATE_CLOCK
 #define LATE_CLOCK 0
 #endif
 #ifndef SPLIT
 #define SPLIT 0
+#endif
+#ifndef BARE_READS
+#define BARE_READS 0
+#endif
+#if BARE_READS
+#define READ_TOKEN 0    /* a GET without Fencing-Token: served as is, the mark untouched */
+#else
+#define READ_TOKEN tok
 #endif
 
 #define QUORUM (N / 2 + 1)
@@ -256,20 +270,24 @@ proctype Client(byte c) {
         };
 #endif
         /* read: the request leaves, and the gateway handles it whenever the adversary lets it */
-        atomic { phase[c] = 2; printf("EV read %d %d %d sent -1 0 - -1\n", c, it, tok) };
+        atomic { phase[c] = 2; printf("EV read %d %d %d sent -1 0 - -1\n", c, it, READ_TOKEN) };
 #if SPLIT
         atomic { fence_check(tok, ok); printf("EV check %d %d %d ok -1 0 - %d\n", c, it, tok, mark) };
 #endif
         atomic {
-#if !SPLIT
+#if BARE_READS
+            ok = true;
+#elif !SPLIT
             fence_check(tok, ok);
 #endif
             if
             :: ok ->
+#if !BARE_READS
                 fence_raise(tok);
+#endif
                 accepted(l);
                 v = counter;
-                printf("EV read %d %d %d ok %d %d - -1\n", c, it, tok, v, seq)
+                printf("EV read %d %d %d ok %d %d - -1\n", c, it, READ_TOKEN, v, seq)
             :: else -> printf("EV read %d %d %d refused -1 0 stale %d\n", c, it, tok, mark)
             fi;
             phase[c] = 1

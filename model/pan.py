@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from model.errors import SearchError
 
 _VECTOR = re.compile(r"State-vector (\d+) byte, depth reached (\d+), errors: (\d+)")
-_STORED = re.compile(r"^\s*(\d+) states, stored", re.M)
-_TRANSITIONS = re.compile(r"^\s*(\d+) transitions", re.M)
+# pan prints counts of 1e8 and more in exponent form ("1.2087011e+08 states, stored")
+_COUNT = r"(\d+(?:\.\d+)?(?:e\+\d+)?)"
+_STORED = re.compile(rf"^\s*{_COUNT} states, stored", re.M)
+_TRANSITIONS = re.compile(rf"^\s*{_COUNT} transitions", re.M)
 _MEMORY = re.compile(r"^\s*([\d.]+)\s+total actual memory usage", re.M)
 _ELAPSED = re.compile(r"pan: elapsed time ([\d.e+-]+) seconds")
 _ERROR = re.compile(r"^pan:\d+: (.*?)(?: \(at depth \d+\))?$", re.M)
@@ -51,8 +53,8 @@ def parse_pan(text: str) -> PanReport:
     elapsed = _ELAPSED.search(text)
     error = _ERROR.search(text)
     return PanReport(
-        states=int(stored.group(1)),
-        transitions=int(transitions.group(1)) if transitions else 0,
+        states=round(float(stored.group(1))),
+        transitions=round(float(transitions.group(1))) if transitions else 0,
         depth=int(vector.group(2)),
         errors=int(vector.group(3)),
         memory_mb=float(memory.group(1)) if memory else 0.0,

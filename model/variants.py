@@ -1,11 +1,12 @@
 """What the model can be asked: the protocol variants, the properties, the sizes.
 
-The variants mirror the lab's modes, plus three designs DESIGN.md and
+The variants mirror the lab's modes, plus designs that DESIGN.md and
 STYLE.md reject, so the model can show what each allows: the token drawn
-after the quorum, the validity clock started after the token is drawn, and a
-fence that compares and raises the mark in two steps. Each property is
-searched in a run of its own: pan stops at the first error, and one
-property's counterexample must not hide another's verdict.
+after the quorum, the validity clock started after the token is drawn, a
+fence that compares and raises the mark in two steps, and reads that skip
+the fence. Each property is searched in a run of its own: pan stops at the
+first error, and one property's counterexample must not hide another's
+verdict.
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ VARIANTS: dict[str, Variant] = {
             True,
             True,
             "like fenced, but the gateway reads the mark, compares, then writes in a later step",
+        ),
+        Variant(
+            "unfenced-reads",
+            "UNFENCED_READS",
+            True,
+            True,
+            "like fenced, but reads carry no token: only writes pass the fence",
         ),
         Variant("fence-only", "FENCE_ONLY", False, True, "token and fence, no lock", shipped=True),
         Variant("token-after", "TOKEN_AFTER", True, True, "like fenced, token drawn after the quorum"),

@@ -42,6 +42,15 @@ def test_pan_summary_after_a_bound_is_incomplete(line: str, reason: str) -> None
     assert report.limit.startswith(reason)
 
 
+def test_pan_counts_above_1e8_in_exponent_form_are_read() -> None:
+    big = SUMMARY.replace("     5224 states, stored", "1.2087011e+08 states, stored").replace(
+        "    10582 transitions", "2.4757557e+08 transitions"
+    )
+    report = parse_pan("pan: reached -DMEMLIM bound\n" + big)
+    assert (report.states, report.transitions) == (120_870_110, 247_575_570)
+    assert not report.complete
+
+
 def test_pan_output_without_a_summary_is_an_error_not_a_proof() -> None:
     with pytest.raises(SearchError, match="no search summary"):
         parse_pan("Segmentation fault\n")

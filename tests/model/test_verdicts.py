@@ -86,9 +86,21 @@ def test_mark_never_decreases_where_the_fence_is_one_transaction(
         "fenced": "holds",
         "fenced-late-clock": "holds",
         "split-fence": "violated",
+        "unfenced-reads": "holds",
         "fence-only": "holds",
         "token-after": "holds",
     }
+
+
+def test_without_fenced_reads_a_delayed_stale_write_loses_an_update(
+    by_key: dict[tuple[str, str], CheckResult],
+) -> None:
+    result = by_key[("unfenced-reads", "lost-update")]
+    assert result.verdict == "violated"
+    assert result.trail is not None
+    reads = [e for e in result.trail.events if e["kind"] == "read"]
+    assert all(e["token"] is None for e in reads)  # a GET without Fencing-Token
+    assert result.trail.final < result.trail.acknowledged
 
 
 def test_split_fence_trail_shows_a_lower_token_accepted_after_a_higher(
