@@ -113,3 +113,11 @@ def test_replay_with_an_unknown_event_names_both_files() -> None:
 def test_replay_of_unrelated_output_is_refused() -> None:
     with pytest.raises(TrailError, match="spin -t -p"):
         parse_replay("hello\n")
+
+
+def test_the_package_exports_exactly_what_it_names() -> None:
+    import model
+
+    assert sorted(model.__all__) == sorted(set(model.__all__))
+    for name in model.__all__:
+        assert getattr(model, name) is not None, name
