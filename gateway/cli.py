@@ -21,6 +21,7 @@ COMMANDS = (
     "lab.demo",
     "gateway.serve",
     "bench.cli",
+    "model.cli",
 )
 
 
