@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 VENV_STAMP := $(VENV)/.installed
 
-.PHONY: setup servers venv demo test lint clean
+.PHONY: setup servers venv demo test lint bench clean
 
 setup: servers venv
 
@@ -15,10 +15,10 @@ servers:
 
 venv: $(VENV_STAMP)
 
-$(VENV_STAMP): pyproject.toml
+$(VENV_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	@touch $@
 
 demo: setup
@@ -31,6 +31,9 @@ lint: venv
 
 test: setup lint
 	$(BIN)/pytest
+
+bench: setup
+	$(BIN)/fencegate bench --plot docs/img/bench
 
 clean:
 	rm -rf $(VENV) .state .mypy_cache .ruff_cache .pytest_cache

@@ -20,6 +20,8 @@ COMMANDS = (
     "lab.cli",
     "lab.demo",
     "gateway.serve",
+    "bench.cli",
+    "model.cli",
 )
 
 

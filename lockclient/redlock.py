@@ -232,7 +232,10 @@ class Redlock(Generic[TokenT]):
     ) -> Lease[TokenT] | Refusal:
         key = self.key(resource)
         ttl_ms = _ms(ttl)
-        start = self._clock()
+        # Validity runs from before the token was drawn: a client that stalls between the draw
+        # and the quorum must find its lease already spent, not start a fresh one with an older
+        # token than a holder that came and went meanwhile (the spin model's late-clock variant).
+        start = drawn_at
         try:
             outcomes = await fan_out(
                 [m.set_nx(key, value, ttl_ms) for m in self._masters], self.settings.node_timeout
@@ -247,7 +250,7 @@ class Redlock(Generic[TokenT]):
         counts = tally(outcomes)
         nodes = NodeAnswers(self._urls, outcomes, self.settings.node_timeout)
         if counts.grants(left):
-            deadline = start + ttl - allowance  # == end + validity, measured from before the first SET
+            deadline = start + ttl - allowance  # == end + validity, measured from before the draw
             return Lease(
                 resource=resource, token=token, key=key, value=value, ttl=ttl, deadline=deadline,
                 drawn_at=drawn_at, granted_at=end, nodes=nodes, clock=self._clock, owner=owner,

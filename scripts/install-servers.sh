@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages fencegate runs for real: Redis, ZooKeeper,
 # PostgreSQL, a C compiler (the lab's clock shim, spin models), spin, wrk,
-# and Chromium (the lab report test). Idempotent: it installs only what is missing.
+# Chromium (the lab report test) and HAProxy (the native deployment's load
+# balancer). Idempotent: it installs only what is missing.
 set -euo pipefail
 
 missing=()
@@ -14,6 +15,7 @@ command -v gcc >/dev/null || missing+=(gcc)
 command -v spin >/dev/null || missing+=(spin)
 command -v wrk >/dev/null || missing+=(wrk)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
 python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 
 if [ ${#missing[@]} -eq 0 ]; then

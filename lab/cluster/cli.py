@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from lab.cluster.errors import ClusterError
@@ -18,7 +20,7 @@ def register(sub: Any) -> None:
         "cluster",
         help="start or stop a local cluster of real servers",
         description=(
-            "Start real redis-server masters, ZooKeeper and PostgreSQL on loopback "
+            "Start real redis-server masters, ZooKeeper, PostgreSQL and gateways behind HAProxy on loopback "
             "on free ports, record their PIDs and endpoints in DIR/cluster.json, "
             "and stop exactly those processes again."
         ),
@@ -55,6 +57,14 @@ def register(sub: Any) -> None:
         help="also start a throwaway PostgreSQL cluster (token source, storage)",
     )
     up.add_argument(
+        "--gateways",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also start N `fencegate serve` replicas (on the PostgreSQL if any, tokens from ZooKeeper) "
+        "behind one HAProxy, whose URL is `load_balancer` in the endpoints",
+    )
+    up.add_argument(
         "--dir",
         default=DEFAULT_DIR,
         metavar="PATH",
@@ -80,6 +90,23 @@ def register(sub: Any) -> None:
     )
     status.set_defaults(func=_status)  # fmt: skip
 
+    check = actions.add_parser(
+        "check",
+        help="drive a short fenced load through the load balancer and check the gateway's promises",
+        description="Workers take Redlock leases with tokens and write through the gateway; then every "
+        "acknowledged write must still be there and accepted tokens must never have gone back. "
+        "Target the native topology with --dir, or any deployment with --gateway, --redis and --tokens.",
+    )
+    check.add_argument("--dir", metavar="PATH", help="state dir of a `cluster up --gateways N` topology")
+    check.add_argument("--gateway", metavar="URL", help="the load balancer (or one gateway)")
+    check.add_argument("--redis", nargs="+", default=[], metavar="URL", help="the Redlock masters")
+    check.add_argument("--tokens", metavar="URL", help="the token source the gateways use (zookeeper://...)")
+    check.add_argument("--api-key-file", metavar="PATH", help="file holding the API key to send")
+    check.add_argument("--seconds", type=float, default=10.0, help="load duration (default: %(default)s)")
+    check.add_argument("--workers", type=int, default=8, help="concurrent clients (default: %(default)s)")
+    check.add_argument("--resources", type=int, default=4, help="resources written (default: %(default)s)")
+    check.set_defaults(func=_check)
+
 
 def _up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.dir)
@@ -93,6 +120,7 @@ def _up(args: argparse.Namespace) -> int:
         zookeeper_ensemble=args.zookeeper_ensemble,
         postgres=args.postgres,
         aof=args.aof,
+        gateways=args.gateways,
     )
     try:
         cluster.up(spec)
@@ -126,3 +154,36 @@ def _status(args: argparse.Namespace) -> int:
             for name, node in cluster.nodes.items()}  # fmt: skip
     print(json.dumps(rows, indent=2))
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from lab.cluster.loadcheck import check_deployment
+    from lab.cluster.topology import gateway_backends
+    from lockclient import LockClientError, open_token_source
+
+    gateway, redis, tokens = args.gateway, args.redis, args.tokens
+    if args.dir is not None:
+        try:
+            cluster = LocalCluster.attach(args.dir)
+            gateway = gateway or cluster.load_balancer
+        except ClusterError as exc:
+            print(f"fencegate cluster check: {exc}", file=sys.stderr)
+            return 1
+        redis = redis or cluster.redis_urls
+        tokens = tokens or gateway_backends(cluster.dir, cluster.nodes.values())[1]
+    if not (gateway and redis and tokens):
+        print("fencegate cluster check: give --dir, or --gateway, --redis and --tokens", file=sys.stderr)
+        return 2
+    api_key = Path(args.api_key_file).read_text().strip() if args.api_key_file else None
+    try:
+        report = asyncio.run(
+            check_deployment(
+                gateway_url=gateway, redis=redis, tokens=open_token_source(tokens), seconds=args.seconds,
+                workers=args.workers, resources=args.resources, api_key=api_key,
+            )
+        )  # fmt: skip
+    except (LockClientError, ClusterError) as exc:
+        print(f"fencegate cluster check: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report, indent=2))
+    return 0 if not report["problems"] and report["acknowledged"] else 1

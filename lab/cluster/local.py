@@ -1,6 +1,7 @@
 """A cluster of real servers on loopback, owned by one object.
 
-`LocalCluster` starts redis-server masters, ZooKeeper and PostgreSQL on free
+`LocalCluster` starts redis-server masters, ZooKeeper and PostgreSQL (and the
+deployment's gateway replicas behind HAProxy, see `topology`) on free
 ports, waits until each answers, and records every PID in `cluster.json` in
 its state dir. It stops exactly those PIDs (checking that each still runs the
 binary it started, so a recycled PID is never signalled) and removes the state.
@@ -29,6 +30,7 @@ from typing import Any
 
 from lab.cluster.errors import ClusterError, ServerStartError
 from lab.cluster.servers import (
+    HOST,
     Node,
     ZooKeeperPeer,
     free_port,
@@ -37,6 +39,7 @@ from lab.cluster.servers import (
     redis_node,
     zookeeper_node,
 )
+from lab.cluster.topology import HAPROXY_CFG, gateway_backends, gateway_node, haproxy_node
 
 STATE_FILE = "cluster.json"
 START_DEADLINE = 60.0  # a cold JVM on a loaded 2-core machine takes tens of seconds
@@ -47,13 +50,14 @@ START_ATTEMPTS = 3  # a free port can be taken between probe and bind
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """What to start: N redis masters, and optionally ZooKeeper and PostgreSQL."""
+    """What to start: N redis masters, optionally ZooKeeper and PostgreSQL, and gateways behind HAProxy."""
 
     redis: int = 5
     zookeeper: bool = False
     zookeeper_ensemble: int = 0  # > 0: an ensemble of this many members instead of one standalone
     postgres: bool = False
     aof: bool = False
+    gateways: int = 0  # > 0: this many `fencegate serve` replicas behind one HAProxy, started last
 
 
 def _tail(path: str, lines: int = 20) -> str:
@@ -143,6 +147,15 @@ class LocalCluster:
     def postgres_dsn(self) -> str:
         return self._one("postgres").url
 
+    @property
+    def gateway_urls(self) -> list[str]:
+        return [n.url for n in self.nodes.values() if n.kind == "gateway"]
+
+    @property
+    def load_balancer(self) -> str:
+        """The URL clients use: HAProxy in front of every gateway replica."""
+        return self._one("haproxy").url
+
     def _one(self, kind: str) -> Node:
         for node in self.nodes.values():
             if node.kind == kind:
@@ -157,6 +170,8 @@ class LocalCluster:
             "redis": self.redis_urls,
             "zookeeper": self.zookeeper if "zookeeper" in kinds else None,
             "postgres": self.postgres_dsn if "postgres" in kinds else None,
+            "gateways": self.gateway_urls,
+            "load_balancer": self.load_balancer if "haproxy" in kinds else None,
             "pids": {name: node.pid for name, node in self.nodes.items()},
         }
 
@@ -173,6 +188,8 @@ class LocalCluster:
             names.append(self.add_postgres(wait=False).name)
         for name in names:
             self.wait_ready(name)
+        if spec.gateways:
+            self.add_gateways(spec.gateways)
         return self
 
     def add_redis(
@@ -217,6 +234,22 @@ class LocalCluster:
             self._extra_dirs.append(str(data_dir))
             shutil.chown(data_dir, user, user)
         return self._launch(postgres_node(name, data_dir, user=user), wait)
+
+    def add_gateways(self, count: int) -> list[Node]:
+        """`count` gateway replicas on this cluster's storage and tokens, then HAProxy in front."""
+        if count < 1:
+            raise ClusterError(f"the load balancer needs at least 1 gateway behind it, not {count}")
+        storage, tokens = gateway_backends(self.dir, self.nodes.values())
+        gateways = []
+        for _ in range(count):
+            name = self._name("gateway")
+            node = gateway_node(name, self._node_dir(name), storage=storage, tokens=tokens)
+            gateways.append(self._launch(node, wait=False))
+        for node in gateways:
+            self.wait_ready(node.name)
+        name = self._name("haproxy")
+        self._launch(haproxy_node(name, self._node_dir(name), gateways), wait=True)
+        return gateways
 
     def _name(self, kind: str) -> str:
         index = sum(1 for n in self.nodes.values() if n.kind == kind)
@@ -276,9 +309,13 @@ class LocalCluster:
         old = str(node.port)
         node.port = free_port()
         node.argv = [str(node.port) if arg == old else arg for arg in node.argv]
+        node.env = {key: str(node.port) if value == old else value for key, value in node.env.items()}
         if node.kind == "zookeeper":
             cfg = Path(node.data_dir) / "conf" / "zoo.cfg"
             cfg.write_text(cfg.read_text().replace(f"clientPort={old}", f"clientPort={node.port}"))
+        if node.kind == "haproxy":
+            cfg = Path(node.data_dir) / HAPROXY_CFG
+            cfg.write_text(cfg.read_text().replace(f"bind {HOST}:{old}", f"bind {node.address}"))
         self._spawn(node)
 
     # -- faults -------------------------------------------------------------

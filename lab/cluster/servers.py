@@ -20,6 +20,9 @@ from lab.cluster.errors import MissingServerError
 HOST = "127.0.0.1"
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
 PROBE_TIMEOUT = 0.5
+# HTTP servers are ready when this path answers 200: a gateway once its storage answers,
+# HAProxy once it routes to at least one ready gateway
+HTTP_PROBES = {"gateway": "/readyz", "haproxy": "/readyz"}
 
 
 @dataclass
@@ -27,7 +30,7 @@ class Node:
     """One server process of the cluster, as recorded in the state file."""
 
     name: str
-    kind: str  # "redis" | "zookeeper" | "postgres"
+    kind: str  # "redis" | "zookeeper" | "postgres" | "gateway" | "haproxy"
     port: int
     argv: list[str]
     data_dir: str
@@ -46,6 +49,8 @@ class Node:
             return f"redis://{HOST}:{self.port}"
         if self.kind == "postgres":
             return f"postgresql://postgres@{HOST}:{self.port}/postgres"
+        if self.kind in HTTP_PROBES:
+            return f"http://{HOST}:{self.port}"
         return self.address
 
 
@@ -161,6 +166,8 @@ def probe(node: Node) -> bool:
             check=False,
         )
         return result.returncode == 0
+    if node.kind in HTTP_PROBES:
+        return _http_ok(node.port, HTTP_PROBES[node.kind])
     question, answer = {
         "redis": (b"PING\r\n", b"+PONG"),
         "zookeeper": (b"srvr", b"Mode: "),
@@ -178,3 +185,14 @@ def probe(node: Node) -> bool:
     except OSError:
         return False
     return answer in reply
+
+
+def _http_ok(port: int, path: str) -> bool:
+    request = f"GET {path} HTTP/1.0\r\nHost: {HOST}\r\n\r\n".encode()
+    try:
+        with socket.create_connection((HOST, port), timeout=PROBE_TIMEOUT) as sock:
+            sock.sendall(request)
+            status_line = sock.recv(64).split(b"\r\n", 1)[0]
+    except OSError:
+        return False
+    return status_line.split(b" ")[1:2] == [b"200"]

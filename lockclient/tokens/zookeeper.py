@@ -120,7 +120,13 @@ class ZooKeeperTokens(ClosingSource):
         return self._retrying(client, write)
 
     def _bound(self, client: KazooClient, path: str) -> int:
-        stat = self._retrying(client, lambda: client.exists(path))
+        def read() -> Any:
+            # ZooKeeper reads are not linearizable: the member this session talks to may not have
+            # applied a token just issued through another member. `sync` makes it catch up first.
+            client.sync(path)
+            return client.exists(path)
+
+        stat = self._retrying(client, read)
         return 0 if stat is None else int(stat.mzxid)
 
     async def _call(self, doing: str, op: Callable[[KazooClient, str], int], resource: str) -> int:

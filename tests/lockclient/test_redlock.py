@@ -54,7 +54,7 @@ async def test_each_acquisition_gets_a_new_random_value(urls: list[str], resourc
 
 
 async def test_validity_is_ttl_minus_elapsed_minus_drift(urls: list[str], resource: str) -> None:
-    clock = StepClock(99.0, 100.0, 100.25)  # token asked for, SETs sent, quorum in: the fan-out "took" 250 ms
+    clock = StepClock(100.0, 100.25)  # token asked for, quorum in: the attempt "took" 250 ms
     async with Redlock(urls, clock=clock) as locker:
         lease = await locker.acquire(resource, ttl=10.0)
         assert lease.remaining() == pytest.approx(10.0 - 0.25 - (10.0 * 0.01 + 0.002))
@@ -64,12 +64,27 @@ async def test_validity_is_ttl_minus_elapsed_minus_drift(urls: list[str], resour
 async def test_a_quorum_slower_than_the_ttl_is_refused_and_released_everywhere(
     urls: list[str], raw: list[Redis], resource: str
 ) -> None:
-    clock = StepClock(99.0, 100.0, 102.5)  # a 2 s TTL, and the fan-out took 2.5 s (say, a GC pause)
+    clock = StepClock(100.0, 102.5)  # a 2 s TTL, and the attempt took 2.5 s (say, a GC pause)
     async with Redlock(urls, clock=clock) as locker:
         with pytest.raises(LockNotAcquired, match="quorum answered but") as caught:
             await locker.acquire(resource, ttl=2.0, blocking=False)
         assert set(caught.value.reasons.values()) == {"ok"}  # every master said yes...
         assert await values(raw, locker.key(resource)) == [None] * 5  # ...and was undone
+
+
+async def test_validity_counts_from_before_the_token_draw(
+    urls: list[str], raw: list[Redis], resource: str, tmp_path: Path
+) -> None:
+    """A client that stalls between drawing its token and the quorum finds its lease spent.
+
+    Otherwise it would start a fresh lease with a token older than a holder that came
+    and went during the stall, and the fence would refuse the current holder.
+    """
+    clock = StepClock(100.0, 103.0)  # drew its token, then stalled 3 s before the quorum answered
+    async with Redlock(urls, tokens=SQLiteTokens(tmp_path / "t.db"), clock=clock) as locker:
+        with pytest.raises(LockNotAcquired, match="quorum answered but"):
+            await locker.acquire(resource, ttl=2.0, blocking=False)
+        assert await values(raw, locker.key(resource)) == [None] * 5
 
 
 async def test_not_acquired_lists_each_masters_reason(urls: list[str], resource: str) -> None:

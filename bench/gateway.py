@@ -1,0 +1,91 @@
+"""Fenced durable PUTs per second through `fencegate serve`, driven by wrk.
+
+Cases: an in-memory aiohttp server (the HTTP ceiling), a naive durable
+SQLite server (one transaction per request, no fence), fencegate on SQLite
+with group commit and without (`--group-commit 0`), and on PostgreSQL with
+one and two replicas. Goal: fenced SQLite with group commit >= 3x the naive
+server in the same run. The gateway's resident memory after load is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench.env import BenchEnv
+from bench.runner import Result
+from bench.section import Goal, Section
+from bench.servers import http_server, rss_mib
+from bench.wrk import run_wrk
+
+CONNECTIONS = 32
+
+
+@contextlib.contextmanager
+def _servers(case: str, env: BenchEnv, workdir: Path) -> Iterator[list[tuple[str, int]]]:
+    log = workdir / f"{case.replace(' ', '_')}.log"
+    serve = ["gateway.cli", "--log-level", "WARNING", "serve", "--data-dir", str(workdir / "gw")]
+    pg = ["--storage", env.cluster.postgres_dsn]
+    with contextlib.ExitStack() as stack:
+        if case == "in-memory aiohttp":
+            specs = [["bench.baseline", "memory"]]
+        elif case == "naive durable SQLite (no fence)":
+            specs = [["bench.baseline", "naive", "--db", str(workdir / "naive.db")]]
+        elif case == "fencegate SQLite, group commit":
+            specs = [serve]
+        elif case == "fencegate SQLite, --group-commit 0":
+            specs = [[*serve, "--group-commit", "0"]]
+        elif case == "fencegate PostgreSQL":
+            specs = [[*serve, *pg]]
+        else:  # two replicas on one PostgreSQL
+            specs = [[*serve, *pg], [*serve[:-1], str(workdir / "gw2"), *pg]]
+        yield [stack.enter_context(http_server(argv, log)) for argv in specs]
+
+
+CASES = (
+    "in-memory aiohttp",
+    "naive durable SQLite (no fence)",
+    "fencegate SQLite, group commit",
+    "fencegate SQLite, --group-commit 0",
+    "fencegate PostgreSQL",
+    "fencegate PostgreSQL, 2 replicas",
+)
+
+
+async def gateway(env: BenchEnv) -> Section:
+    results = {case: Result("gateway", case) for case in CASES}
+    memory: dict[str, float] = {}
+    socket_errors: dict[str, int] = {}
+    for run in range(env.runs):
+        for index, case in enumerate(CASES):
+            env.progress(f"gateway: {case} run {run + 1}/{env.runs}")
+            workdir = env.workdir / f"gateway-{run}-{index}"
+            workdir.mkdir(parents=True, exist_ok=True)
+            with _servers(case, env, workdir) as servers:
+                outs = await asyncio.gather(*(
+                    asyncio.to_thread(run_wrk, url, seconds=env.seconds,
+                                      connections=CONNECTIONS // len(servers), workdir=workdir)
+                    for url, _ in servers
+                ))  # fmt: skip
+                memory[case] = max(rss_mib(pid) for _, pid in servers)
+            refused = sum(o.non_2xx for o in outs)
+            if refused:  # every request is a fresh token on its own key: none may be refused
+                log = "\n".join(p.read_text()[-1500:] for p in workdir.glob("*.log"))
+                raise RuntimeError(f"{case}: {refused} requests answered non-2xx:\n{log}")
+            socket_errors[case] = socket_errors.get(case, 0) + sum(o.errors for o in outs)
+            results[case].rates.append(sum(o.requests_per_s for o in outs))
+            results[case].latencies += [o.p50_ms / 1000 for o in outs]
+    by = {case: r.median_rate for case, r in results.items()}
+    naive = max(by["naive durable SQLite (no fence)"], 1e-9)
+    goals = [
+        Goal("SQLite: fenced group commit / naive durable server",
+             by["fencegate SQLite, group commit"] / naive, ">=", 3),
+    ]  # fmt: skip
+    extra = {f"RSS MiB after load: {case}": mib for case, mib in memory.items() if "fencegate" in case}
+    extra |= {
+        f"wrk socket errors (timeouts at the end of a run): {c}": n for c, n in socket_errors.items() if n
+    }
+    return Section("gateway", f"durable PUT req/s, 64-byte bodies, wrk -c{CONNECTIONS} "
+                   "(p50/p99 over runs' p50)", list(results.values()), goals, extra)  # fmt: skip

@@ -1,0 +1,71 @@
+"""Uncontended acquire+release, and how latency grows with the number of masters.
+
+Goals (same-run ratios): on 5 masters fencegate >= 3.5x pottery's Redlock,
+>= 1.2x aioredlock, and >= 1/1.2 of the minimal asyncio Redlock; p50 at
+N=7 <= 1.5x p50 at N=1.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+
+from bench import fencegate_ops, peers
+from bench.env import BenchEnv
+from bench.runner import Case, Result, ratio, run_alternating
+from bench.section import Goal, Section
+
+
+def _key(name: str) -> str:
+    return f"bench:{name}:{uuid.uuid4().hex[:8]}"
+
+
+async def leases(env: BenchEnv) -> Section:
+    five = env.redis_urls[:5]
+    one = env.redis_urls[:1]
+    f = functools.partial
+    cases = [
+        Case("leases N=5", "fencegate (no tokens)", f(fencegate_ops.fencegate_lease, five, _key("f5"))),
+        Case("leases N=5", "fencegate + sqlite tokens",
+             f(fencegate_ops.fencegate_lease, five, _key("fs"), env.tokens("sqlite"))),
+        Case("leases N=5", "fencegate + postgres tokens",
+             f(fencegate_ops.fencegate_lease, five, _key("fp"), env.tokens("postgres"))),
+        Case("leases N=5", "fencegate + zookeeper tokens",
+             f(fencegate_ops.fencegate_lease, five, _key("fz"), env.tokens("zookeeper"))),
+        Case("leases N=5", "minimal asyncio Redlock", f(peers.minimal_redlock, five, _key("m5"))),
+        Case("leases N=5", "aioredlock", f(peers.aioredlock, five, _key("a5"))),
+        Case("leases N=5", "pottery AIORedlock", f(peers.pottery_aioredlock, five, _key("pa5"))),
+        Case("leases N=5", "pottery Redlock (sync)", f(peers.pottery_redlock, five, _key("p5"))),
+        Case("leases N=1", "fencegate (no tokens)", f(fencegate_ops.fencegate_lease, one, _key("f1"))),
+        Case("leases N=1", "redis-py Lock (sync)", f(peers.redis_py_lock, one, _key("r1"))),
+        Case("leases N=1", "python-redis-lock (sync)", f(peers.python_redis_lock, one, _key("l1"))),
+    ]  # fmt: skip
+    results = await run_alternating(cases, runs=env.runs, ops=env.ops, progress=env.progress)
+    five_results = [r for r in results if r.group == "leases N=5"]
+    goals = [
+        Goal("5 masters: fencegate / pottery Redlock", ratio(five_results, "fencegate (no tokens)",
+             "pottery Redlock (sync)"), ">=", 3.5),
+        Goal("5 masters: fencegate / aioredlock",
+             ratio(five_results, "fencegate (no tokens)", "aioredlock"), ">=", 1.2),
+        Goal("5 masters: fencegate / minimal asyncio Redlock",
+             ratio(five_results, "fencegate (no tokens)", "minimal asyncio Redlock"), ">=", 1 / 1.2),
+    ]  # fmt: skip
+    return Section("leases", "uncontended acquire+release, one client", results, goals)
+
+
+async def scaling(env: BenchEnv) -> Section:
+    sizes = [n for n in (1, 3, 5, 7) if n <= len(env.redis_urls)]
+    cases = [
+        Case("scaling", f"fencegate N={n}",
+             functools.partial(fencegate_ops.fencegate_lease, env.redis_urls[:n], _key(f"n{n}")))
+        for n in sizes
+    ]  # fmt: skip
+    results = await run_alternating(cases, runs=env.runs, ops=env.ops, progress=env.progress)
+    by_name = {r.name: r for r in results}
+    p50_1 = by_name["fencegate N=1"].percentile_ms(50)
+    p50_max = by_name[f"fencegate N={sizes[-1]}"].percentile_ms(50)
+    goals = [Goal(f"p50 at N={sizes[-1]} / p50 at N=1", p50_max / p50_1 if p50_1 else 0.0, "<=", 1.5)]
+    return Section("scaling", "acquire+release latency as masters are added", results, goals)
+
+
+__all__ = ["Result", "leases", "scaling"]

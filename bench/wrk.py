@@ -1,0 +1,66 @@
+"""Drive a gateway with wrk (Debian's package): fenced PUTs, 64-byte bodies.
+
+Every request writes a fresh key, so none is refused whatever order the
+connections deliver in, and every one is a durable fenced write.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+SCRIPT = r"""
+-- every request writes a key of its own (t<tid>-<n>) with token 1: the fence check and
+-- the write both run, and no request can be refused whatever order connections deliver in
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+local counter = 0
+local body = string.rep("x", 64)
+function request()
+  counter = counter + 1
+  local key = "t" .. tid .. "-" .. counter
+  return wrk.format("PUT", "/v1/objects/" .. key,
+    {["Fencing-Token"] = "1", ["Content-Type"] = "application/octet-stream"}, body)
+end
+function done(summary, latency, requests)
+  io.write(string.format("JSON p50=%f p99=%f non2xx=%d errors=%d\n",
+    latency:percentile(50), latency:percentile(99), summary.errors.status,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
+end
+"""
+
+
+@dataclass(frozen=True)
+class WrkResult:
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    non_2xx: int
+    errors: int
+
+
+def wrk_available() -> bool:
+    return shutil.which("wrk") is not None
+
+
+def run_wrk(url: str, *, seconds: float, connections: int, workdir: Path) -> WrkResult:
+    script = workdir / "put.lua"
+    script.write_text(SCRIPT)
+    out = subprocess.run(
+        ["wrk", "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", str(script), url],
+        capture_output=True, text=True, check=True, timeout=seconds + 60,
+    ).stdout  # fmt: skip
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    stats = re.search(r"JSON p50=([\d.]+) p99=([\d.]+) non2xx=(\d+) errors=(\d+)", out)
+    if rate is None or stats is None:
+        raise RuntimeError(f"could not read wrk's output:\n{out}")
+    return WrkResult(
+        float(rate.group(1)), float(stats.group(1)) / 1000, float(stats.group(2)) / 1000,
+        int(stats.group(3)), int(stats.group(4)),
+    )  # fmt: skip

