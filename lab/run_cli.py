@@ -57,7 +57,8 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
             choices=[*MODES, "all"],
             default="all",
             help="redis-only: lease, no token check; fenced: lease + token through the fence; fence-only: "
-            "tokens, no lock; all (default): the three, same seed and fault schedule",
+            "tokens, no lock; all (default): the three, same seed and fault schedule (token-regress always "
+            "runs fenced)",
         )
     parser.add_argument(
         "--lock",
