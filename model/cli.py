@@ -16,9 +16,13 @@ import argparse
 import json
 import logging
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from lab.history import History
+from lab.report import RunResult
+from lab.timeline import write_html
 from model.doc import regenerate
 from model.errors import ModelError
 from model.report import as_json, history_lines, markdown_table, text_table, trail_tables
@@ -55,6 +59,12 @@ def register(sub: Any) -> None:
         type=Path,
         metavar="DIR",
         help="write each counterexample as a lab history file DIR/VARIANT-PROPERTY.jsonl",
+    )
+    checker.add_argument(
+        "--report",
+        type=Path,
+        metavar="PATH",
+        help="write an HTML report drawing each counterexample as the lab's timeline",
     )
     checker.add_argument(
         "--keep", type=Path, metavar="DIR", help="keep pan.c, pan, its output and trails under DIR"
@@ -135,6 +145,18 @@ def run_checks(args: argparse.Namespace, cache: Cache | None = None) -> list[Che
     return [cache[key(v, p)] for v in variants for p in props]
 
 
+def _write_histories(results: list[CheckResult], directory: Path) -> list[Path]:
+    """Each counterexample as a lab history file DIR/VARIANT-PROPERTY.jsonl."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for r in results:
+        if r.trail is not None:
+            path = directory / f"{r.variant}-{r.prop}.jsonl"
+            path.write_text("".join(json.dumps(line) + "\n" for line in history_lines(r)))
+            paths.append(path)
+    return paths
+
+
 def _check(args: argparse.Namespace) -> int:
     try:
         results = run_checks(args)
@@ -142,12 +164,13 @@ def _check(args: argparse.Namespace) -> int:
         print(f"fencegate model check: {exc}", file=sys.stderr)
         return 2
     if args.history_dir is not None:
-        args.history_dir.mkdir(parents=True, exist_ok=True)
-        for r in results:
-            if r.trail is not None:
-                lines = history_lines(r)
-                path = args.history_dir / f"{r.variant}-{r.prop}.jsonl"
-                path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        _write_histories(results, args.history_dir)
+    if args.report is not None:
+        with tempfile.TemporaryDirectory(prefix="fencegate-model-") as tmp:
+            paths = _write_histories(results, Path(tmp))
+            runs = [RunResult.of(History.load(path)) for path in paths]
+        write_html(runs, args.report, title="fencegate model: counterexamples")
+        print(f"report: {args.report}", file=sys.stderr)
     if args.json:
         print(json.dumps(as_json(results), indent=2))
     elif args.markdown:

@@ -42,6 +42,22 @@ def test_check_writes_counterexamples_as_lab_history_files(
     assert header["final"] < acknowledged
 
 
+def test_check_draws_counterexamples_as_the_labs_timeline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "model.html"
+    code = main(
+        ["model", "check", "--variant", "redis-only", "--property", "interleave", "--nodes", "1",
+         "--report", str(report)]
+    )  # fmt: skip
+    assert code == 0
+    assert f"report: {report}" in capsys.readouterr().err
+    page = report.read_text()
+    assert page.count('<section id="run-') == 1
+    assert "<svg" in page
+    assert "redis-only" in page
+
+
 def test_violations_of_a_design_fencegate_does_not_ship_leave_the_exit_status_0(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
