@@ -13,9 +13,9 @@ pure so property tests can cover it without servers (step 3):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 __all__ = [
     "DRIFT_CONSTANT",
@@ -148,25 +148,27 @@ class NodeAnswers(Mapping[str, str]):
         return len(self._urls)
 
 
-def _expire(tasks: list[asyncio.Task[T]]) -> None:
-    for task in tasks:
-        if not task.done():
-            task.cancel()
+def _expire(waits: list[asyncio.Future[T]]) -> None:
+    for wait in waits:
+        if not wait.done():
+            wait.cancel()
 
 
-async def fan_out(calls: Sequence[Coroutine[Any, Any, T]], per_node: float) -> list[T | BaseException]:
-    """Run every call concurrently, each for at most `per_node` seconds; errors are returned, not raised.
+async def fan_out(calls: Sequence[Awaitable[T]], per_node: float) -> list[T | BaseException]:
+    """Wait for every call concurrently, each for at most `per_node` seconds; errors are returned, not raised.
 
     `gather(return_exceptions=True)` rather than a TaskGroup: one node's error
     must not cancel the others, whose answers still count toward the quorum.
-    One timer cancels whatever is still running at the deadline (cheaper than
-    a timeout scope per node); those nodes are reported as `TimeoutError`.
+    The masters' commands are futures already in flight (no task per node);
+    anything else is wrapped in a task. One timer cancels whatever is still
+    pending at the deadline (cheaper than a timeout scope per node); those
+    nodes are reported as `TimeoutError`.
     """
     loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(call) for call in calls]
-    timer = loop.call_later(per_node, _expire, tasks)
+    waits = [call if asyncio.isfuture(call) else asyncio.ensure_future(call) for call in calls]
+    timer = loop.call_later(per_node, _expire, waits)
     try:
-        results = await asyncio.gather(*tasks, return_exceptions=True)
+        results = await asyncio.gather(*waits, return_exceptions=True)
     finally:
         timer.cancel()
     return [TimeoutError() if isinstance(r, asyncio.CancelledError) else r for r in results]
