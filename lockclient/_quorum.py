@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
+
+from lockclient._resp import Batch, Reply
 
 __all__ = [
     "DRIFT_CONSTANT",
@@ -148,27 +150,43 @@ class NodeAnswers(Mapping[str, str]):
         return len(self._urls)
 
 
-def _expire(waits: list[asyncio.Future[T]]) -> None:
+def _expire(waits: Sequence[asyncio.Future[T]]) -> None:
     for wait in waits:
-        if not wait.done():
+        if wait.done():
+            continue
+        if isinstance(wait, Reply):
+            wait.expire()  # also drops the connection: the server is slow or hung
+        else:
             wait.cancel()
 
 
 async def fan_out(calls: Sequence[Awaitable[T]], per_node: float) -> list[T | BaseException]:
     """Wait for every call concurrently, each for at most `per_node` seconds; errors are returned, not raised.
 
-    `gather(return_exceptions=True)` rather than a TaskGroup: one node's error
-    must not cancel the others, whose answers still count toward the quorum.
-    The masters' commands are futures already in flight (no task per node);
-    anything else is wrapped in a task. One timer cancels whatever is still
-    pending at the deadline (cheaper than a timeout scope per node); those
-    nodes are reported as `TimeoutError`.
+    One node's error never cancels the others, whose answers still count
+    toward the quorum. The masters' commands are replies already in flight:
+    they are waited for as one `Batch` (no task and no callback per node);
+    anything else is wrapped in a task and gathered. One timer expires
+    whatever is still pending at the deadline (cheaper than a timeout scope
+    per node); those nodes are reported as `TimeoutError`.
     """
     loop = asyncio.get_running_loop()
-    waits = [call if asyncio.isfuture(call) else asyncio.ensure_future(call) for call in calls]
-    timer = loop.call_later(per_node, _expire, waits)
-    try:
-        results = await asyncio.gather(*waits, return_exceptions=True)
-    finally:
-        timer.cancel()
+    if all(isinstance(call, Reply) for call in calls):
+        replies = cast(Sequence[Reply[T]], calls)
+        timer = loop.call_later(per_node, _expire, replies)
+        try:
+            results: list[T | BaseException] = await Batch(replies).done
+        except asyncio.CancelledError:
+            for reply in replies:
+                reply.cancel()  # the caller is gone; the replies are read and discarded in order
+            raise
+        finally:
+            timer.cancel()
+    else:
+        waits = [asyncio.ensure_future(call) for call in calls]
+        timer = loop.call_later(per_node, _expire, waits)
+        try:
+            results = await asyncio.gather(*waits, return_exceptions=True)
+        finally:
+            timer.cancel()
     return [TimeoutError() if isinstance(r, asyncio.CancelledError) else r for r in results]

@@ -9,12 +9,13 @@ How it stays correct:
 - Redis answers a connection's commands in the order it received them, so
   requests are written as soon as they are issued (pipelined, whoever issues
   them) and replies are matched to requests first in, first out.
-- A request whose caller stops waiting (the per-node timeout cancels it, or
-  the caller is cancelled) drops its connection at once: commands queued
-  behind a slow or hung server would inherit its delay, and nothing is left in
-  an unknown state. Every other request in flight on it fails with
+- A request abandoned at the per-node timeout drops its connection at once:
+  commands queued behind a slow or hung server would inherit its delay, and a
+  late reply is never read. Every other request in flight on it fails with
   `ConnectionError` (it may or may not have been applied; Redlock undoes
-  both). The next command opens a new connection.
+  both). The next command opens a new connection. A request whose caller was
+  cancelled keeps its place instead: its reply is read and discarded, so an
+  undo sent next on the same connection runs after it.
 - A lost connection fails what is in flight on it; the next command reconnects.
 - Scripts go as EVALSHA; a NOSCRIPT reply (a restarted server forgets its
   scripts) resends that one request as EVAL from the reply path, in order.
@@ -26,14 +27,14 @@ import asyncio
 import collections
 import hashlib
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
 
-__all__ = ["Connection", "Endpoint", "Link", "Script", "ServerError", "open_link", "pack"]
+__all__ = ["Batch", "Connection", "Endpoint", "Link", "Reply", "Script", "ServerError", "open_link", "pack"]
 
 T = TypeVar("T")
 
@@ -105,16 +106,66 @@ class Endpoint:
 
 
 class Reply(asyncio.Future[T]):
-    """The answer to one request; cancelling it drops the connection it was written to."""
+    """The answer to one request. `expire()` (the per-node timeout) drops the connection it was
+    written to; a plain `cancel()` (the caller was cancelled) keeps its place in the order: its
+    reply is read and discarded, and whatever the caller sends next runs after it."""
 
     link: Link | None = None
+    batch: Batch | None = None
+    index = 0
+
+    def set_result(self, result: T) -> None:
+        super().set_result(result)
+        if self.batch is not None:
+            self.batch.deliver(self.index, result)
+
+    def set_exception(self, exception: type | BaseException) -> None:
+        super().set_exception(exception)
+        if self.batch is not None:
+            self.exception()  # retrieved here: the batch reports it
+            self.batch.deliver(self.index, exception)
 
     def cancel(self, msg: Any | None = None) -> bool:
         if not super().cancel(msg):
             return False
-        if self.link is not None:
-            self.link.drop("a request on it was abandoned (timed out or cancelled)")
+        if self.batch is not None:
+            self.batch.deliver(self.index, asyncio.CancelledError())
         return True
+
+    def expire(self) -> None:
+        """Give up at the per-node timeout: the server is slow or hung, so close the connection."""
+        if self.cancel() and self.link is not None:
+            self.link.drop("a request on it timed out")
+
+
+class Batch:
+    """Every reply of one fan-out, waited for with one future: no callback or task per node."""
+
+    __slots__ = ("done", "left", "results")
+
+    def __init__(self, replies: Sequence[Reply[Any]]) -> None:
+        self.results: list[Any] = [None] * len(replies)
+        self.left = len(replies)
+        self.done: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        for index, reply in enumerate(replies):
+            if reply.done():
+                self.deliver(index, _outcome(reply))
+            else:
+                reply.batch, reply.index = self, index
+        if not replies:
+            self.done.set_result(self.results)
+
+    def deliver(self, index: int, outcome: Any) -> None:
+        self.results[index] = outcome
+        self.left -= 1
+        if not self.left and not self.done.done():
+            self.done.set_result(self.results)
+
+
+def _outcome(reply: Reply[Any]) -> Any:
+    if reply.cancelled():
+        return asyncio.CancelledError()
+    return reply.exception() or reply.result()
 
 
 class _Request:
