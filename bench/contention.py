@@ -27,6 +27,7 @@ CLIENTS = 8
 TTL_S = 10.0
 
 Span = tuple[float, float]  # (granted, releasing) on the monotonic clock
+Held = tuple[float, float, int]  # a span and the client that held it
 
 
 class _Client(Protocol):
@@ -37,17 +38,17 @@ class _Client(Protocol):
     async def aclose(self) -> None: ...
 
 
-async def _async_clients(make_client: Callable[[], _Client], seconds: float) -> list[Span]:
-    spans: list[Span] = []
+async def _async_clients(make_client: Callable[[], _Client], seconds: float) -> list[Held]:
+    spans: list[Held] = []
     clients = [make_client() for _ in range(CLIENTS)]
     end = time.monotonic() + seconds
 
-    async def run(client: _Client) -> None:
+    async def run(number: int, client: _Client) -> None:
         while time.monotonic() < end:
-            spans.append(await client.cycle())
+            spans.append((*await client.cycle(), number))
 
     try:
-        await asyncio.gather(*(run(client) for client in clients))
+        await asyncio.gather(*(run(number, client) for number, client in enumerate(clients)))
     finally:
         for client in clients:
             await client.aclose()
@@ -97,25 +98,25 @@ class _Aioredlock:
         await self.manager.destroy()
 
 
-async def _fencegate(env: BenchEnv, seconds: float) -> list[Span]:
+async def _fencegate(env: BenchEnv, seconds: float) -> list[Held]:
     key = f"bench:contend:{uuid.uuid4().hex[:8]}"
     return await _async_clients(lambda: _Fencegate(env.redis_urls[:5], key), seconds)
 
 
-async def _aioredlock(env: BenchEnv, seconds: float) -> list[Span]:
+async def _aioredlock(env: BenchEnv, seconds: float) -> list[Held]:
     key = f"bench:contend:{uuid.uuid4().hex[:8]}"
     return await _async_clients(lambda: _Aioredlock(env.redis_urls[:5], key), seconds)
 
 
-def _pottery(env: BenchEnv, seconds: float) -> list[Span]:
+def _pottery(env: BenchEnv, seconds: float) -> list[Held]:
     import redis
     from pottery import Redlock
 
     key = f"bench:contend:{uuid.uuid4().hex[:8]}"
-    spans: list[Span] = []
+    spans: list[Held] = []
     end = time.monotonic() + seconds
 
-    def client() -> None:
+    def client(number: int) -> None:
         masters = {redis.Redis.from_url(u) for u in env.redis_urls[:5]}  # this client's own connections
         lock = Redlock(key=key, masters=masters, auto_release_time=TTL_S)
         try:
@@ -125,12 +126,12 @@ def _pottery(env: BenchEnv, seconds: float) -> list[Span]:
                 granted = time.monotonic()
                 releasing = time.monotonic()
                 lock.release()
-                spans.append((granted, releasing))
+                spans.append((granted, releasing, number))
         finally:
             for master in masters:
                 master.close()
 
-    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
+    threads = [threading.Thread(target=client, args=(number,)) for number in range(CLIENTS)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -138,7 +139,13 @@ def _pottery(env: BenchEnv, seconds: float) -> list[Span]:
     return spans
 
 
-def _result(name: str, runs: list[list[Span]], seconds: float) -> Result:
+def _passed_on(runs: list[list[Held]]) -> float:
+    """The share of hand-offs that went to another client (the rest: the releaser took it again)."""
+    pairs = [(a, b) for spans in runs for a, b in itertools.pairwise(sorted(spans))]
+    return sum(a[2] != b[2] for a, b in pairs) / len(pairs) if pairs else 0.0
+
+
+def _result(name: str, runs: list[list[Held]], seconds: float) -> Result:
     result = Result("contention", name)
     for spans in runs:
         result.rates.append(len(spans) / seconds)
@@ -148,7 +155,7 @@ def _result(name: str, runs: list[list[Span]], seconds: float) -> Result:
 
 
 async def contention(env: BenchEnv) -> Section:
-    runs: dict[str, list[list[Span]]] = {"fencegate": [], "aioredlock": [], "pottery Redlock (sync)": []}
+    runs: dict[str, list[list[Held]]] = {"fencegate": [], "aioredlock": [], "pottery Redlock (sync)": []}
     for run in range(env.runs):
         env.progress(f"contention: run {run + 1}/{env.runs}")
         runs["fencegate"].append(await _fencegate(env, env.seconds))
@@ -164,5 +171,7 @@ async def contention(env: BenchEnv) -> Section:
     ]  # fmt: skip
     extra = {f"{r.name} hand-off median ms": statistics.median(r.latencies) * 1000
              for r in results if r.latencies}  # fmt: skip
+    # A client that re-takes the lock it just released is not a hand-off between waiters: say how often
+    extra |= {f"{name} share passed to another client": _passed_on(spans) for name, spans in runs.items()}
     return Section("contention", f"{CLIENTS} clients, one resource, tiny critical section "
                    "(p50/p99 = hand-off latency)", results, goals, extra)  # fmt: skip
