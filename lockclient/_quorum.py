@@ -150,43 +150,34 @@ class NodeAnswers(Mapping[str, str]):
         return len(self._urls)
 
 
-def _expire(waits: Sequence[asyncio.Future[T]]) -> None:
-    for wait in waits:
-        if wait.done():
-            continue
-        if isinstance(wait, Reply):
-            wait.expire()  # also drops the connection: the server is slow or hung
-        else:
-            wait.cancel()
+def _expire(tasks: list[asyncio.Task[T]]) -> None:
+    for task in tasks:
+        if not task.done():
+            task.cancel()
 
 
-async def fan_out(calls: Sequence[Awaitable[T]], per_node: float) -> list[T | BaseException]:
+def fan_out(calls: Sequence[Awaitable[T]], per_node: float) -> Awaitable[list[T | BaseException]]:
     """Wait for every call concurrently, each for at most `per_node` seconds; errors are returned, not raised.
 
     One node's error never cancels the others, whose answers still count
     toward the quorum. The masters' commands are replies already in flight:
-    they are waited for as one `Batch` (no task and no callback per node);
-    anything else is wrapped in a task and gathered. One timer expires
-    whatever is still pending at the deadline (cheaper than a timeout scope
-    per node); those nodes are reported as `TimeoutError`.
+    they are waited for as one `Batch`, a single future (no task and no
+    callback per node, and `asyncio.shield` needs no task for it). Anything
+    else is wrapped in a task and gathered. One timer ends whatever is still
+    pending at the deadline (cheaper than a timeout scope per node); those
+    nodes are reported as `TimeoutError`.
     """
+    if calls and all(isinstance(call, Reply) for call in calls):
+        return Batch(cast(Sequence[Reply[T]], calls), per_node).done
+    return _gather(calls, per_node)
+
+
+async def _gather(calls: Sequence[Awaitable[T]], per_node: float) -> list[T | BaseException]:
     loop = asyncio.get_running_loop()
-    if all(isinstance(call, Reply) for call in calls):
-        replies = cast(Sequence[Reply[T]], calls)
-        timer = loop.call_later(per_node, _expire, replies)
-        try:
-            results: list[T | BaseException] = await Batch(replies).done
-        except asyncio.CancelledError:
-            for reply in replies:
-                reply.cancel()  # the caller is gone; the replies are read and discarded in order
-            raise
-        finally:
-            timer.cancel()
-    else:
-        waits = [asyncio.ensure_future(call) for call in calls]
-        timer = loop.call_later(per_node, _expire, waits)
-        try:
-            results = await asyncio.gather(*waits, return_exceptions=True)
-        finally:
-            timer.cancel()
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    timer = loop.call_later(per_node, _expire, tasks)
+    try:
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        timer.cancel()
     return [TimeoutError() if isinstance(r, asyncio.CancelledError) else r for r in results]

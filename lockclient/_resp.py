@@ -126,45 +126,82 @@ class Reply(asyncio.Future[T]):
             self.batch.deliver(self.index, exception)
 
     def cancel(self, msg: Any | None = None) -> bool:
-        if not super().cancel(msg):
-            return False
-        if self.batch is not None:
-            self.batch.deliver(self.index, asyncio.CancelledError())
-        return True
+        return self._stop(asyncio.CancelledError(), msg)
 
     def expire(self) -> None:
         """Give up at the per-node timeout: the server is slow or hung, so close the connection."""
-        if self.cancel() and self.link is not None:
+        if self._stop(TimeoutError()) and self.link is not None:
             self.link.drop("a request on it timed out")
+
+    def _stop(self, outcome: BaseException, msg: Any | None = None) -> bool:
+        if not super().cancel(msg):
+            return False
+        if self.batch is not None:
+            self.batch.deliver(self.index, outcome)
+        return True
+
+
+class _Done(asyncio.Future[list[Any]]):
+    """A batch's outcome; cancelling it (its caller was cancelled) cancels the replies and the timer."""
+
+    batch: Batch | None = None
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        if not super().cancel(msg):
+            return False
+        if self.batch is not None:
+            self.batch.abandon()
+        return True
 
 
 class Batch:
-    """Every reply of one fan-out, waited for with one future: no callback or task per node."""
+    """Every reply of one fan-out as one future, `done`: no callback or task per node.
 
-    __slots__ = ("done", "left", "results")
+    After `per_node` seconds, the replies still pending expire (their
+    connections are dropped) and are reported as `TimeoutError`.
+    """
 
-    def __init__(self, replies: Sequence[Reply[Any]]) -> None:
+    __slots__ = ("done", "left", "replies", "results", "timer")
+
+    def __init__(self, replies: Sequence[Reply[Any]], per_node: float) -> None:
+        loop = asyncio.get_running_loop()
+        self.replies = replies
         self.results: list[Any] = [None] * len(replies)
         self.left = len(replies)
-        self.done: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self.done = _Done(loop=loop)
+        self.done.batch = self
+        self.timer = loop.call_later(per_node, self._expire)
         for index, reply in enumerate(replies):
             if reply.done():
                 self.deliver(index, _outcome(reply))
             else:
                 reply.batch, reply.index = self, index
         if not replies:
-            self.done.set_result(self.results)
+            self.deliver(-1, None)
 
     def deliver(self, index: int, outcome: Any) -> None:
-        self.results[index] = outcome
+        if index >= 0:
+            self.results[index] = outcome
         self.left -= 1
-        if not self.left and not self.done.done():
+        if self.left <= 0 and not self.done.done():
+            self.timer.cancel()
             self.done.set_result(self.results)
+
+    def _expire(self) -> None:
+        for reply in self.replies:
+            if not reply.done():
+                reply.expire()
+
+    def abandon(self) -> None:
+        """The caller is gone: stop the timer; the replies are read and discarded in order."""
+        self.timer.cancel()
+        for reply in self.replies:
+            reply.cancel()
 
 
 def _outcome(reply: Reply[Any]) -> Any:
     if reply.cancelled():
-        return asyncio.CancelledError()
+        return TimeoutError()
     return reply.exception() or reply.result()
 
 
