@@ -264,12 +264,11 @@ class Link(asyncio.Protocol):
     def _answer(self, request: _Request, reply: Any) -> None:
         future = request.reply
         if future.done():
-            return  # its caller gave up; this connection is being dropped anyway
+            return  # its caller was cancelled: the reply is read and dropped, so the order holds
         if isinstance(reply, ServerError):
             if request.fallback is not None and str(reply).startswith("NOSCRIPT"):
-                self.send(
-                    request.fallback, future, request.convert, None
-                )  # in order, behind what is in flight
+                # the server forgot the script (a restart): send its source, behind what is in flight
+                self.send(request.fallback, future, request.convert, None)
             else:
                 future.set_exception(reply)
             return

@@ -83,6 +83,27 @@ async def test_a_timed_out_request_drops_its_connection_and_its_late_reply_is_ne
         await connection.aclose()
 
 
+async def test_a_cancelled_request_keeps_its_place_and_its_reply_is_discarded(
+    cluster_factory: Factory,
+) -> None:
+    cluster = await one_master(cluster_factory)
+    url = cluster.redis_urls[0]
+    connection = Connection(Endpoint.from_url(url), url, connect_timeout=1.0)
+    try:
+        first_id = await connection.call(pack("CLIENT", "ID"), _same)
+        cluster.pause("redis-0")
+        try:
+            abandoned = connection.call(pack("ECHO", "abandoned"), _same)
+            abandoned.cancel()  # the caller went away; the request is already written
+            after = connection.call(pack("ECHO", "after"), _same)
+        finally:
+            cluster.resume("redis-0")
+        assert await after == b"after"  # the reply to "abandoned" was read and dropped, in order
+        assert await connection.call(pack("CLIENT", "ID"), _same) == first_id  # the same connection
+    finally:
+        await connection.aclose()
+
+
 async def test_requests_in_flight_when_a_timeout_drops_the_connection_fail_as_connection_errors(
     cluster_factory: Factory,
 ) -> None:
