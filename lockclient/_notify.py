@@ -3,9 +3,9 @@
 The release script PUBLISHes the released value on the lock's channel. Each
 `Redlock` keeps at most one subscriber connection per master, opened the
 first time an acquire has to wait, and shared by every waiter: channels are
-reference-counted and each connection is owned by one reader task, which
-alone reads from it (subscribing only writes, so waiters never race the
-reader). A missed message costs a waiter at most its fallback poll interval;
+reference-counted and every message read from a connection is handed to
+its listener as it is parsed (subscribing only writes, so waiters never race
+for replies). A missed message costs a waiter at most its fallback poll interval;
 it never costs correctness, since every wake-up is followed by a real attempt.
 
 A waiter ignores the messages its own failed attempts cause (their payload is
@@ -18,11 +18,9 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
-from redis.asyncio.connection import AbstractConnection
-from redis.exceptions import RedisError
-
 from lockclient._nodes import Master
 from lockclient._quorum import fan_out
+from lockclient._resp import Link, pack
 
 __all__ = ["Notifier", "Watch"]
 
@@ -53,12 +51,16 @@ class Watch:
 
 
 class _Listener:
-    """The subscriber connection to one master and the task that reads it."""
+    """The subscriber connection to one master and the task that keeps it open.
+
+    The connection's replies are all pushed to `_handle` as they are parsed;
+    waiters only write SUBSCRIBE/UNSUBSCRIBE, so nothing races for the replies.
+    """
 
     def __init__(self, master: Master, notifier: Notifier) -> None:
         self._master = master
         self._notifier = notifier
-        self._conn: AbstractConnection | None = None
+        self._link: Link | None = None
         self._confirmed: dict[str, asyncio.Event] = {}
         self.down = False  # the last connection attempt failed: do not wait for its confirmations
         self.task = asyncio.create_task(self._run(), name=f"lockclient-notify {master.url}")
@@ -66,37 +68,31 @@ class _Listener:
     def confirmed(self, channel: str) -> asyncio.Event:
         return self._confirmed.setdefault(channel, asyncio.Event())
 
-    async def send(self, command: str, channel: str) -> None:
-        conn = self._conn
-        if conn is None:
-            return  # the reader subscribes to every wanted channel when it connects
-        with contextlib.suppress(RedisError, OSError):
-            await conn.send_command(command, channel)
+    def send(self, command: str, channel: str) -> None:
+        link = self._link
+        if link is not None:  # otherwise the listener subscribes to every wanted channel when it connects
+            link.write(pack(command, channel))
 
     async def _run(self) -> None:
         while True:
-            conn = self._master.client.connection_pool.make_connection()  # type: ignore[no-untyped-call]
             try:
-                await self._serve(conn)
-            except (RedisError, OSError, TimeoutError):
+                link = await self._master.subscriber(self._handle, timeout=self._notifier.connect_timeout)
+            except ConnectionError:
                 self.down = True  # reconnect below; waiters poll meanwhile
-            finally:
-                self._conn = None
-                self._confirmed.clear()
-                await conn.disconnect(nowait=True)
+            else:
+                self._link = link
+                self.down = False
+                try:
+                    wanted = self._notifier.channels
+                    if wanted:
+                        link.write(pack("SUBSCRIBE", *wanted))
+                    await link.gone.wait()
+                finally:
+                    self._link = None
+                    self._confirmed.clear()
+                    link.drop("the notifier stopped")
+                self.down = True
             await asyncio.sleep(RECONNECT_DELAY)
-
-    async def _serve(self, conn: AbstractConnection) -> None:
-        async with asyncio.timeout(self._notifier.connect_timeout):
-            await conn.connect()  # type: ignore[no-untyped-call]
-        self._conn = conn
-        self.down = False
-        wanted = self._notifier.channels
-        if wanted:
-            await conn.send_command("SUBSCRIBE", *wanted)
-        while True:
-            # under RESP3 pub/sub arrives as push frames: ask for them rather than let the parser take them
-            self._handle(await conn.read_response(push_request=True))
 
     def _handle(self, reply: object) -> None:
         if not isinstance(reply, list) or len(reply) < 3:
@@ -139,7 +135,8 @@ class Notifier:
         first = channel not in self._watches
         self._watches.setdefault(channel, set()).add(watch)
         if first:
-            await asyncio.gather(*(listener.send("SUBSCRIBE", channel) for listener in self._listeners))
+            for listener in self._listeners:
+                listener.send("SUBSCRIBE", channel)
         # A timeout here only widens the window in which a release can be missed (then we poll).
         # Masters known to be down are not waited for: they subscribe when they come back.
         await fan_out(
@@ -155,9 +152,8 @@ class Notifier:
         watches.discard(watch)
         if not watches:
             del self._watches[watch.channel]
-            await asyncio.gather(
-                *(listener.send("UNSUBSCRIBE", watch.channel) for listener in self._listeners)
-            )
+            for listener in self._listeners:
+                listener.send("UNSUBSCRIBE", watch.channel)
 
     def dispatch(self, channel: str, value: bytes) -> None:
         for watch in self._watches.get(channel, ()):

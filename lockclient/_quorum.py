@@ -13,9 +13,11 @@ pure so property tests can cover it without servers (step 3):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar, cast
+
+from lockclient._resp import Batch, Reply
 
 __all__ = [
     "DRIFT_CONSTANT",
@@ -154,16 +156,25 @@ def _expire(tasks: list[asyncio.Task[T]]) -> None:
             task.cancel()
 
 
-async def fan_out(calls: Sequence[Coroutine[Any, Any, T]], per_node: float) -> list[T | BaseException]:
-    """Run every call concurrently, each for at most `per_node` seconds; errors are returned, not raised.
+def fan_out(calls: Sequence[Awaitable[T]], per_node: float) -> Awaitable[list[T | BaseException]]:
+    """Wait for every call concurrently, each for at most `per_node` seconds; errors are returned, not raised.
 
-    `gather(return_exceptions=True)` rather than a TaskGroup: one node's error
-    must not cancel the others, whose answers still count toward the quorum.
-    One timer cancels whatever is still running at the deadline (cheaper than
-    a timeout scope per node); those nodes are reported as `TimeoutError`.
+    One node's error never cancels the others, whose answers still count
+    toward the quorum. The masters' commands are replies already in flight:
+    they are waited for as one `Batch`, a single future (no task and no
+    callback per node, and `asyncio.shield` needs no task for it). Anything
+    else is wrapped in a task and gathered. One timer ends whatever is still
+    pending at the deadline (cheaper than a timeout scope per node); those
+    nodes are reported as `TimeoutError`.
     """
+    if calls and all(isinstance(call, Reply) for call in calls):
+        return Batch(cast(Sequence[Reply[T]], calls), per_node).done
+    return _gather(calls, per_node)
+
+
+async def _gather(calls: Sequence[Awaitable[T]], per_node: float) -> list[T | BaseException]:
     loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(call) for call in calls]
+    tasks = [asyncio.ensure_future(call) for call in calls]
     timer = loop.call_later(per_node, _expire, tasks)
     try:
         results = await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,211 @@
+"""The RESP transport's own failure modes, on real redis-server processes.
+
+A pipelined connection matches replies to requests by order, so the dangerous
+cases are the ones where that order could slip: a request abandoned at its
+timeout (its late reply must never answer a later request), a server that
+restarts under an open connection, and a restarted server that forgot the
+scripts (NOSCRIPT must be answered by EVAL, transparently).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from lab.cluster import ClusterSpec, LocalCluster
+from lockclient._nodes import Master
+from lockclient._quorum import fan_out
+from lockclient._resp import Connection, Endpoint, ServerError, pack
+from tests.lockclient.conftest import eventually
+
+Factory = Callable[[ClusterSpec], LocalCluster]
+
+
+def _same(reply: Any) -> Any:
+    return reply
+
+
+async def one_master(cluster_factory: Factory) -> LocalCluster:
+    return await asyncio.to_thread(cluster_factory, ClusterSpec(redis=1))
+
+
+async def test_pipelined_replies_reach_their_own_requests(urls: list[str]) -> None:
+    connection = Connection(Endpoint.from_url(urls[0]), urls[0], connect_timeout=1.0)
+    try:
+        words = [f"echo-{i}" for i in range(300)]
+        replies = await asyncio.gather(*(connection.call(pack("ECHO", w), _same) for w in words))
+        assert replies == [w.encode() for w in words]
+    finally:
+        await connection.aclose()
+
+
+async def test_an_error_reply_fails_only_its_own_request(urls: list[str]) -> None:
+    key = f"test-{uuid.uuid4().hex}"
+    connection = Connection(Endpoint.from_url(urls[0]), urls[0], connect_timeout=1.0)
+    try:
+        await connection.call(pack("SET", key, "a string"), _same)
+        results = await asyncio.gather(
+            connection.call(pack("LPUSH", key, "x"), _same),
+            connection.call(pack("ECHO", "after"), _same),
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], ServerError)
+        assert "WRONGTYPE" in str(results[0])
+        assert results[1] == b"after"
+        await connection.call(pack("DEL", key), _same)
+    finally:
+        await connection.aclose()
+
+
+async def test_a_timed_out_request_drops_its_connection_and_its_late_reply_is_never_misattributed(
+    cluster_factory: Factory,
+) -> None:
+    cluster = await one_master(cluster_factory)
+    url = cluster.redis_urls[0]
+    connection = Connection(Endpoint.from_url(url), url, connect_timeout=1.0)
+    try:
+        first_id = await connection.call(pack("CLIENT", "ID"), _same)
+        cluster.pause("redis-0")  # SIGSTOP: the request is written, no reply comes
+        try:
+            [late] = await fan_out([connection.call(pack("ECHO", "late"), _same)], 0.1)
+            assert isinstance(late, TimeoutError)
+        finally:
+            cluster.resume("redis-0")
+        # the server now answers "late" on the old connection; the next request must get its own reply
+        assert await connection.call(pack("ECHO", "fresh"), _same) == b"fresh"
+        assert await connection.call(pack("CLIENT", "ID"), _same) != first_id  # a new connection
+    finally:
+        await connection.aclose()
+
+
+async def test_a_cancelled_request_keeps_its_place_and_its_reply_is_discarded(
+    cluster_factory: Factory,
+) -> None:
+    cluster = await one_master(cluster_factory)
+    url = cluster.redis_urls[0]
+    connection = Connection(Endpoint.from_url(url), url, connect_timeout=1.0)
+    try:
+        first_id = await connection.call(pack("CLIENT", "ID"), _same)
+        cluster.pause("redis-0")
+        try:
+            abandoned = connection.call(pack("ECHO", "abandoned"), _same)
+            abandoned.cancel()  # the caller went away; the request is already written
+            after = connection.call(pack("ECHO", "after"), _same)
+        finally:
+            cluster.resume("redis-0")
+        assert await after == b"after"  # the reply to "abandoned" was read and dropped, in order
+        assert await connection.call(pack("CLIENT", "ID"), _same) == first_id  # the same connection
+    finally:
+        await connection.aclose()
+
+
+async def test_requests_in_flight_when_a_timeout_drops_the_connection_fail_as_connection_errors(
+    cluster_factory: Factory,
+) -> None:
+    cluster = await one_master(cluster_factory)
+    url = cluster.redis_urls[0]
+    connection = Connection(Endpoint.from_url(url), url, connect_timeout=1.0)
+    try:
+        await connection.call(pack("PING"), _same)
+        cluster.pause("redis-0")
+        try:
+            patient = connection.call(pack("ECHO", "patient"), _same)
+            [late] = await fan_out([connection.call(pack("ECHO", "late"), _same)], 0.1)
+            assert isinstance(late, TimeoutError)
+            with pytest.raises(ConnectionError, match="dropped"):
+                await patient  # it may or may not have been applied: the caller is told it failed
+        finally:
+            cluster.resume("redis-0")
+        assert await connection.call(pack("ECHO", "fresh"), _same) == b"fresh"
+    finally:
+        await connection.aclose()
+
+
+async def test_the_connection_comes_back_after_a_server_restart(cluster_factory: Factory) -> None:
+    cluster = await one_master(cluster_factory)
+    url = cluster.redis_urls[0]
+    master = Master(url, connect_timeout=1.0)
+    try:
+        assert await master.ping()
+        await asyncio.to_thread(cluster.stop, "redis-0")
+        [down] = await fan_out([master.ping()], 1.0)
+        assert isinstance(down, ConnectionError)  # refused, reported, not hung
+        await asyncio.to_thread(cluster.restart, "redis-0")
+
+        async def answers() -> bool:
+            [outcome] = await fan_out([master.ping()], 1.0)
+            return outcome is True
+
+        await eventually(answers)
+        assert await master.set_nx(f"test-{uuid.uuid4().hex}", "v", 10_000)
+    finally:
+        await master.aclose()
+
+
+async def test_scripts_are_sent_again_after_a_restart_without_persistence(cluster_factory: Factory) -> None:
+    cluster = await one_master(cluster_factory)
+    url = cluster.redis_urls[0]
+    master = Master(url, connect_timeout=1.0)
+    raw = Redis.from_url(url)
+    try:
+        assert await master.set_nx("k", "mine", 10_000)
+        assert await master.release("k", "mine")  # the script is loaded now
+        await asyncio.to_thread(cluster.stop, "redis-0")
+        await asyncio.to_thread(cluster.restart, "redis-0")  # a new process: its script cache is empty
+        await raw.set("k", "mine", px=10_000)
+        await raw.config_resetstat()
+
+        async def released() -> bool:
+            [outcome] = await fan_out([master.release("k", "mine")], 1.0)
+            return outcome is True  # the first try after the restart may meet the closed connection
+
+        await eventually(released)
+        assert await raw.get("k") is None
+        stats = await raw.info("commandstats")
+        assert stats["cmdstat_evalsha"]["calls"] >= 1
+        assert stats["cmdstat_evalsha"]["failed_calls"] >= 1  # NOSCRIPT
+        assert stats["cmdstat_eval"]["calls"] == 1  # sent once, then served by SHA
+        assert await master.release("k", "mine") is False  # gone now; the script is known again, by SHA
+        assert (await raw.info("commandstats"))["cmdstat_eval"]["calls"] == 1
+    finally:
+        await raw.aclose()
+        await master.aclose()
+
+
+async def test_the_url_logs_in_and_selects_its_database(cluster_factory: Factory) -> None:
+    cluster = await one_master(cluster_factory)
+    # the helper's readiness probe cannot log in: wait for the server through the client under test
+    node = await asyncio.to_thread(cluster.add_redis, args=("--requirepass", "s3cret"), wait=False)
+    url = f"redis://:s3cret@127.0.0.1:{node.port}/3"
+    master = Master(url, connect_timeout=1.0)
+    raw = Redis.from_url(url)
+    try:
+
+        async def answers() -> bool:
+            [outcome] = await fan_out([master.ping()], 1.0)
+            return outcome is True
+
+        await eventually(answers)
+        assert await master.set_nx("in-db-3", "v", 10_000)
+        assert await raw.get("in-db-3") == b"v"
+        wrong = Master(f"redis://:wrong@127.0.0.1:{node.port}", connect_timeout=1.0)
+        [refused] = await fan_out([wrong.ping()], 1.0)
+        await wrong.aclose()
+        assert isinstance(refused, ConnectionError)
+        assert "WRONGPASS" in str(refused) or "invalid" in str(refused)
+    finally:
+        await raw.aclose()
+        await master.aclose()
+
+
+def test_endpoints_are_read_from_urls() -> None:
+    assert Endpoint.from_url("redis://127.0.0.1:7000") == Endpoint(host="127.0.0.1", port=7000)
+    assert Endpoint.from_url("rediss://u:p%40ss@h/2") == Endpoint(
+        host="h", tls=True, username="u", password="p@ss", db=2
+    )
+    assert Endpoint.from_url("unix:///run/redis.sock?db=1") == Endpoint(path="/run/redis.sock", db=1)
