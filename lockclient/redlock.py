@@ -57,7 +57,7 @@ class Redlock(Generic[TokenT]):
     """A Redlock client; `Redlock[int]` when built with a token source, `Redlock[None]` without
     (`Redlock[int | None]` when that is only known at run time).
 
-    It owns its connection pools, its subscriber connections and the token
+    It owns one connection per master, its subscriber connections and the token
     source it was given: `aclose()` (or leaving `async with`) closes them all.
     """
 
@@ -420,7 +420,7 @@ class Redlock(Generic[TokenT]):
     # -- lifetime ------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Stop watchdogs, close subscriber connections, pools and the token source."""
+        """Stop watchdogs, close subscriber and master connections and the token source."""
         if self._closed:
             return
         self._closed = True
