@@ -20,6 +20,8 @@ COMMANDS = (
     "lab.cli",
     "lab.demo",
     "gateway.serve",
+    "gateway.keys_cli",
+    "gateway.audit_cli",
 )
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,24 +33,38 @@ from typing import Any, Literal
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from storage.engine import SQLITE_BUSY_TIMEOUT
-from storage.errors import ObjectNotFound, StorageError, StorageUnavailable
+from storage.errors import IdempotencyKeyReused, ObjectNotFound, StorageError, StorageUnavailable
 from storage.models import Fence
-from storage.protocols import ObjectData, ObjectMeta
+from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
+from storage.records import (
+    ACCEPTED,
+    FENCE_PASSED,
+    NOT_FOUND,
+    REPLAYED,
+    audit_params,
+    idempotency_params,
+    refused_params,
+    replay,
+    status_of,
+)
 from storage.sql import SqlObjectStore, object_params, stale_token
-from storage.statements import META_COLUMNS, OBJECT_COLUMNS, Statements
+from storage.statements import IDEMPOTENCY_COLUMNS, META_COLUMNS, OBJECT_COLUMNS, Statements
 
 log = logging.getLogger(__name__)
 
+_TIME_COLUMNS = ("updated_at", "at")
 DEFAULT_MAX_BATCH = 256  # requests per transaction; bounds how long one batch holds the write lock
 
 
 @dataclass(slots=True)
 class _Op:
-    kind: Literal["put", "get", "delete"]
+    kind: Literal["put", "get", "delete", "refusals"]
     key: str
     resource: str
     token: int
     data: bytes = b""
+    caller: Caller = ANONYMOUS
+    refusals: Sequence[Refused] = ()
     future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -61,18 +75,33 @@ class _Compiled:
         dialect = sqlite_dialect.dialect(paramstyle="named")
         statements = Statements.for_dialect("sqlite")
         self.sql: dict[str, tuple[str, dict[str, Any]]] = {}
-        for name in ("fence_upsert", "mark_select", "object_upsert", "object_delete", "object_select"):
+        names = (
+            "fence_upsert",
+            "mark_select",
+            "object_upsert",
+            "object_delete",
+            "object_select",
+            "audit_insert",
+            "idempotency_select",
+            "idempotency_insert",
+        )
+        for name in names:
             compiled = getattr(statements, name).compile(dialect=dialect)
             self.sql[name] = (str(compiled), dict(compiled.params))
         self.bind_time: Callable[[datetime], str] = Fence.updated_at.type.dialect_impl(
             dialect
         ).bind_processor(dialect)
 
-    def run(self, db: sqlite3.Connection, name: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    def bind(self, name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         text, defaults = self.sql[name]
-        if "updated_at" in params:
-            params = {**params, "updated_at": self.bind_time(params["updated_at"])}
-        row: tuple[Any, ...] | None = db.execute(text, {**defaults, **params}).fetchone()
+        bound = {**defaults, **params}
+        for column in _TIME_COLUMNS:
+            if column in bound:
+                bound[column] = self.bind_time(bound[column])
+        return text, bound
+
+    def run(self, db: sqlite3.Connection, name: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = db.execute(*self.bind(name, params)).fetchone()
         return row
 
 
@@ -98,7 +127,58 @@ class _Writer:
             self._db.close()
             self._db = None
 
+    def _audit(
+        self, db: sqlite3.Connection, op: _Op, now: datetime, *, key: str, status: int, outcome: str
+    ) -> None:
+        mark = op.token if outcome in FENCE_PASSED else None
+        method = op.kind.upper()
+        params = audit_params(
+            op.caller,
+            method=method,
+            key=key,
+            resource=op.resource,
+            token=op.token,
+            mark=mark,
+            status=status,
+            outcome=outcome,
+            now=now,
+        )
+        self._sql.run(db, "audit_insert", params)
+
+    def _replayed(self, db: sqlite3.Connection, op: _Op, now: datetime) -> ObjectMeta | None:
+        caller = op.caller
+        if caller.idempotency_key is None or op.kind == "get":
+            return None
+        params = {"client": caller.client, "idempotency_key": caller.idempotency_key}
+        row = self._sql.run(db, "idempotency_select", params)
+        if row is None:
+            return None
+        meta = replay(caller, dict(zip(IDEMPOTENCY_COLUMNS, row, strict=True)))
+        status = status_of(op.kind.upper(), meta)
+        self._audit(db, op, now, key=meta.key, status=status, outcome=REPLAYED)
+        return meta
+
+    def _accepted(self, db: sqlite3.Connection, op: _Op, now: datetime, meta: ObjectMeta) -> None:
+        self._audit(db, op, now, key=op.key, status=status_of(op.kind.upper(), meta), outcome=ACCEPTED)
+        if op.caller.idempotency_key is not None:
+            self._sql.run(db, "idempotency_insert", idempotency_params(op.caller, meta, now=now))
+
+    def _missing(self, db: sqlite3.Connection, op: _Op, now: datetime) -> tuple[bool, Any]:
+        # The raised mark still commits: a fenced read or delete of a missing key fences too.
+        self._audit(db, op, now, key=op.key, status=404, outcome=NOT_FOUND)
+        return False, ObjectNotFound(f"no object under key {op.key!r}", key=op.key, audited=True)
+
     def _apply(self, db: sqlite3.Connection, op: _Op, now: datetime) -> tuple[bool, Any]:
+        if op.kind == "refusals":
+            for entry in op.refusals:
+                db.execute(*self._sql.bind("audit_insert", refused_params(entry)))
+            return True, None
+        try:
+            replayed = self._replayed(db, op, now)
+        except IdempotencyKeyReused as exc:
+            return False, exc
+        if replayed is not None:
+            return True, replayed
         fenced = self._sql.run(
             db, "fence_upsert", {"resource": op.resource, "token": op.token, "updated_at": now}
         )
@@ -111,20 +191,25 @@ class _Writer:
             row = self._sql.run(db, "object_upsert", params)
             assert row is not None
             meta = dict(zip(META_COLUMNS, row, strict=True))
-            return True, ObjectMeta(**meta, created=meta["version"] == 1)
+            accepted = ObjectMeta(**meta, created=meta["version"] == 1)
+            self._accepted(db, op, now, accepted)
+            return True, accepted
         if op.kind == "delete":
             row = self._sql.run(db, "object_delete", {"key": op.key})
             if row is None:
-                return False, ObjectNotFound(f"no object under key {op.key!r}", key=op.key)
+                return self._missing(db, op, now)
             version, size, digest = row
-            return True, ObjectMeta(
+            deleted = ObjectMeta(
                 key=op.key, resource=op.resource, token=op.token, version=version, size=size, digest=digest
             )
+            self._accepted(db, op, now, deleted)
+            return True, deleted
         row = self._sql.run(db, "object_select", {"key": op.key})
-        if row is None:  # the raised mark still commits: a fenced read of a missing key fences too
-            return False, ObjectNotFound(f"no object under key {op.key!r}", key=op.key)
+        if row is None:
+            return self._missing(db, op, now)
         found = dict(zip(OBJECT_COLUMNS, row, strict=True))
         meta_values = {name: found[name] for name in META_COLUMNS}
+        self._audit(db, op, now, key=op.key, status=200, outcome=ACCEPTED)
         return True, ObjectData(meta=ObjectMeta(**meta_values), data=found["data"])
 
     def write(self, batch: list[_Op]) -> list[tuple[bool, Any]]:
@@ -229,19 +314,28 @@ class GroupCommitStore:
 
     # -- ObjectStore ---------------------------------------------------------
 
-    async def put(self, key: str, data: bytes, *, resource: str, token: int) -> ObjectMeta:
-        meta: ObjectMeta = await self._submit(_Op("put", key, resource, token, data))
+    async def put(
+        self, key: str, data: bytes, *, resource: str, token: int, caller: Caller = ANONYMOUS
+    ) -> ObjectMeta:
+        meta: ObjectMeta = await self._submit(_Op("put", key, resource, token, data, caller=caller))
         return meta
 
-    async def get(self, key: str, *, resource: str, token: int | None) -> ObjectData:
+    async def get(
+        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
+    ) -> ObjectData:
         if token is None:
             return await self._store.get(key, resource=resource, token=None)
-        found: ObjectData = await self._submit(_Op("get", key, resource, token))
+        found: ObjectData = await self._submit(_Op("get", key, resource, token, caller=caller))
         return found
 
-    async def delete(self, key: str, *, resource: str, token: int) -> ObjectMeta:
-        meta: ObjectMeta = await self._submit(_Op("delete", key, resource, token))
+    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
+        meta: ObjectMeta = await self._submit(_Op("delete", key, resource, token, caller=caller))
         return meta
+
+    async def record_refusals(self, entries: Sequence[Refused]) -> None:
+        """Refusals ride along in the next batch: no fsync of their own."""
+        if entries:
+            await self._submit(_Op("refusals", "", "", 0, refusals=tuple(entries)))
 
     async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]:
         return await self._store.list(prefix, after=after, limit=limit)

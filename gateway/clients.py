@@ -1,0 +1,79 @@
+"""Who a request comes from, and how many requests each client may have in flight.
+
+A client is its API key's name when keys are configured and the request
+presents a valid one, otherwise its peer address. The identity is computed
+once per request by `client_middleware` (the views reuse the key it found),
+names the client in the audit trail and in idempotency records, and is what
+the per-client cap counts: past `max_client_requests` in flight, a request is
+answered 429 at once, so one client cannot hold every connection slot or
+fill the write queue while others wait. Probes (`/healthz`, `/readyz`,
+`/metrics`) are not counted: a load balancer behind one address must
+always be able to ask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from gateway.auth import ApiKey
+from gateway.errors import TooManyRequests, Unauthorized
+from gateway.keys import AppKeys, RequestKeys
+
+PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+class ClientLimiter:
+    """Counts requests in flight per client and refuses those over the cap."""
+
+    def __init__(self, *, limit: int) -> None:
+        self._limit = limit
+        self._in_flight: dict[str, int] = {}
+
+    def in_flight(self, client: str) -> int:
+        return self._in_flight.get(client, 0)
+
+    @contextlib.contextmanager
+    def hold(self, client: str) -> Iterator[None]:
+        """One slot of `client` for the duration of the block; 429 if none is free."""
+        count = self._in_flight.get(client, 0)
+        if count >= self._limit:
+            raise TooManyRequests(
+                f"client {client!r} already has {count} requests in flight (the limit is {self._limit}); "
+                "wait for answers before sending more",
+                fields={"client": client, "limit": self._limit},
+            )
+        self._in_flight[client] = count + 1
+        try:
+            yield
+        finally:
+            left = self._in_flight[client] - 1
+            if left:
+                self._in_flight[client] = left
+            else:
+                del self._in_flight[client]
+
+
+def _identify(request: web.Request) -> tuple[str, ApiKey | None]:
+    api_keys = request.app[AppKeys.api_keys]
+    header = request.headers.get("Authorization")
+    if api_keys is not None and header is not None:
+        with contextlib.suppress(Unauthorized):
+            key = api_keys.identify(header)
+            return f"key:{key.name}", key
+    return f"ip:{request.remote or 'unknown'}", None
+
+
+@web.middleware
+async def client_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Name the client (`RequestKeys.client`, `RequestKeys.api_key`) and hold one of its slots."""
+    client, key = _identify(request)
+    request[RequestKeys.client] = client
+    request[RequestKeys.api_key] = key
+    if request.path in PROBES:
+        return await handler(request)
+    with request.app[AppKeys.limiter].hold(client):
+        return await handler(request)
