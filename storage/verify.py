@@ -79,7 +79,8 @@ async def verify_audit(engine: AsyncEngine) -> AuditReport:
                 for row_id, resource, token, mark, outcome in page:
                     _check(report, row_id, resource, token, mark, outcome)
                 after = page[-1][0]
-            marks = dict((await conn.execute(select(Fence.resource, Fence.token))).tuples().all())
+            rows = (await conn.execute(select(Fence.resource, Fence.token))).all()
+            marks: dict[str, int] = {resource: token for resource, token in rows}
     for resource, token in report.highest.items():
         mark = marks.get(resource)
         if mark is None or mark < token:
