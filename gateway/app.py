@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.clients import ClientLimiter, client_middleware
+from gateway.clients import ClientLimiter, Drain, client_middleware
 from gateway.config import Settings
 from gateway.contexts import audit_ctx, auth_ctx, fencer_ctx, storage_ctx
 from gateway.keys import AppKeys
@@ -37,6 +37,7 @@ def create_app(settings: Settings, *, tokens: TokenSource | None = None) -> web.
     app[AppKeys.metrics] = Metrics()
     app[AppKeys.tokens] = tokens
     app[AppKeys.limiter] = ClientLimiter(limit=settings.max_client_requests)
+    app[AppKeys.drain] = Drain()
     app.cleanup_ctx.append(auth_ctx)
     app.cleanup_ctx.append(storage_ctx)
     app.cleanup_ctx.append(audit_ctx)

@@ -1,4 +1,4 @@
-"""Who a request comes from, and how many requests each client may have in flight.
+"""Admission: who a request comes from, how many it may have in flight, and draining at shutdown.
 
 A client is its API key's name when keys are configured and the request
 presents a valid one, otherwise its peer address. The identity is computed
@@ -9,10 +9,17 @@ answered 429 at once, so one client cannot hold every connection slot or
 fill the write queue while others wait. Probes (`/healthz`, `/readyz`,
 `/metrics`) are not counted: a load balancer behind one address must
 always be able to ask.
+
+`Drain` is graceful shutdown's half inside the app: once draining, new
+requests are answered 503 `shutting_down` (and `/readyz` says so, so a load
+balancer moves on), while requests already admitted run to the end, their
+bodies included; `fencegate serve` waits for them (bounded) before it closes
+connections and storage.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 
@@ -20,7 +27,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.auth import ApiKey
-from gateway.errors import TooManyRequests, Unauthorized
+from gateway.errors import TooManyRequests, Unauthorized, Unavailable
 from gateway.keys import AppKeys, RequestKeys
 
 PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -57,6 +64,47 @@ class ClientLimiter:
                 del self._in_flight[client]
 
 
+class Drain:
+    """Requests in flight, and whether the gateway has stopped admitting new ones."""
+
+    def __init__(self) -> None:
+        self.draining = False
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @contextlib.contextmanager
+    def admit(self) -> Iterator[None]:
+        if self.draining:
+            raise Unavailable(
+                "the gateway is shutting down and admits no new requests; nothing was written, retry on "
+                "another gateway",
+                code="shutting_down",
+            )
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
+
+    async def drain(self, grace: float) -> bool:
+        """Stop admitting; wait up to `grace` seconds for admitted requests; True if none is left."""
+        self.draining = True
+        try:
+            async with asyncio.timeout(grace):
+                await self._idle.wait()
+        except TimeoutError:
+            return False
+        return True
+
+
 def _identify(request: web.Request) -> tuple[str, ApiKey | None]:
     api_keys = request.app[AppKeys.api_keys]
     header = request.headers.get("Authorization")
@@ -75,5 +123,5 @@ async def client_middleware(request: web.Request, handler: Handler) -> web.Strea
     request[RequestKeys.api_key] = key
     if request.path in PROBES:
         return await handler(request)
-    with request.app[AppKeys.limiter].hold(client):
+    with request.app[AppKeys.drain].admit(), request.app[AppKeys.limiter].hold(client):
         return await handler(request)

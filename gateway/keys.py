@@ -11,7 +11,7 @@ from lockclient.protocols import TokenSource
 if TYPE_CHECKING:
     from gateway.audit import AuditLog
     from gateway.auth import ApiKey, ApiKeys
-    from gateway.clients import ClientLimiter
+    from gateway.clients import ClientLimiter, Drain
     from gateway.config import Settings
     from gateway.fencing import Fencer
     from gateway.metrics import Metrics
@@ -28,6 +28,7 @@ class AppKeys:
     store: web.AppKey[ObjectStore] = web.AppKey("store")
     fencer: web.AppKey[Fencer] = web.AppKey("fencer")
     limiter: web.AppKey[ClientLimiter] = web.AppKey("limiter")
+    drain: web.AppKey[Drain] = web.AppKey("drain")
     audit: web.AppKey[AuditLog] = web.AppKey("audit")
 
 

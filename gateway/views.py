@@ -9,7 +9,7 @@ import hashlib
 from aiohttp import web
 
 from gateway.auth import Access
-from gateway.errors import PayloadTooLarge, RequestTimeout
+from gateway.errors import PayloadTooLarge, RequestTimeout, Unavailable
 from gateway.keys import AppKeys, RequestKeys
 from gateway.openapi import OPENAPI
 from gateway.parsing import (
@@ -148,6 +148,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    if request.app[AppKeys.drain].draining:
+        raise Unavailable("the gateway is shutting down", code="shutting_down")
     await request.app[AppKeys.store].ping()
     return web.json_response({"status": "ready"})
 
