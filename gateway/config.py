@@ -48,6 +48,13 @@ class Settings:
     upstream_timeout: float = field(
         default=10.0, metadata={"help": "seconds to wait for the upstream (then 504)"}
     )
+    tokens: str | None = field(
+        default=None,
+        metadata={
+            "help": "token source URL for the guard against tokens from the future: sqlite:///PATH, "
+            "postgresql://..., zookeeper://HOST:PORT[,HOST:PORT...] (unset: the guard is off)"
+        },
+    )
     api_keys: Path | None = field(default=None, metadata={"help": "JSON file of hashed API keys and scopes"})
     allow_open: bool = field(
         default=False,

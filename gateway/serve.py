@@ -27,6 +27,7 @@ from gateway.app import create_app
 from gateway.config import Settings, add_arguments, settings_from
 from gateway.errors import GatewayServerError
 from gateway.keys import AppKeys
+from lockclient import LockClientError, open_token_source
 from storage.errors import StorageError
 
 log = logging.getLogger("gateway")
@@ -50,7 +51,8 @@ def register(sub: Any) -> None:
 
 
 async def _serve(settings: Settings) -> None:
-    app = create_app(settings)
+    tokens = open_token_source(settings.tokens) if settings.tokens else None
+    app = create_app(settings, tokens=tokens)
     # Requests are drained first (below); what is left when the runner shuts down gets a short grace.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=CLOSE_GRACE)
     await runner.setup()
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from(args, os.environ)
         asyncio.run(_serve(settings))
-    except (GatewayServerError, StorageError) as exc:
+    except (GatewayServerError, StorageError, LockClientError) as exc:
         print(f"fencegate serve: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -4,6 +4,7 @@ LockClientError
  ├── ConfigurationError (ValueError)   bad arguments; the message says the fix
  ├── LockNotAcquired (TimeoutError)    no quorum in time; per-node reasons attached
  ├── LockLost                          the lease expired or was taken away
+ ├── ExtensionLimitReached             a lease was extended as often as allowed
  ├── TokenSourceError                  the token source failed or is unreachable
  └── GatewayError                      the gateway answered with an error
       └── StaleToken                   409: a newer token has already written
@@ -38,6 +39,15 @@ class LockLost(LockClientError):
         super().__init__(message)
         self.resource = resource
         self.token = token
+
+
+class ExtensionLimitReached(LockClientError):
+    """`extend` was refused locally: the lease already used every extension allowed."""
+
+    def __init__(self, message: str, *, resource: str, limit: int) -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.limit = limit
 
 
 class TokenSourceError(LockClientError):

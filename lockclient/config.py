@@ -1,0 +1,133 @@
+"""Redlock's defaults and retry policy, each tied to the algorithm step it serves.
+
+Settings are frozen: a `Redlock` never changes how it behaves after it is
+built, and a bad value is refused when it is given, with the fix.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lockclient.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_DRIFT_FACTOR",
+    "DEFAULT_KEY_PREFIX",
+    "DEFAULT_MAX_EXTENSIONS",
+    "DEFAULT_NODE_TIMEOUT",
+    "DEFAULT_RETRY",
+    "DEFAULT_TTL",
+    "DEFAULT_WATCHDOG_FRACTION",
+    "RedlockSettings",
+    "RetryPolicy",
+    "check_masters",
+    "check_ttl",
+    "require_positive",
+]
+
+# A lease's time to live in seconds when the caller gives none.
+DEFAULT_TTL = 10.0
+# Step 2: "the client uses a timeout which is small compared to the total lock auto-release time"
+# (the paper's example: 5-50 ms for a 10 s TTL). A dead or hung master costs at most this much.
+DEFAULT_NODE_TIMEOUT = 0.05
+# Step 3: drift = ttl * factor + 2 ms; the paper uses 1 %.
+DEFAULT_DRIFT_FACTOR = 0.01
+# Step 6: extension is bounded so a stuck holder cannot keep a lock forever by extending it.
+DEFAULT_MAX_EXTENSIONS = 10
+# Step 7: the watchdog renews at a third of the TTL, as Redisson's lockWatchdogTimeout / 3 does,
+# leaving two more chances before the key expires.
+DEFAULT_WATCHDOG_FRACTION = 1 / 3
+DEFAULT_KEY_PREFIX = "fencegate:lock:"
+
+
+def check_ttl(ttl: float, node_timeout: float) -> None:
+    require_positive("ttl", ttl, "give the lease's time to live in seconds, e.g. 10.0")
+    if node_timeout >= ttl:
+        raise ConfigurationError(
+            f"node_timeout ({node_timeout}s) must be much smaller than ttl ({ttl}s): "
+            "a slow master would eat the whole validity; lower node_timeout or raise ttl"
+        )
+
+
+def check_masters(masters: Sequence[str]) -> None:
+    if isinstance(masters, str) or not masters:
+        raise ConfigurationError("masters must be a non-empty list of Redis URLs, e.g. ['redis://h1:6379']")
+    if len(set(masters)) != len(masters):
+        raise ConfigurationError(
+            "masters lists a node twice: a duplicate would count twice toward the quorum"
+        )
+
+
+def require_positive(name: str, value: float, fix: str) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigurationError(f"{name} must be a finite number > 0, got {value!r}: {fix}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """How a blocking acquire waits between attempts (Redlock steps 4 and 9).
+
+    attempts: attempts per acquire, None for as many as the timeout allows.
+    delay, jitter: after a split vote (nobody has a quorum) wait a random
+        `delay + uniform(0, jitter)` seconds, so contenders desynchronise.
+    poll: when another owner holds the lock, wait for its release message,
+        but at most this long (the fallback if the message is lost or the
+        holder died and its key expires instead).
+    """
+
+    attempts: int | None = None
+    delay: float = 0.05
+    jitter: float = 0.15
+    poll: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.attempts is not None and self.attempts < 1:
+            raise ConfigurationError(
+                f"RetryPolicy.attempts must be an int >= 1 or None, got {self.attempts!r}: "
+                "use 1 to try once, None to retry until the timeout"
+            )
+        for name in ("delay", "jitter"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigurationError(f"RetryPolicy.{name} must be a finite number >= 0, got {value!r}")
+        require_positive(
+            "RetryPolicy.poll", self.poll, "give the longest wait without a release message, e.g. 1.0"
+        )
+
+    def backoff(self) -> float:
+        """A random pause after a split vote."""
+        return self.delay + random.random() * self.jitter
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RedlockSettings:
+    """Everything a `Redlock` is tuned by except its masters, clock and token source; checked when built."""
+
+    ttl: float = DEFAULT_TTL
+    node_timeout: float = DEFAULT_NODE_TIMEOUT
+    retry: RetryPolicy = DEFAULT_RETRY
+    drift_factor: float = DEFAULT_DRIFT_FACTOR
+    max_extensions: int = DEFAULT_MAX_EXTENSIONS
+    watchdog_fraction: float = DEFAULT_WATCHDOG_FRACTION
+    reentrant: bool = False
+    key_prefix: str = DEFAULT_KEY_PREFIX
+
+    def __post_init__(self) -> None:
+        require_positive("node_timeout", self.node_timeout, "a few tens of ms, e.g. 0.05")
+        check_ttl(self.ttl, self.node_timeout)
+        if self.drift_factor < 0 or not math.isfinite(self.drift_factor):
+            raise ConfigurationError(
+                f"drift_factor must be >= 0, got {self.drift_factor!r}: the paper uses 0.01"
+            )
+        if self.max_extensions < 0:
+            raise ConfigurationError(f"max_extensions must be >= 0, got {self.max_extensions!r}")
+        if not 0 < self.watchdog_fraction < 1:
+            raise ConfigurationError(
+                f"watchdog_fraction must be in (0, 1), got {self.watchdog_fraction!r}: try 1/3"
+            )

@@ -1,0 +1,186 @@
+"""Redlock for code without an event loop: the same algorithm, run on a private loop thread.
+
+There is one implementation, the async `lockclient.Redlock`. This facade owns
+an event loop on a daemon thread, builds the async client there, and submits
+each call to it, blocking the caller until it is done. Leases are the same
+`Lease` objects (their watchdog, if any, keeps renewing on the loop thread
+while the caller works). Reentrancy is per calling thread.
+
+    with Redlock(masters, tokens=SQLiteTokens("tokens.db")) as locker:
+        with locker.lock("invoices", ttl=10.0) as lease:
+            write(lease.token)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Coroutine, Hashable, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Generic, TypedDict, TypeVar, Unpack, overload
+
+from lockclient import redlock
+from lockclient.config import RetryPolicy
+from lockclient.lease import Lease, TokenT
+from lockclient.protocols import Clock, TokenSource
+
+__all__ = ["Redlock", "RedlockOptions"]
+
+T = TypeVar("T")
+
+
+class RedlockOptions(TypedDict, total=False):
+    """The keywords of `lockclient.Redlock` besides `tokens`; same meanings, same defaults."""
+
+    ttl: float
+    node_timeout: float
+    retry: RetryPolicy
+    clock: Clock
+    drift_factor: float
+    max_extensions: int
+    watchdog_fraction: float
+    reentrant: bool
+    key_prefix: str
+
+
+class Redlock(Generic[TokenT]):
+    """Blocking twin of `lockclient.Redlock`; `close()` (or leaving `with`) stops its thread."""
+
+    @overload
+    def __init__(
+        self: Redlock[int], masters: Sequence[str], *, tokens: TokenSource, **options: Unpack[RedlockOptions]
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Redlock[None], masters: Sequence[str], *, tokens: None = None, **options: Unpack[RedlockOptions]
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Redlock[int | None],
+        masters: Sequence[str],
+        *,
+        tokens: TokenSource | None,
+        **options: Unpack[RedlockOptions],
+    ) -> None: ...
+
+    def __init__(
+        self, masters: Sequence[str], *, tokens: TokenSource | None = None, **options: Unpack[RedlockOptions]
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="lockclient-sync", daemon=True)
+        self._thread.start()
+
+        async def build() -> redlock.Redlock[Any]:
+            locker = redlock.Redlock(masters, tokens=tokens, **options)
+            await locker.connect()
+            return locker
+
+        try:
+            self._async: redlock.Redlock[TokenT] = self._run(build)
+        except BaseException:
+            self._stop_loop()
+            raise
+        self._closed = False
+
+    def _run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        future = asyncio.run_coroutine_threadsafe(make(), self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # e.g. KeyboardInterrupt in the caller: stop the coroutine too
+            raise
+
+    @staticmethod
+    def _owner() -> Hashable:
+        """Reentrancy in the facade is per calling thread."""
+        return ("thread", threading.get_ident())
+
+    @property
+    def async_client(self) -> redlock.Redlock[TokenT]:
+        """The async client doing the work (use it only through its loop)."""
+        return self._async
+
+    def acquire(
+        self,
+        resource: str,
+        *,
+        ttl: float | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        auto_extend: bool = False,
+        on_lost: Callable[[Lease[TokenT]], object] | None = None,
+    ) -> Lease[TokenT]:
+        """As `lockclient.Redlock.acquire`; the owner for reentrancy is the calling thread.
+
+        `on_lost` runs on the loop thread: keep it short and thread-safe.
+        """
+        owner = self._owner()
+        return self._run(
+            lambda: self._async.acquire(
+                resource,
+                ttl=ttl,
+                blocking=blocking,
+                timeout=timeout,
+                auto_extend=auto_extend,
+                on_lost=on_lost,
+                owner=owner,
+            )
+        )
+
+    def release(self, lease: Lease[TokenT]) -> None:
+        self._run(lambda: self._async.release(lease))
+
+    def extend(self, lease: Lease[TokenT], *, ttl: float | None = None) -> Lease[TokenT]:
+        return self._run(lambda: self._async.extend(lease, ttl=ttl))
+
+    @contextlib.contextmanager
+    def lock(
+        self,
+        resource: str,
+        *,
+        ttl: float | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        auto_extend: bool = False,
+        on_lost: Callable[[Lease[TokenT]], object] | None = None,
+    ) -> Iterator[Lease[TokenT]]:
+        """`with locker.lock(name) as lease:` the async `lock()` itself, entered and left on the loop."""
+        block = self._async.lock(
+            resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend, on_lost=on_lost,
+            owner=self._owner(),
+        )  # fmt: skip
+        lease = self._run(block.__aenter__)
+        try:
+            yield lease
+        except BaseException as exc:
+            # the async block releases and re-raises; it never swallows the caller's exception
+            self._run(functools.partial(block.__aexit__, type(exc), exc, exc.__traceback__))
+            raise
+        self._run(lambda: block.__aexit__(None, None, None))
+
+    def close(self) -> None:
+        """Close the async client (pools, subscribers, token source), then stop the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._async.aclose)
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> Redlock[TokenT]:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

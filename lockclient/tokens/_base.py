@@ -1,0 +1,44 @@
+"""What every token source shares: `async with`, and foreign errors translated at the boundary."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Self
+
+from lockclient.errors import ConfigurationError, TokenSourceError
+
+__all__ = ["ClosingSource", "check_resource", "map_errors"]
+
+
+def check_resource(resource: str) -> str:
+    if not resource:
+        raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
+    return resource
+
+
+@contextlib.contextmanager
+def map_errors(source: str, doing: str, *errors: type[BaseException], fix: str) -> Iterator[None]:
+    """Turn a driver's errors into `TokenSourceError`; the message says what failed and what to check."""
+    try:
+        yield
+    except errors as exc:
+        detail = str(exc) or type(exc).__name__
+        message = f"{source} token source could not {doing}: {detail}; {fix}"
+        raise TokenSourceError(message, source=source) from exc
+
+
+class ClosingSource:
+    """`async with source:` closes it on the way out; subclasses define `aclose`."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,133 @@
+"""Fencing tokens from a PostgreSQL sequence, through SQLAlchemy's async engine (asyncpg).
+
+`nextval` never hands out a value twice and never goes back on one primary,
+whatever the transactions around it do. The sequence must have `CACHE 1`:
+with a cache, each session pre-allocates a block, and two sessions then hand
+out values out of order (session A's 21 after session B's 40). The source
+creates the sequence if it is absent, under an advisory lock so two
+processes starting at once do not race, and refuses one with a larger cache.
+
+Caveat: a replica promoted after the primary crashed may not have the last
+increments (asynchronous replication), and the sequence would go back. Run
+the token database with synchronous replication, or accept that a failover
+can reissue tokens (the gateway then reports `token_source_regressed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+from sqlalchemy import TextClause, text
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from lockclient.errors import ConfigurationError
+from lockclient.tokens._base import ClosingSource, check_resource, map_errors
+
+__all__ = ["DEFAULT_SEQUENCE", "PostgresTokens", "asyncpg_url"]
+
+DEFAULT_SEQUENCE = "fencegate_tokens"
+DEFAULT_TIMEOUT = 5.0  # seconds for one token, connecting included
+# pg_advisory_lock key that serialises sequence creation across processes ("fenceseq" as bytes)
+CREATE_LOCK = 0x66656E6365736571
+SCHEMES = {"postgresql", "postgres", "postgresql+asyncpg"}
+IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+FIX = "check that PostgreSQL is reachable at the DSN and the role may create sequences"
+
+
+def asyncpg_url(dsn: str) -> str:
+    """`postgresql://...` (or `postgres://`) as SQLAlchemy's `postgresql+asyncpg://...`."""
+    parts = urlsplit(dsn)
+    if parts.scheme not in SCHEMES:
+        raise ConfigurationError(f"{dsn!r} is not a PostgreSQL URL: use postgresql://user@host:port/database")
+    return urlunsplit(parts._replace(scheme="postgresql+asyncpg"))
+
+
+class PostgresTokens(ClosingSource):
+    """One `CACHE 1` sequence shared by every resource: tokens are unique and ordered database-wide."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        sequence: str = DEFAULT_SEQUENCE,
+        timeout: float = DEFAULT_TIMEOUT,
+        pool_size: int = 5,
+    ) -> None:
+        if not IDENTIFIER.fullmatch(sequence):
+            raise ConfigurationError(
+                f"sequence {sequence!r} is not a plain lower-case SQL identifier: use e.g. 'fencegate_tokens'"
+            )
+        self.sequence = sequence
+        self.timeout = timeout
+        self._engine: AsyncEngine = create_async_engine(
+            asyncpg_url(dsn), isolation_level="AUTOCOMMIT", pool_size=pool_size
+        )
+        self._next = text(f"SELECT nextval('{sequence}')")
+        # the name passed IDENTIFIER above; identifiers cannot be bound parameters
+        self._bound = text(f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {sequence}")  # noqa: S608
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
+
+    async def _ensure_sequence(self) -> None:
+        async with self._ready_lock:
+            if self._ready:
+                return
+            async with self._engine.connect() as conn:
+                await conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": CREATE_LOCK})
+                try:
+                    await conn.execute(
+                        text(f"CREATE SEQUENCE IF NOT EXISTS {self.sequence} AS bigint CACHE 1")
+                    )
+                    cache = (
+                        await conn.execute(
+                            text(
+                                "SELECT cache_size FROM pg_sequences "
+                                "WHERE schemaname = current_schema() AND sequencename = :name"
+                            ),
+                            {"name": self.sequence},
+                        )
+                    ).scalar_one()
+                finally:
+                    await conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": CREATE_LOCK})
+            if cache != 1:
+                raise ConfigurationError(
+                    f"sequence {self.sequence} has CACHE {cache}: cached sequences hand out values out of "
+                    f"order across sessions; run ALTER SEQUENCE {self.sequence} CACHE 1"
+                )
+            self._ready = True
+
+    async def _once(self, query: TextClause) -> int:
+        async with self._engine.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
+    async def _scalar(self, doing: str, query: TextClause) -> int:
+        with map_errors("postgres", doing, SQLAlchemyError, OSError, TimeoutError, fix=FIX):
+            async with asyncio.timeout(self.timeout):
+                await self._ensure_sequence()
+                try:
+                    return await self._once(query)
+                except DBAPIError as exc:
+                    # A pooled connection the server closed (say, it restarted) is dropped by the
+                    # pool: one fresh try, rather than a ping before every token.
+                    if not exc.connection_invalidated:
+                        raise
+                return await self._once(query)
+
+    async def next_token(self, resource: str) -> int:
+        check_resource(resource)
+        return await self._scalar("issue a token", self._next)
+
+    async def upper_bound(self, resource: str) -> int:
+        """The sequence's last value (0 before the first token): >= every token of every resource."""
+        check_resource(resource)
+        return await self._scalar("read the highest token", self._bound)
+
+    async def aclose(self) -> None:
+        await self._engine.dispose()
+
+    def __repr__(self) -> str:
+        url = self._engine.url.render_as_string(hide_password=True)
+        return f"PostgresTokens({url!r}, sequence={self.sequence!r})"

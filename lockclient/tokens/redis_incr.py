@@ -1,0 +1,75 @@
+"""UNSAFE: fencing tokens from `INCR` on a single Redis node. For the lab only.
+
+This source exists to show, in the lab's `token-regress` scenario, why tokens
+need a consensus-backed source. It is not safe: a Redis restart without
+persistence (or with `appendfsync everysec` losing its last second), or a
+failover to an asynchronous replica, resets or rewinds the counter, and the
+fence then refuses every honest client or, worse, accepts a stale one. It
+refuses to start unless the caller says `unsafe=True` (`?unsafe=1` in a URL),
+and logs a warning every time it is built.
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from lockclient.errors import ConfigurationError
+from lockclient.tokens._base import ClosingSource, check_resource, map_errors
+
+__all__ = ["RedisIncrTokens"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KEY_PREFIX = "fencegate:tokens:"
+UNSAFE_FLAGS = {"unsafe"}
+FIX = "check that the Redis node is reachable (and remember this source is unsafe)"
+REFUSAL = (
+    "RedisIncrTokens is UNSAFE: a Redis restart without persistence or a failover resets the INCR "
+    "counter and tokens go back. Use SQLite, PostgreSQL or ZooKeeper tokens; to run it anyway "
+    "(the lab's token-regress scenario), pass unsafe=True or add ?unsafe=1 to the URL"
+)
+
+
+def strip_unsafe_flag(url: str) -> tuple[str, bool]:
+    """`redis://h:p?unsafe=1` -> (`redis://h:p`, True): the flag is ours, not redis-py's."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    unsafe = any(k in UNSAFE_FLAGS and v.lower() in ("1", "true", "yes") for k, v in query)
+    rest = [(k, v) for k, v in query if k not in UNSAFE_FLAGS]
+    return urlunsplit(parts._replace(query=urlencode(rest))), unsafe
+
+
+class RedisIncrTokens(ClosingSource):
+    """UNSAFE per-resource `INCR` counters on one Redis node; see the module docstring."""
+
+    def __init__(self, url: str, *, unsafe: bool = False, key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+        url, flagged = strip_unsafe_flag(url)
+        if not (unsafe or flagged):
+            raise ConfigurationError(REFUSAL)
+        if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            raise ConfigurationError(f"{url!r} is not a Redis URL: use redis://host:port?unsafe=1")
+        log.warning(
+            "UNSAFE token source in use: Redis INCR at %s can go back after a restart or failover", url
+        )
+        self.url = url
+        self.key_prefix = key_prefix
+        self._client: Redis = Redis.from_url(url)
+
+    async def next_token(self, resource: str) -> int:
+        with map_errors("redis-incr", "issue a token", RedisError, OSError, fix=FIX):
+            return int(await self._client.incr(self.key_prefix + check_resource(resource)))
+
+    async def upper_bound(self, resource: str) -> int:
+        with map_errors("redis-incr", "read the highest token", RedisError, OSError, fix=FIX):
+            value = await self._client.get(self.key_prefix + check_resource(resource))
+        return 0 if value is None else int(value)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def __repr__(self) -> str:
+        return f"RedisIncrTokens({self.url!r}, unsafe=True)"

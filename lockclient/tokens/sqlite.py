@@ -1,0 +1,103 @@
+"""Fencing tokens from a SQLite file: the embedded default, for one machine.
+
+Each resource has a counter row. One statement raises it and returns the new
+value inside a `BEGIN IMMEDIATE` write transaction, so processes sharing the
+file are serialised by SQLite's write lock (waiting up to the busy timeout)
+and every token is above every token committed before it. WAL keeps readers
+(`upper_bound`) off the writers' backs; `synchronous=FULL` makes each token
+durable before it is handed out, so a power cut cannot make the counter go
+back. The file must live on a local disk: SQLite's locking is not safe over
+network file systems, and the counter is only as monotonic as the file.
+
+sqlite3 blocks, so each source runs its one connection on one private thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from lockclient.tokens._base import ClosingSource, check_resource, map_errors
+
+__all__ = ["SQLiteTokens"]
+
+DEFAULT_BUSY_TIMEOUT = 5.0  # seconds a process waits for another's write transaction to finish
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS fencegate_tokens (
+    resource TEXT PRIMARY KEY,
+    value INTEGER NOT NULL CHECK (value > 0)
+)
+"""
+NEXT = """
+INSERT INTO fencegate_tokens (resource, value) VALUES (?, 1)
+ON CONFLICT (resource) DO UPDATE SET value = value + 1
+RETURNING value
+"""
+BOUND = "SELECT value FROM fencegate_tokens WHERE resource = ?"
+FIX = "check that the file's directory exists and is writable, on a local disk"
+
+
+class SQLiteTokens(ClosingSource):
+    """Per-resource counters in a SQLite file shared by every process on the machine."""
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
+        self.path = os.fspath(path)
+        self.busy_timeout = busy_timeout
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockclient-sqlite")
+        self._conn: sqlite3.Connection | None = None
+
+    def _open(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute(SCHEMA)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _next(self, resource: str) -> int:
+        conn = self._open()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            (value,) = conn.execute(NEXT, (resource,)).fetchone()
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return int(value)
+
+    def _bound(self, resource: str) -> int:
+        row = self._open().execute(BOUND, (resource,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def _run(self, doing: str, call: Callable[[str], int], resource: str) -> int:
+        loop = asyncio.get_running_loop()
+        with map_errors("sqlite", f"{doing} in {self.path}", sqlite3.Error, OSError, fix=FIX):
+            result: int = await loop.run_in_executor(self._executor, call, resource)
+        return result
+
+    async def next_token(self, resource: str) -> int:
+        return await self._run("issue a token", self._next, check_resource(resource))
+
+    async def upper_bound(self, resource: str) -> int:
+        return await self._run("read the highest token", self._bound, check_resource(resource))
+
+    async def aclose(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
+        self._executor.shutdown(wait=False)
+
+    def __repr__(self) -> str:
+        return f"SQLiteTokens({self.path!r})"

@@ -1,0 +1,207 @@
+"""Token sources on real servers: order across processes, upper bounds, restarts, creation races."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from lab.cluster import ClusterSpec, LocalCluster
+from lockclient import (
+    ConfigurationError,
+    PostgresTokens,
+    RedisIncrTokens,
+    SQLiteTokens,
+    TokenSourceError,
+    ZooKeeperTokens,
+    open_token_source,
+)
+from tests.lockclient.processes import run_all
+
+PROCESSES = 3
+DRAWS = 40
+
+
+@pytest.fixture
+async def pg_dsn(postgres_cluster: LocalCluster) -> str:
+    """A fresh, empty database, so the sequence does not exist yet."""
+    name = f"tokens_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(postgres_cluster.postgres_dsn)
+    try:
+        await conn.execute(f"CREATE DATABASE {name}")
+    finally:
+        await conn.close()
+    return postgres_cluster.postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
+
+
+def assert_issue_order(recorded: list[list[list[int]]]) -> list[int]:
+    """Unique tokens; and whenever one draw finished before another began, its token is lower."""
+    draws = sorted((d for per_process in recorded for d in per_process), key=lambda d: d[1])
+    tokens = [token for _, _, token in draws]
+    assert len(set(tokens)) == len(tokens), "a token was issued twice"
+    assert all(0 < t < 2**63 for t in tokens)
+    finished = [after for _, after, _ in draws]
+    highest_so_far: list[int] = []
+    for _, _, token in draws:
+        highest_so_far.append(max(token, highest_so_far[-1]) if highest_so_far else token)
+    for before, _, token in draws:
+        done = bisect.bisect_left(finished, before)  # draws that finished before this one began
+        if done:
+            assert highest_so_far[done - 1] < token, "a later draw got a lower token"
+    for per_process in recorded:
+        own = [token for _, _, token in per_process]
+        assert own == sorted(own)
+    return tokens
+
+
+@pytest.fixture(params=["sqlite", "postgres", "zookeeper", "redis-incr"])
+def source_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'tokens.db'}"
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_dsn"))
+    if request.param == "zookeeper":
+        return f"zookeeper://{request.getfixturevalue('zookeeper_cluster').zookeeper}/fencegate-tests"
+    return f"{request.getfixturevalue('redis_cluster').redis_urls[0]}?unsafe=1"
+
+
+async def test_tokens_from_concurrent_processes_are_unique_and_in_issue_order(
+    source_url: str, resource: str, tmp_path: Path
+) -> None:
+    outs = [tmp_path / f"draws-{i}.jsonl" for i in range(PROCESSES)]
+    recorded = await run_all("tests.lockclient._draw_tokens", outs, source_url, resource, str(DRAWS))
+    tokens = assert_issue_order(recorded)
+    assert len(tokens) == PROCESSES * DRAWS
+    source = open_token_source(source_url, allow_unsafe=True)
+    try:
+        assert await source.upper_bound(resource) >= max(tokens)
+        newest = await source.next_token(resource)
+        assert newest > max(tokens)
+        assert await source.upper_bound(resource) >= newest
+    finally:
+        await source.aclose()
+
+
+async def test_upper_bound_of_an_unused_resource_is_zero(source_url: str, resource: str) -> None:
+    source = open_token_source(source_url, allow_unsafe=True)
+    try:
+        if isinstance(source, PostgresTokens):  # one sequence for all resources: its bound is global
+            assert await source.upper_bound(resource) >= 0
+        else:
+            assert await source.upper_bound(resource) == 0
+    finally:
+        await source.aclose()
+
+
+async def test_zookeeper_tokens_keep_increasing_across_a_restart(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+) -> None:
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, zookeeper=True))
+    async with ZooKeeperTokens(cluster.zookeeper, timeout=60.0) as source:
+        before = [await source.next_token(resource) for _ in range(3)]
+        await asyncio.to_thread(cluster.stop, "zookeeper-0")
+        await asyncio.to_thread(cluster.restart, "zookeeper-0")
+        after = [await source.next_token(resource) for _ in range(3)]
+        assert before == sorted(before)
+        assert after == sorted(after)
+        assert after[0] > before[-1]
+        assert await source.upper_bound(resource) == after[-1]
+
+
+async def test_postgres_refuses_a_cached_sequence(pg_dsn: str, resource: str) -> None:
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute("CREATE SEQUENCE fencegate_tokens CACHE 20")
+    finally:
+        await conn.close()
+    async with PostgresTokens(pg_dsn) as source:
+        with pytest.raises(ConfigurationError, match="CACHE 1"):
+            await source.next_token(resource)
+
+
+async def test_postgres_creates_its_sequence_with_cache_one(pg_dsn: str, resource: str) -> None:
+    async with PostgresTokens(pg_dsn) as source:
+        assert await source.upper_bound(resource) == 0
+        assert await source.next_token(resource) == 1
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        assert (
+            await conn.fetchval("SELECT cache_size FROM pg_sequences WHERE sequencename = 'fencegate_tokens'")
+            == 1
+        )
+    finally:
+        await conn.close()
+
+
+async def test_unreachable_sources_raise_token_source_error_with_the_fix(
+    tmp_path: Path, resource: str
+) -> None:
+    async with SQLiteTokens(tmp_path / "missing-dir" / "tokens.db") as sqlite:
+        with pytest.raises(TokenSourceError, match="writable") as caught:
+            await sqlite.next_token(resource)
+        assert caught.value.source == "sqlite"
+    async with PostgresTokens("postgresql://postgres@127.0.0.1:1/none", timeout=2.0) as postgres:
+        with pytest.raises(TokenSourceError, match="reachable"):
+            await postgres.next_token(resource)
+    async with ZooKeeperTokens("127.0.0.1:1", timeout=0.5) as zookeeper:
+        with pytest.raises(TokenSourceError, match="ZooKeeper is running"):
+            await zookeeper.next_token(resource)
+
+
+def test_open_token_source_reads_each_url_form() -> None:
+    sqlite = open_token_source("sqlite:////var/lib/fencegate/tokens.db")
+    assert isinstance(sqlite, SQLiteTokens)
+    assert sqlite.path == "/var/lib/fencegate/tokens.db"
+    relative = open_token_source("sqlite:///tokens.db")
+    assert isinstance(relative, SQLiteTokens)
+    assert relative.path == "tokens.db"
+    assert isinstance(open_token_source("postgresql://u@h:5432/db"), PostgresTokens)
+    zk = open_token_source("zookeeper://h1:2181,h2:2181/app")
+    assert isinstance(zk, ZooKeeperTokens)
+    assert (zk.hosts, zk.chroot) == ("h1:2181,h2:2181", "/app")
+    assert isinstance(open_token_source("redis://h:6379?unsafe=1"), RedisIncrTokens)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://127.0.0.1:6379", "UNSAFE.*unsafe=1"),
+        ("sqlite://", "names no file"),
+        ("sqlite:///:memory:", "cannot be shared"),
+        ("mysql://h/db", "unknown token source"),
+        ("zookeeper:///chroot", "host:port"),
+    ],
+)
+def test_bad_token_urls_say_how_to_fix_them(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        open_token_source(url)
+
+
+async def test_postgres_tokens_keep_increasing_across_a_restart(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+) -> None:
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
+    async with PostgresTokens(cluster.postgres_dsn, pool_size=2) as source:
+        before = [await source.next_token(resource) for _ in range(3)]
+        await asyncio.to_thread(cluster.stop, "postgres-0")
+        await asyncio.to_thread(cluster.restart, "postgres-0")
+        after = [await source.next_token(resource) for _ in range(3)]  # the pooled connection was dead
+        assert before == [1, 2, 3]
+        assert after[0] > before[-1]
+        assert after == sorted(after)
+
+
+async def test_a_zookeeper_source_revives_a_client_whose_connection_loop_stopped(
+    zookeeper_cluster: LocalCluster, resource: str
+) -> None:
+    async with ZooKeeperTokens(zookeeper_cluster.zookeeper) as source:
+        first = await source.next_token(resource)
+        # kazoo's connection loop can give up during a long outage; stopping it behind the source's back
+        # leaves the client in the same CLOSED state
+        await asyncio.to_thread(source._client.stop)
+        assert await source.next_token(resource) > first
