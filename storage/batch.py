@@ -11,8 +11,13 @@ The statements are the SQLAlchemy constructs of `statements.py`, compiled
 once for SQLite; the batch runs them on a stdlib `sqlite3` connection owned by
 that thread, so a statement costs microseconds instead of a thread hop.
 
-A stale request needs no savepoint: the fence upsert is its first statement
-and, refused, it changed nothing; the request is answered 409 and its
+Each accepted request also writes its audit entry, and its idempotency
+record if it has a key, in the same transaction (`records.py`); a retry
+found in that record is answered from it without a fence check. Refusals
+recorded by the gateway ride along as one more entry of the next batch.
+
+A stale request needs no savepoint: the fence upsert is its first
+fenced statement and, refused, it changed nothing; the request is answered 409 and its
 neighbours go on. No request is answered before the COMMIT that holds it
 returned; if any statement or the commit fails, the batch rolls back and every
 request in it gets `StorageUnavailable` (outcome unknown: 503), never 2xx.
