@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -43,9 +42,8 @@ class ClientLimiter:
     def in_flight(self, client: str) -> int:
         return self._in_flight.get(client, 0)
 
-    @contextlib.contextmanager
-    def hold(self, client: str) -> Iterator[None]:
-        """One slot of `client` for the duration of the block; 429 if none is free."""
+    def acquire(self, client: str) -> None:
+        """Take one slot of `client`; 429 if none is free. Pair with `release` in a `finally`."""
         count = self._in_flight.get(client, 0)
         if count >= self._limit:
             raise TooManyRequests(
@@ -54,14 +52,13 @@ class ClientLimiter:
                 fields={"client": client, "limit": self._limit},
             )
         self._in_flight[client] = count + 1
-        try:
-            yield
-        finally:
-            left = self._in_flight[client] - 1
-            if left:
-                self._in_flight[client] = left
-            else:
-                del self._in_flight[client]
+
+    def release(self, client: str) -> None:
+        left = self._in_flight[client] - 1
+        if left:
+            self._in_flight[client] = left
+        else:
+            del self._in_flight[client]
 
 
 class Drain:
@@ -77,8 +74,8 @@ class Drain:
     def in_flight(self) -> int:
         return self._in_flight
 
-    @contextlib.contextmanager
-    def admit(self) -> Iterator[None]:
+    def admit(self) -> None:
+        """Count one more request in flight; 503 once draining. Pair with `done` in a `finally`."""
         if self.draining:
             raise Unavailable(
                 "the gateway is shutting down and admits no new requests; nothing was written, retry on "
@@ -86,13 +83,13 @@ class Drain:
                 code="shutting_down",
             )
         self._in_flight += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
-            if not self._in_flight:
-                self._idle.set()
+        if self._in_flight == 1:
+            self._idle.clear()
+
+    def done(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._idle.set()
 
     async def drain(self, grace: float) -> bool:
         """Stop admitting; wait up to `grace` seconds for admitted requests; True if none is left."""
@@ -123,5 +120,14 @@ async def client_middleware(request: web.Request, handler: Handler) -> web.Strea
     request[RequestKeys.api_key] = key
     if request.path in PROBES:
         return await handler(request)
-    with request.app[AppKeys.drain].admit(), request.app[AppKeys.limiter].hold(client):
-        return await handler(request)
+    # Plain calls rather than context managers: this runs on every request.
+    drain, limiter = request.app[AppKeys.drain], request.app[AppKeys.limiter]
+    drain.admit()
+    try:
+        limiter.acquire(client)
+        try:
+            return await handler(request)
+        finally:
+            limiter.release(client)
+    finally:
+        drain.done()

@@ -55,6 +55,8 @@ async def _read_body(request: web.Request) -> bytes:
     limit = settings.max_body
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"the body is {request.content_length} bytes; the limit is {limit}")
+    if request.content.is_eof():  # the whole body came with the headers: no timer needed
+        return await request.read()
     try:
         async with asyncio.timeout(settings.idle_timeout):
             return await request.read()

@@ -96,14 +96,22 @@ class _Compiled:
         self.bind_time: Callable[[datetime], str] = Fence.updated_at.type.dialect_impl(
             dialect
         ).bind_processor(dialect)
+        self._last_time: datetime | None = None
+        self._last_bound = ""
 
     def bind(self, name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         text, defaults = self.sql[name]
         bound = {**defaults, **params}
         for column in _TIME_COLUMNS:
             if column in bound:
-                bound[column] = self.bind_time(bound[column])
+                bound[column] = self._time(bound[column])
         return text, bound
+
+    def _time(self, value: datetime) -> str:
+        # A batch stamps every row with one `now`: convert it once, not once per statement.
+        if value is not self._last_time:
+            self._last_time, self._last_bound = value, self.bind_time(value)
+        return self._last_bound
 
     def run(self, db: sqlite3.Connection, name: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         row: tuple[Any, ...] | None = db.execute(*self.bind(name, params)).fetchone()
@@ -118,6 +126,7 @@ class _Writer:
         self._busy_timeout = busy_timeout
         self._db: sqlite3.Connection | None = None
         self._sql = _Compiled()
+        self._audits: list[dict[str, Any]] = []  # the batch's audit entries, inserted before its COMMIT
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
@@ -148,7 +157,7 @@ class _Writer:
             outcome=outcome,
             now=now,
         )
-        self._sql.run(db, "audit_insert", params)
+        self._audits.append(self._sql.bind("audit_insert", params)[1])
 
     def _replayed(self, db: sqlite3.Connection, op: _Op, now: datetime) -> ObjectMeta | None:
         caller = op.caller
@@ -175,8 +184,9 @@ class _Writer:
 
     def _apply(self, db: sqlite3.Connection, op: _Op, now: datetime) -> tuple[bool, Any]:
         if op.kind == "refusals":
-            for entry in op.refusals:
-                db.execute(*self._sql.bind("audit_insert", refused_params(entry)))
+            self._audits.extend(
+                self._sql.bind("audit_insert", refused_params(entry))[1] for entry in op.refusals
+            )
             return True, None
         try:
             replayed = self._replayed(db, op, now)
@@ -221,9 +231,12 @@ class _Writer:
         """Run the batch in one transaction; raises (after rolling back) if it did not commit."""
         db = self._connect()
         now = datetime.now(UTC)
+        self._audits = []
         db.execute("BEGIN IMMEDIATE")
         try:
             outcomes = [self._apply(db, op, now) for op in batch]
+            # Audit entries go in last, in batch order: per resource that is still fence order.
+            db.executemany(self._sql.sql["audit_insert"][0], self._audits)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:

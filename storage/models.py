@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Index, Integer, LargeBinary, String
+from sqlalchemy import BigInteger, Boolean, DateTime, Integer, LargeBinary, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 MAX_KEY_LENGTH = 512
@@ -84,8 +84,6 @@ class AuditEntry(Base):
     mark: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     status: Mapped[int] = mapped_column(Integer, nullable=False)
     outcome: Mapped[str] = mapped_column(String(64), nullable=False)
-
-    __table_args__ = (Index("fencegate_audit_resource", "resource", "id"),)
 
 
 class IdempotencyRecord(Base):
