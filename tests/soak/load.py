@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import logging
 import random
 import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +37,8 @@ from storage.models import AuditEntry
 from storage.verify import AuditReport, verify_audit
 from tests.gateway.processes import GatewayProcess
 from tests.soak.history import Call, Final, History
+
+log = logging.getLogger("soak")
 
 SPEC = ClusterSpec(redis=5, zookeeper=True, postgres=True)
 PREFIX = "soak-"
@@ -92,6 +96,13 @@ class Soak:
         self._stop = asyncio.Event()
         self._rng = random.Random(config.seed)
         self._t0 = time.monotonic()
+        # Faults and process control run on threads of their own: while ZooKeeper is down, the
+        # token sources' calls block the loop's default executor, and a restart queued behind
+        # them would never run.
+        self._ops = ThreadPoolExecutor(max_workers=2, thread_name_prefix="soak-ops")
+
+    async def _blocking(self, call: Callable[[], object]) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._ops, call)
 
     def now(self) -> float:
         return time.monotonic() - self._t0
@@ -187,12 +198,14 @@ class Soak:
         self, what: str, begin: Callable[[], object], end: Callable[[], object], hold: float
     ) -> Fault:
         start = self.now()
-        await asyncio.to_thread(begin)
+        log.warning("soak %.1f s: %s", start, what)
+        await self._blocking(begin)
         down = self.now()
         await asyncio.sleep(hold)
         up = self.now()
-        await asyncio.to_thread(end)
+        await self._blocking(end)
         fault = Fault(what, start, self.now())
+        log.warning("soak %.1f s: %s: back", fault.end, what)
         self.faults.append(fault)
         if what.startswith("PostgreSQL"):
             self.history.outages.append((down, up))
@@ -247,7 +260,7 @@ class Soak:
     # -- the run --------------------------------------------------------------
 
     async def run(self, cluster: LocalCluster) -> LoadResult:
-        await asyncio.to_thread(self._start_gateways, cluster)
+        await self._blocking(lambda: self._start_gateways(cluster))
         assert cluster.zookeeper is not None
         self._t0 = time.monotonic()
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
@@ -273,7 +286,8 @@ class Soak:
             for locker in lockers:
                 await locker.aclose()
             for proc in self.gateways:
-                await asyncio.to_thread(proc.stop)
+                await self._blocking(proc.stop)
+            self._ops.shutdown(wait=False)
         audited, audit = await self._audit(cluster)
         return LoadResult(self.history, finals, audited, audit, self.faults, elapsed)
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import logging
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -116,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = SoakConfig(
         duration=args.duration, clients=args.clients, resources=args.resources, outage=args.outage
     )
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` shows where a run is
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnects during the ZooKeeper restart are expected
     shutil.rmtree(args.state_dir, ignore_errors=True)
