@@ -57,6 +57,7 @@ class History:
     marks: list[tuple[str, int]] = field(default_factory=list)  # (resource, mark) in poll order
     outages: list[tuple[float, float]] = field(default_factory=list)  # storage down, [start, end)
     lock_failures: int = 0
+    pauses: int = 0  # holders that paused past their lease before writing
 
 
 @dataclass

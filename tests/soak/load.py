@@ -45,6 +45,7 @@ PREFIX = "soak-"
 REQUEST_TIMEOUT = 10.0  # seconds a client waits for one answer
 LOCK_TIMEOUT = 5.0  # seconds a client tries to take a lease before counting a lock failure
 POLL_EVERY = 0.2  # seconds between mark polls
+PAUSE_TTLS = 1.5  # a paused holder sleeps this many TTLs between its read and its write
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +56,7 @@ class SoakConfig:
     ttl: float = 3.0  # lease TTL, seconds
     outage: float = 3.0  # seconds PostgreSQL stays stopped and the Redis master stays paused
     faults: bool = True
+    pause_rate: float = 0.03  # share of leases whose holder pauses past the TTL before writing
     seed: int = 1
 
 
@@ -170,6 +172,11 @@ class Soak:
                     if status not in (200, 404):
                         continue
                     value = int(data.split()[0]) if status == 200 else 0
+                    if rng.random() < self.config.pause_rate:
+                        # A holder paused past its lease (a GC pause): a newer holder may write
+                        # meanwhile, and then this write must be refused.
+                        self.history.pauses += 1
+                        await asyncio.sleep(self.config.ttl * PAUSE_TTLS)
                     seq += 1
                     body = f"{value + 1} c{client} s{seq}".encode()
                     await self._call(session, client, "PUT", resource, lease.token, body)

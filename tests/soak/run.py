@@ -27,7 +27,7 @@ from pathlib import Path
 from lab.cluster import LocalCluster
 from tests.soak.badinput import BadInputResult, bad_input_phase
 from tests.soak.history import Verdict, check
-from tests.soak.load import SPEC, LoadResult, Soak, SoakConfig
+from tests.soak.load import PAUSE_TTLS, SPEC, LoadResult, Soak, SoakConfig
 
 STATE_DIR = Path(".state/soak")
 
@@ -66,7 +66,8 @@ class SoakReport:
             ("load held", f"{v.requests} requests in {load.elapsed:.1f} s = {v.rate:.1f} req/s; "
              f"p50 {v.p50_ms:.1f} ms, p99 {v.p99_ms:.1f} ms"),
             ("refusals", refusals),
-            ("errors", f"{errors}; lock attempts that failed: {load.history.lock_failures}"),
+            ("errors", f"{errors}; lock attempts that failed or leases lost: {load.history.lock_failures}"),
+            ("paused holders", f"{load.history.pauses} leases paused {PAUSE_TTLS} TTLs before their write"),
             ("faults injected", faults),
             ("bad inputs tried", f"{tried}; answers {statuses}"),
             ("5xx on bad input", str(len(bad.server_errors))),
