@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.clients import ClientLimiter, Drain, client_middleware
 from gateway.config import Settings
-from gateway.contexts import auth_ctx, fencer_ctx, storage_ctx
+from gateway.contexts import audit_ctx, auth_ctx, fencer_ctx, storage_ctx
 from gateway.keys import AppKeys
 from gateway.metrics import Metrics
 from gateway.middlewares import deadline_middleware, error_middleware
@@ -15,20 +16,31 @@ from lockclient.protocols import TokenSource
 # Requests are small values plus headers; aiohttp's own 1 MiB default would
 # answer 413 before our limit, so the body limit is passed through here.
 HEADER_LIMIT = 8190  # bytes per header line (aiohttp's default); Fencing-* values are short
+MAX_HEADERS = 64  # header lines per request; a client needs a handful
 
 
 def create_app(settings: Settings, *, tokens: TokenSource | None = None) -> web.Application:
     """The gateway app. `tokens` enables the token-from-the-future guard; the app closes it."""
     app = web.Application(
-        middlewares=[error_middleware, deadline_middleware],
+        middlewares=[error_middleware, client_middleware, deadline_middleware],
         client_max_size=max(settings.max_body, 1),
-        handler_args={"max_line_size": HEADER_LIMIT, "max_field_size": HEADER_LIMIT},
+        # keepalive_timeout also runs from the first byte of a connection (aiohttp >= 3.10): a
+        # connection that sends no complete request within it is closed, slow headers included.
+        handler_args={
+            "max_line_size": HEADER_LIMIT,
+            "max_field_size": HEADER_LIMIT,
+            "max_headers": MAX_HEADERS,
+            "keepalive_timeout": settings.idle_timeout,
+        },
     )
     app[AppKeys.settings] = settings
     app[AppKeys.metrics] = Metrics()
     app[AppKeys.tokens] = tokens
+    app[AppKeys.limiter] = ClientLimiter(limit=settings.max_client_requests)
+    app[AppKeys.drain] = Drain()
     app.cleanup_ctx.append(auth_ctx)
     app.cleanup_ctx.append(storage_ctx)
+    app.cleanup_ctx.append(audit_ctx)
     app.cleanup_ctx.append(fencer_ctx)
     setup_routes(app)
     return app

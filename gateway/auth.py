@@ -1,29 +1,61 @@
-"""API keys: stored hashed, each scoped to resource and key prefixes.
+"""API keys: stored hashed, each scoped to name prefixes and to read or write.
 
 The key file is JSON: `{"keys": [{"name": "billing", "sha256": "<hex of the
-secret>", "prefixes": ["billing/"]}]}`. A client sends `Authorization: Bearer
-<secret>`; the gateway hashes it and looks the hash up, so the file never
-holds a usable secret. Without a key file the gateway runs open, and says so
-at start (DESIGN: only the embedded default on loopback should).
+secret>", "prefixes": ["billing/"], "access": ["read", "write"]}]}`
+(`access` defaults to both). `fencegate keys add` writes entries and prints
+the secret once; the file never holds a usable secret. A client sends
+`Authorization: Bearer <secret>`; the gateway hashes it and compares the hash
+with every stored hash in constant time (`hmac.compare_digest`, no early
+exit), so neither the answer's timing nor its content says how close a guess
+came. Without a key file the gateway runs open: allowed on loopback (and said
+loudly at start), refused elsewhere unless the operator passes
+`--allow-open`.
+
+"write" is needed by everything that can move a mark: PUT, DELETE and a
+fenced GET. "read" covers plain reads, listing and `/v1/fences`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
+import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from gateway.errors import ConfigError, Forbidden, Unauthorized
+
+Access = Literal["read", "write"]
+ACCESS: tuple[Access, ...] = ("read", "write")
+SECRET_BYTES = 32  # 256 bits of randomness per generated key
+# Compared against when no key is stored, to keep the work constant; no secret hashes to it
+# (empty secrets are refused before hashing).
+_NOBODY = hashlib.sha256(b"").hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
 class ApiKey:
+    """One client's key: its name (in logs and the audit trail), scopes and access."""
+
     name: str
+    sha256: str
     prefixes: tuple[str, ...]
+    access: frozenset[str] = frozenset(ACCESS)
 
     def allows(self, name: str) -> bool:
         return any(name.startswith(prefix) for prefix in self.prefixes)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "sha256": self.sha256,
+            "prefixes": list(self.prefixes),
+            "access": sorted(self.access),
+        }
 
 
 def hash_secret(secret: str) -> str:
@@ -31,41 +63,116 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-class ApiKeys:
-    """The configured keys, looked up by the hash of the presented secret."""
+def new_secret() -> str:
+    """A fresh random secret, as `fencegate keys add` prints it."""
+    return "fg_" + secrets.token_urlsafe(SECRET_BYTES)
 
-    def __init__(self, by_hash: dict[str, ApiKey]) -> None:
-        self._by_hash = dict(by_hash)
+
+def _parse(entry: object) -> ApiKey:
+    if not isinstance(entry, dict):
+        raise TypeError(f"each key must be an object, not {entry!r}")
+    access = frozenset(map(str, entry.get("access", ACCESS)))
+    unknown = access - set(ACCESS)
+    if unknown or not access:
+        raise ValueError(f"key {entry.get('name')!r}: access must be a non-empty subset of {list(ACCESS)}")
+    digest = str(entry["sha256"]).lower()
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"key {entry.get('name')!r}: sha256 must be 64 hex digits")
+    return ApiKey(
+        name=str(entry["name"]), sha256=digest, prefixes=tuple(map(str, entry["prefixes"])), access=access
+    )
+
+
+def read_keys(path: Path) -> list[ApiKey]:
+    """The keys stored in `path`; a missing file holds none."""
+    try:
+        document = json.loads(path.read_text())
+        return [_parse(entry) for entry in document["keys"]]
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"cannot read API keys from {path}: {exc}; expected "
+            '{"keys": [{"name": ..., "sha256": ..., "prefixes": [...], "access": ["read", "write"]}]}'
+        ) from exc
+
+
+def write_keys(path: Path, keys: Iterable[ApiKey]) -> None:
+    """Replace the key file atomically (a gateway reloading it never sees half a file), mode 0600."""
+    text = json.dumps({"keys": [key.to_json() for key in keys]}, indent=2) + "\n"
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+
+
+class ApiKeys:
+    """The configured keys; `identify` finds the one behind a bearer secret.
+
+    Loaded from a file, they follow it: `refresh()` (called every second by
+    the gateway) re-reads the file when it changed, so `fencegate keys revoke`
+    takes effect on a running gateway without a restart. A file that cannot
+    be read keeps the previous keys (and is logged by the caller).
+    """
+
+    def __init__(self, keys: Iterable[ApiKey], *, path: Path | None = None) -> None:
+        self._keys = tuple(keys)
+        self._path = path
+        self._stamp = self._stat()
+
+    def _stat(self) -> tuple[int, int] | None:
+        if self._path is None:
+            return None
+        try:
+            info = self._path.stat()
+        except OSError:
+            return None
+        return info.st_mtime_ns, info.st_ino
 
     @classmethod
     def load(cls, path: Path) -> ApiKeys:
-        try:
-            document = json.loads(path.read_text())
-            entries = document["keys"]
-            by_hash = {
-                str(e["sha256"]).lower(): ApiKey(name=str(e["name"]), prefixes=tuple(map(str, e["prefixes"])))
-                for e in entries
-            }
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(
-                f"cannot read API keys from {path}: {exc}; expected "
-                '{"keys": [{"name": ..., "sha256": ..., "prefixes": [...]}]}'
-            ) from exc
-        return cls(by_hash)
+        if not path.exists():
+            raise ConfigError(f"API key file {path} does not exist; create it with `fencegate keys add`")
+        return cls(read_keys(path), path=path)
+
+    def refresh(self) -> bool:
+        """Re-read the key file if it changed since the last read; True if the keys were replaced."""
+        stamp = self._stat()
+        if self._path is None or stamp is None or stamp == self._stamp:
+            return False
+        keys = read_keys(self._path)
+        self._keys, self._stamp = tuple(keys), stamp
+        return True
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
     def identify(self, authorization: str | None) -> ApiKey:
         """The key behind an `Authorization: Bearer` header, or 401."""
         scheme, _, secret = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
             raise Unauthorized("send the API key as `Authorization: Bearer <key>`")
-        key = self._by_hash.get(hash_secret(secret.strip()))
-        if key is None:
+        presented = hash_secret(secret.strip()).encode()
+        found: ApiKey | None = None
+        for key in self._keys or (ApiKey(name="", sha256=_NOBODY, prefixes=()),):
+            if hmac.compare_digest(presented, key.sha256.encode()):
+                found = key
+        if found is None:
             raise Unauthorized("unknown API key; ask the operator for a key scoped to your resources")
-        return key
+        return found
 
     @staticmethod
-    def require(key: ApiKey, *names: str) -> None:
-        """403 unless every name (resource, object key, list prefix) is under one of the key's prefixes."""
+    def require(key: ApiKey, *names: str, access: Access) -> None:
+        """403 unless the key has `access` and every name (resource, key, prefix) is under its prefixes."""
+        if access not in key.access:
+            raise Forbidden(
+                f"API key {key.name!r} may not {access} (it has {sorted(key.access)}); a write or a fenced "
+                "read needs a key with write access",
+                fields={"access": access},
+            )
         for name in names:
             if not key.allows(name):
                 raise Forbidden(

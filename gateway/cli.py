@@ -22,6 +22,8 @@ COMMANDS = (
     "gateway.serve",
     "bench.cli",
     "model.cli",
+    "gateway.keys_cli",
+    "gateway.audit_cli",
 )
 
 

@@ -20,6 +20,14 @@ from storage.batch import DEFAULT_MAX_BATCH
 ENV_PREFIX = "FENCEGATE_"
 DEFAULT_DATA_DIR = Path(".state/gateway")
 DEFAULT_MAX_BODY = 16 * 1024 * 1024  # bytes; objects are values, not files
+# A connection that has not sent a complete request in this long is closed: it
+# bounds slow headers (slowloris) and idle keep-alive connections alike.
+DEFAULT_IDLE_TIMEOUT = 15.0
+# A client (an API key, or a peer address on an open gateway) may have this
+# many requests in flight; more are answered 429 at once instead of queueing,
+# so one client cannot take every connection slot or the write queue.
+DEFAULT_MAX_CLIENT_REQUESTS = 256
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 SQLITE_FILE = "fencegate.db"
 
 
@@ -48,6 +56,18 @@ class Settings:
         },
     )
     api_keys: Path | None = field(default=None, metadata={"help": "JSON file of hashed API keys and scopes"})
+    allow_open: bool = field(
+        default=False,
+        metadata={"help": "serve a non-loopback address without API keys (anyone reaching it can write)"},
+    )
+    idle_timeout: float = field(
+        default=DEFAULT_IDLE_TIMEOUT,
+        metadata={"help": "seconds a connection may go without a complete request, or a body read may take"},
+    )
+    max_client_requests: int = field(
+        default=DEFAULT_MAX_CLIENT_REQUESTS,
+        metadata={"help": "requests one client may have in flight (then 429)"},
+    )
     group_commit: int = field(
         default=DEFAULT_MAX_BATCH,
         metadata={
@@ -62,7 +82,15 @@ class Settings:
             raise ConfigError(f"group_commit {self.group_commit} is negative; give 0 (off) or a batch size")
         if self.max_body < 0:
             raise ConfigError(f"max_body {self.max_body} is negative; give a size in bytes")
-        for name in ("request_timeout", "storage_timeout", "upstream_timeout"):
+        if self.max_client_requests < 1:
+            raise ConfigError(f"max_client_requests {self.max_client_requests} must be at least 1")
+        if self.api_keys is None and not self.loopback and not self.allow_open:
+            raise ConfigError(
+                f"refusing to serve {self.host} without API keys: anyone who can reach it could push every "
+                "mark; give --api-keys FILE (see `fencegate keys add`), listen on 127.0.0.1, or pass "
+                "--allow-open if a network boundary already keeps strangers out"
+            )
+        for name in ("request_timeout", "storage_timeout", "upstream_timeout", "idle_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive number of seconds")
         if self.upstream is not None:
@@ -101,6 +129,10 @@ def _convert(name: str, raw: str) -> object:
             return float(raw)
     except ValueError as exc:
         raise ConfigError(f"{name} = {raw!r} is not a number") from exc
+    if kind == "bool":
+        if raw.lower() not in _TRUE + _FALSE:
+            raise ConfigError(f"{name} = {raw!r} is not a yes/no value; give 1 or 0")
+        return raw.lower() in _TRUE
     if kind in ("Path", "Path | None"):
         return Path(raw)
     return raw
@@ -110,9 +142,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per setting (`--max-body`), each also read from `FENCEGATE_MAX_BODY`."""
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
-        parser.add_argument(
-            flag, dest=f.name, default=None, help=f"{f.metadata['help']} (env {_env_name(f.name)})"
-        )
+        text = f"{f.metadata['help']} (env {_env_name(f.name)})"
+        if f.type == "bool":
+            parser.add_argument(flag, dest=f.name, default=None, action="store_const", const="1", help=text)
+        else:
+            parser.add_argument(flag, dest=f.name, default=None, help=text)
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:

@@ -8,13 +8,17 @@ proxy mode (and its limit).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
 
+from gateway.audit import AuditLog
 from gateway.auth import ApiKeys
+from gateway.errors import ConfigError
 from gateway.fencing import Fencer, FutureGuard
 from gateway.keys import AppKeys
 from gateway.upstream import PROXY_LIMIT, UpstreamStore
@@ -22,6 +26,8 @@ from storage import SqlObjectStore, migrate, open_engine
 from storage.batch import GroupCommitStore
 
 log = logging.getLogger("gateway")
+
+KEY_RELOAD_INTERVAL = 1.0  # seconds between looks at the key file: a revoked key stops working this fast
 
 
 async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -77,19 +83,61 @@ async def fencer_ctx(app: web.Application) -> AsyncIterator[None]:
             await tokens.aclose()
 
 
+async def _follow_keys(keys: ApiKeys) -> None:
+    while True:
+        await asyncio.sleep(KEY_RELOAD_INTERVAL)
+        try:
+            if await asyncio.to_thread(keys.refresh):
+                log.info("API keys reloaded: %d keys", len(keys))
+        except ConfigError as exc:
+            log.error("API keys not reloaded, keeping the previous ones: %s", exc)
+
+
 async def auth_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Load the API keys, or say loudly that the gateway is open."""
+    """Load the API keys and follow their file, or say loudly that the gateway is open."""
     settings = app[AppKeys.settings]
-    if settings.api_keys is not None:
-        app[AppKeys.api_keys] = ApiKeys.load(settings.api_keys)
-    else:
+    if settings.api_keys is None:
         app[AppKeys.api_keys] = None
+        banner = "!" * 72
         if settings.loopback:
-            log.warning("no API keys configured: running open on loopback (%s)", settings.host)
+            log.warning(
+                "%s\nNO API KEYS: running OPEN on loopback (%s); any local process can write and move "
+                "marks. Give --api-keys FILE (fencegate keys add) before exposing it.\n%s",
+                banner,
+                settings.host,
+                banner,
+            )
         else:
             log.warning(
-                "no API keys configured and listening on %s: ANYONE who can reach it can write; "
-                "configure --api-keys",
+                "%s\nNO API KEYS and listening on %s (--allow-open): ANYONE who can reach it can write and "
+                "move marks; configure --api-keys\n%s",
+                banner,
                 settings.host,
+                banner,
             )
-    yield
+        yield
+        return
+    keys = ApiKeys.load(settings.api_keys)
+    app[AppKeys.api_keys] = keys
+    log.info("API keys from %s: %d keys, re-read when the file changes", settings.api_keys, len(keys))
+    follower = asyncio.create_task(_follow_keys(keys), name="fencegate-api-keys")
+    try:
+        yield
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+
+
+async def audit_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The audit log of refusals, flushed in the background and once more at shutdown."""
+    audit = AuditLog(app[AppKeys.store], metrics=app[AppKeys.metrics])
+    app[AppKeys.audit] = audit
+    flusher = asyncio.create_task(audit.run(), name="fencegate-audit")
+    try:
+        yield
+    finally:
+        flusher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await flusher
+        await audit.flush()

@@ -9,14 +9,17 @@ GatewayServerError
       ├── NotFound                 404 not_found
       ├── PayloadTooLarge          413 payload_too_large
       ├── TokenFromTheFuture       422 token_from_the_future: above the source's upper bound
+      ├── RequestTimeout           408 body_timeout: the client sent its body too slowly
       ├── TokenRequired            428 token_required: a write without Fencing-Token
+      ├── TooManyRequests          429 too_many_requests: the client has too many requests in flight
       ├── NotSupported             501 not_supported: not available in this mode
       ├── UpstreamFailed           502 upstream_failed: the upstream answered an error
       ├── Unavailable              503: storage, token source or upstream unreachable, or the
       │                            source went back below a mark (token_source_regressed)
       └── UpstreamTimeout          504 upstream_timeout: the upstream did not answer in time
 
-A stale token is `storage.StaleTokenError`, answered 409 by the middleware.
+A stale token is `storage.StaleTokenError`, answered 409 by the middleware; a reused
+Idempotency-Key is `storage.IdempotencyKeyReused`, answered 422 `idempotency_key_reused`.
 """
 
 from __future__ import annotations
@@ -73,8 +76,16 @@ class TokenFromTheFuture(Refusal):
     status, default_code = 422, "token_from_the_future"
 
 
+class RequestTimeout(Refusal):
+    status, default_code = 408, "body_timeout"
+
+
 class TokenRequired(Refusal):
     status, default_code = 428, "token_required"
+
+
+class TooManyRequests(Refusal):
+    status, default_code = 429, "too_many_requests"
 
 
 class NotSupported(Refusal):

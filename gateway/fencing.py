@@ -27,7 +27,7 @@ from gateway.metrics import Metrics
 from lockclient.errors import LockClientError
 from lockclient.protocols import TokenSource
 from storage.errors import StaleTokenError
-from storage.protocols import ObjectData, ObjectMeta, ObjectStore
+from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, ObjectStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -107,21 +107,25 @@ class Fencer:
         self._guard = guard
         self._metrics = metrics
 
-    async def put(self, key: str, data: bytes, *, resource: str, token: int) -> ObjectMeta:
+    async def put(
+        self, key: str, data: bytes, *, resource: str, token: int, caller: Caller = ANONYMOUS
+    ) -> ObjectMeta:
         return await self._fenced(
-            resource, token, lambda: self._store.put(key, data, resource=resource, token=token)
+            resource, token, lambda: self._store.put(key, data, resource=resource, token=token, caller=caller)
         )
 
-    async def get(self, key: str, *, resource: str, token: int | None) -> ObjectData:
+    async def get(
+        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
+    ) -> ObjectData:
         if token is None:
             return await self._store.get(key, resource=resource, token=None)
         return await self._fenced(
-            resource, token, lambda: self._store.get(key, resource=resource, token=token)
+            resource, token, lambda: self._store.get(key, resource=resource, token=token, caller=caller)
         )
 
-    async def delete(self, key: str, *, resource: str, token: int) -> ObjectMeta:
+    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
         return await self._fenced(
-            resource, token, lambda: self._store.delete(key, resource=resource, token=token)
+            resource, token, lambda: self._store.delete(key, resource=resource, token=token, caller=caller)
         )
 
     async def _fenced(self, resource: str, token: int, operation: Callable[[], Awaitable[T]]) -> T:

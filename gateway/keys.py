@@ -1,4 +1,4 @@
-"""Typed application state: every `app[...]` key lives here, so imports never cycle."""
+"""Typed app and request state: every `app[...]` and `request[...]` key, in one module (no cycles)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from aiohttp import web
 from lockclient.protocols import TokenSource
 
 if TYPE_CHECKING:
-    from gateway.auth import ApiKeys
+    from gateway.audit import AuditLog
+    from gateway.auth import ApiKey, ApiKeys
+    from gateway.clients import ClientLimiter, Drain
     from gateway.config import Settings
     from gateway.fencing import Fencer
     from gateway.metrics import Metrics
@@ -25,3 +27,13 @@ class AppKeys:
     tokens: web.AppKey[TokenSource | None] = web.AppKey("tokens")
     store: web.AppKey[ObjectStore] = web.AppKey("store")
     fencer: web.AppKey[Fencer] = web.AppKey("fencer")
+    limiter: web.AppKey[ClientLimiter] = web.AppKey("limiter")
+    drain: web.AppKey[Drain] = web.AppKey("drain")
+    audit: web.AppKey[AuditLog] = web.AppKey("audit")
+
+
+class RequestKeys:
+    """The keys of per-request state, set by `client_middleware`."""
+
+    client: web.RequestKey[str] = web.RequestKey("client")
+    api_key: web.RequestKey[ApiKey | None] = web.RequestKey("api_key")

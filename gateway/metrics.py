@@ -43,6 +43,11 @@ class Metrics:
             buckets=FENCE_BUCKETS,
             registry=self.registry,
         )
+        self.audit_dropped = Counter(
+            "fencegate_audit_dropped",
+            "refusals dropped from the audit trail because storage was unreachable for long",
+            registry=self.registry,
+        )
         self.marks = Gauge(
             "fencegate_marks", "resources with a high-water mark (updated on scrape)", registry=self.registry
         )

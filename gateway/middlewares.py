@@ -16,8 +16,14 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.errors import Refusal
-from gateway.keys import AppKeys
-from storage.errors import ObjectNotFound, StaleTokenError, StorageError, StorageUnavailable
+from gateway.keys import AppKeys, RequestKeys
+from storage.errors import (
+    IdempotencyKeyReused,
+    ObjectNotFound,
+    StaleTokenError,
+    StorageError,
+    StorageUnavailable,
+)
 
 log = logging.getLogger("gateway.refusals")
 
@@ -29,8 +35,26 @@ _HTTP_CODES = {
 }
 
 
+# Routes whose refusals enter the audit trail: those that name a key or resource.
+AUDITED_ROUTES = frozenset({"put_object", "get_object", "delete_object", "list_objects", "get_fence"})
+RETRY_AFTER = "1"  # seconds a client told 429 should wait
+
+
 def _json_error(status: int, body: dict[str, object]) -> web.Response:
-    return web.json_response(body, status=status)
+    headers = {"Retry-After": RETRY_AFTER} if status == 429 else None
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _refused(request: web.Request, exc: BaseException) -> web.Response:
+    """The JSON answer to `exc`, logged, and queued for the audit trail unless already in it."""
+    status, body = _answer(exc)
+    _log_refusal(request, status, body)
+    route = request.match_info.route.name
+    already = isinstance(exc, ObjectNotFound) and exc.audited  # committed with its raised mark
+    if route in AUDITED_ROUTES and not already and AppKeys.audit in request.app:
+        client = request.get(RequestKeys.client) or f"ip:{request.remote}"
+        request.app[AppKeys.audit].refused(request, client, status, body)
+    return _json_error(status, body)
 
 
 def _answer(exc: BaseException) -> tuple[int, dict[str, object]]:
@@ -45,6 +69,8 @@ def _answer(exc: BaseException) -> tuple[int, dict[str, object]]:
             "highest": exc.highest,
             "detail": str(exc),
         }
+    if isinstance(exc, IdempotencyKeyReused):
+        return 422, {"error": "idempotency_key_reused", "detail": str(exc)}
     if isinstance(exc, ObjectNotFound):
         return 404, {"error": "not_found", "key": exc.key, "detail": str(exc)}
     if isinstance(exc, StorageUnavailable):
@@ -73,7 +99,7 @@ def _log_refusal(request: web.Request, status: int, body: dict[str, object]) -> 
         ),
         "token": body.get("token", request.headers.get("Fencing-Token")),
         "highest": body.get("highest"),
-        "client": request.remote,
+        "client": request.get(RequestKeys.client, request.remote),
     }
     log.log(logging.WARNING if status < 500 else logging.ERROR, "refused %s", json.dumps(record))
 
@@ -86,18 +112,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except asyncio.CancelledError:
         raise
     except web.HTTPException as exc:
-        if exc.status < 400:
-            response = exc
-        else:
-            status, body = _answer(exc)
-            response = _json_error(status, body)
-            _log_refusal(request, status, body)
+        response = exc if exc.status < 400 else _refused(request, exc)
     except Exception as exc:  # the last line: no traceback or HTML ever reaches a client
         if not isinstance(exc, Refusal | StorageError | TimeoutError):
             log.exception("unexpected failure on %s %s", request.method, request.path)
-        status, body = _answer(exc)
-        response = _json_error(status, body)
-        _log_refusal(request, status, body)
+        response = _refused(request, exc)
     route = request.match_info.route.resource
     request.app[AppKeys.metrics].requests.labels(
         route=route.canonical if route is not None else "unmatched",

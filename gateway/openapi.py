@@ -22,12 +22,16 @@ def _errors(*statuses: int) -> dict[str, Any]:
         401: "no or unknown API key (unauthorized)",
         403: "the API key is not scoped to this resource or key (forbidden)",
         404: "no such object (not_found)",
+        408: "the body arrived too slowly (body_timeout); nothing changed",
         409: "token below the resource's mark (stale_token); nothing changed",
         413: "body over the limit (payload_too_large)",
-        422: "token above the token source's upper bound (token_from_the_future)",
+        422: "token above the token source's upper bound (token_from_the_future), or an Idempotency-Key "
+        "already used for another request (idempotency_key_reused)",
         428: "a write without Fencing-Token (token_required)",
+        429: "the client has too many requests in flight (too_many_requests); see Retry-After",
         502: "proxy mode: the upstream answered an error (upstream_failed)",
-        503: "storage, token source or upstream unreachable, or token_source_regressed; nothing acknowledged",
+        503: "storage, token source or upstream unreachable, token_source_regressed, or shutting_down; "
+        "nothing acknowledged",
         504: "proxy mode: the upstream did not answer in time (upstream_timeout)",
     }
     return {str(s): _json(_ERROR, text[s]) for s in statuses}
@@ -46,8 +50,15 @@ _RESOURCE = {
     "description": "the lock the token belongs to; default: the object key",
     "schema": {"type": "string"},
 }
+_IDEMPOTENCY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "a retry with the same key and request returns the first accepted outcome",
+    "schema": {"type": "string", "pattern": "^[!-~]{1,128}$"},
+}
 _KEY = {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}}
-_FENCED = (400, 401, 403, 409, 422, 503)
+_FENCED = (400, 401, 403, 409, 422, 429, 503)
 
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
@@ -90,12 +101,12 @@ OPENAPI: dict[str, Any] = {
         "/v1/objects/{key}": {
             "put": {
                 "summary": "store the body under the key, fenced",
-                "parameters": [_KEY, {**_TOKEN, "required": True}, _RESOURCE],
+                "parameters": [_KEY, {**_TOKEN, "required": True}, _RESOURCE, _IDEMPOTENCY],
                 "requestBody": {"content": {"application/octet-stream": {"schema": {}}}},
                 "responses": {
                     "200": _json(_META, "replaced"),
                     "201": _json(_META, "created"),
-                    **_errors(*_FENCED, 413, 428, 502, 504),
+                    **_errors(*_FENCED, 408, 413, 428, 502, 504),
                 },
             },
             "get": {
@@ -111,7 +122,7 @@ OPENAPI: dict[str, Any] = {
             },
             "delete": {
                 "summary": "delete the object, fenced",
-                "parameters": [_KEY, {**_TOKEN, "required": True}, _RESOURCE],
+                "parameters": [_KEY, {**_TOKEN, "required": True}, _RESOURCE, _IDEMPOTENCY],
                 "responses": {"200": _json(_META, "deleted"), **_errors(*_FENCED, 404, 428, 502, 504)},
             },
         },
@@ -139,7 +150,7 @@ OPENAPI: dict[str, Any] = {
                         },
                         "the page of objects; `next` is the `after` of the next page",
                     ),
-                    **_errors(400, 401, 403, 503),
+                    **_errors(400, 401, 403, 429, 503),
                 },
             },
         },

@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 
 from gateway.errors import BadRequest, TokenRequired
-from storage.models import MAX_KEY_LENGTH, MAX_RESOURCE_LENGTH
+from storage.models import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_KEY_LENGTH, MAX_RESOURCE_LENGTH
 
 MAX_TOKEN = 2**63 - 1
 MAX_LIST_LIMIT = 1000
 _TOKEN = re.compile(r"[1-9][0-9]{0,18}")
+_IDEMPOTENCY_KEY = re.compile(rf"[!-~]{{1,{MAX_IDEMPOTENCY_KEY_LENGTH}}}")
 _NAME = re.compile(r"[A-Za-z0-9_.~:@=+,%-]+(?:/[A-Za-z0-9_.~:@=+,%-]+)*")
 
 
@@ -34,6 +35,25 @@ def parse_token(raw: str | None, *, required: bool) -> int | None:
             "leading zeros)"
         )
     return int(raw)
+
+
+def token_or_none(raw: str | None) -> int | None:
+    """The token of a header if it is well formed, else None (for logs and the audit trail)."""
+    if raw is None or _TOKEN.fullmatch(raw) is None or int(raw) > MAX_TOKEN:
+        return None
+    return int(raw)
+
+
+def parse_idempotency_key(raw: str | None) -> str | None:
+    """The `Idempotency-Key` header: 1..128 printable ASCII characters without spaces, or absent."""
+    if raw is None:
+        return None
+    if _IDEMPOTENCY_KEY.fullmatch(raw) is None:
+        raise BadRequest(
+            f"Idempotency-Key {raw[:40]!r} must be 1..{MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII "
+            "characters without spaces; a UUID is a good choice"
+        )
+    return raw
 
 
 def _check_name(what: str, value: str, limit: int) -> str:

@@ -2,8 +2,12 @@
 
 Every flag is also an environment variable of the same name
 (`--max-body` is `FENCEGATE_MAX_BODY`); a flag wins. The process serves
-until SIGTERM or SIGINT, then stops accepting, lets requests in flight
-finish, and closes storage. It logs the address it listens on, so
+until SIGTERM or SIGINT, then stops accepting connections, answers new
+requests on open connections 503 `shutting_down`, lets the requests in
+flight finish (up to `SHUTDOWN_GRACE`, bodies still arriving included), and
+only then closes connections and storage (the group commit commits what is
+queued first). Nothing acknowledged is lost: an answer is sent only after
+its commit. It logs the address it listens on, so
 `--port 0` can be used and read back.
 """
 
@@ -22,12 +26,14 @@ from aiohttp import web
 from gateway.app import create_app
 from gateway.config import Settings, add_arguments, settings_from
 from gateway.errors import GatewayServerError
+from gateway.keys import AppKeys
 from lockclient import LockClientError, open_token_source
 from storage.errors import StorageError
 
 log = logging.getLogger("gateway")
 
 SHUTDOWN_GRACE = 10.0  # seconds for requests in flight to finish after SIGTERM
+CLOSE_GRACE = 1.0  # seconds for handlers still running after the drain, before they are cancelled
 
 
 def register(sub: Any) -> None:
@@ -47,7 +53,8 @@ def register(sub: Any) -> None:
 async def _serve(settings: Settings) -> None:
     tokens = open_token_source(settings.tokens) if settings.tokens else None
     app = create_app(settings, tokens=tokens)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE)
+    # Requests are drained first (below); what is left when the runner shuts down gets a short grace.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=CLOSE_GRACE)
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
@@ -59,9 +66,15 @@ async def _serve(settings: Settings) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
-        log.info("stopping: finishing requests in flight")
+        drain = app[AppKeys.drain]
+        log.info("stopping: no new connections; finishing %d requests in flight", drain.in_flight)
+        await site.stop()
+        if not await drain.drain(SHUTDOWN_GRACE):
+            log.warning("%d requests still in flight after %ss: cut off", drain.in_flight, SHUTDOWN_GRACE)
+        log.info("stopping: closing connections and storage")
     finally:
         await runner.cleanup()
+    log.info("stopped")
 
 
 def run(args: argparse.Namespace) -> int:

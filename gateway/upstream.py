@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from urllib.parse import quote
 
 import aiohttp
 
 from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
 from storage.errors import ObjectNotFound
-from storage.protocols import ObjectData, ObjectMeta
+from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
 from storage.sql import SqlObjectStore, digest_of
 
 PROXY_LIMIT = (
@@ -66,6 +66,15 @@ class _Answer:
         self.status = status
         self.body = body
         self.headers = headers
+
+
+def _no_idempotency(caller: Caller) -> None:
+    # The upstream's outcome is not in our transaction, so a first outcome cannot be recorded with it.
+    if caller.idempotency_key is not None:
+        raise NotSupported(
+            "Idempotency-Key is not available in proxy mode: the upstream's outcome is not committed with "
+            "the mark; send the request without it"
+        )
 
 
 class UpstreamStore:
@@ -118,9 +127,12 @@ class UpstreamStore:
             raise UpstreamTimeout("the upstream timed out (504)", fields=fields)
         raise UpstreamFailed(f"the upstream answered {method} {key!r} with {answer.status}", fields=fields)
 
-    async def put(self, key: str, data: bytes, *, resource: str, token: int) -> ObjectMeta:
+    async def put(
+        self, key: str, data: bytes, *, resource: str, token: int, caller: Caller = ANONYMOUS
+    ) -> ObjectMeta:
+        _no_idempotency(caller)
         async with self.locks.hold(resource):
-            await self._fences.fence(resource, token)
+            await self._fences.fence(resource, token, method="PUT", caller=caller)
             answer = await self._forward("PUT", key, resource=resource, token=token, data=data)
         return ObjectMeta(
             key=key,
@@ -132,12 +144,14 @@ class UpstreamStore:
             created=answer.status == 201,
         )
 
-    async def get(self, key: str, *, resource: str, token: int | None) -> ObjectData:
+    async def get(
+        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
+    ) -> ObjectData:
         if token is None:
             answer = await self._forward("GET", key, resource=resource, token=None)
         else:
             async with self.locks.hold(resource):
-                await self._fences.fence(resource, token)
+                await self._fences.fence(resource, token, method="GET", caller=caller)
                 answer = await self._forward("GET", key, resource=resource, token=token)
         written_by = answer.headers.get("Fencing-Token", "")
         meta = ObjectMeta(
@@ -151,9 +165,10 @@ class UpstreamStore:
         content_type = answer.headers.get("Content-Type", "application/octet-stream")
         return ObjectData(meta=meta, data=answer.body, content_type=content_type)
 
-    async def delete(self, key: str, *, resource: str, token: int) -> ObjectMeta:
+    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
+        _no_idempotency(caller)
         async with self.locks.hold(resource):
-            await self._fences.fence(resource, token)
+            await self._fences.fence(resource, token, method="DELETE", caller=caller)
             await self._forward("DELETE", key, resource=resource, token=token)
         return ObjectMeta(key=key, resource=resource, token=token, version=None, size=0, digest=None)
 
@@ -168,3 +183,6 @@ class UpstreamStore:
 
     async def ping(self) -> None:
         await self._fences.ping()
+
+    async def record_refusals(self, entries: Sequence[Refused]) -> None:
+        await self._fences.record_refusals(entries)

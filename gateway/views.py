@@ -2,22 +2,68 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 
 from aiohttp import web
 
-from gateway.errors import PayloadTooLarge
-from gateway.keys import AppKeys
+from gateway.auth import Access
+from gateway.errors import PayloadTooLarge, RequestTimeout, Unavailable
+from gateway.keys import AppKeys, RequestKeys
 from gateway.openapi import OPENAPI
-from gateway.parsing import parse_key, parse_limit, parse_prefix, parse_resource, parse_token
+from gateway.parsing import (
+    parse_idempotency_key,
+    parse_key,
+    parse_limit,
+    parse_prefix,
+    parse_resource,
+    parse_token,
+)
 from storage.errors import StorageError
-from storage.protocols import ObjectMeta
+from storage.protocols import Caller, ObjectMeta
+from storage.sql import digest_of
 
 
-def _authorize(request: web.Request, *names: str) -> None:
+def _authorize(request: web.Request, *names: str, access: Access) -> None:
     api_keys = request.app[AppKeys.api_keys]
-    if api_keys is not None:
-        api_keys.require(api_keys.identify(request.headers.get("Authorization")), *names)
+    if api_keys is None:
+        return
+    key = request.get(RequestKeys.api_key)
+    if key is None:  # identify again for the precise 401 message
+        key = api_keys.identify(request.headers.get("Authorization"))
+    api_keys.require(key, *names, access=access)
+
+
+def _caller(request: web.Request, *, key: str, resource: str, token: int, data: bytes = b"") -> Caller:
+    """The audit and idempotency identity of a fenced request; a retry must match `request_digest`."""
+    client = request.get(RequestKeys.client) or f"ip:{request.remote}"
+    if request.method == "GET":
+        return Caller(client=client)
+    idempotency_key = parse_idempotency_key(request.headers.get("Idempotency-Key"))
+    if idempotency_key is None:
+        return Caller(client=client)
+    digest = hashlib.sha256(
+        f"{request.method}\n{key}\n{resource}\n{token}\n{digest_of(data)}".encode()
+    ).hexdigest()
+    return Caller(client=client, idempotency_key=idempotency_key, request_digest=digest)
+
+
+async def _read_body(request: web.Request) -> bytes:
+    """The whole body, within the idle timeout: a client trickling its body cannot hold a slot."""
+    settings = request.app[AppKeys.settings]
+    limit = settings.max_body
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"the body is {request.content_length} bytes; the limit is {limit}")
+    if request.content.is_eof():  # the whole body came with the headers: no timer needed
+        return await request.read()
+    try:
+        async with asyncio.timeout(settings.idle_timeout):
+            return await request.read()
+    except TimeoutError as exc:
+        raise RequestTimeout(
+            f"the body did not arrive within {settings.idle_timeout}s; nothing was written, send it again"
+        ) from exc
 
 
 def _accepted_headers(meta: ObjectMeta) -> dict[str, str]:
@@ -42,18 +88,18 @@ def _meta_body(meta: ObjectMeta) -> dict[str, object]:
 def _fenced_target(request: web.Request, *, required: bool) -> tuple[str, str, int | None]:
     key = parse_key(request.match_info["key"])
     resource = parse_resource(request.headers.get("Fencing-Resource"), key=key)
-    _authorize(request, key, resource)  # before the token: a stranger learns nothing about it
+    # Anything that can move a mark needs write access: a fenced read raises it too.
+    writes = required or "Fencing-Token" in request.headers
+    _authorize(request, key, resource, access="write" if writes else "read")  # before the token
     return key, resource, parse_token(request.headers.get("Fencing-Token"), required=required)
 
 
 async def put_object(request: web.Request) -> web.Response:
     key, resource, token = _fenced_target(request, required=True)
     assert token is not None
-    limit = request.app[AppKeys.settings].max_body
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"the body is {request.content_length} bytes; the limit is {limit}")
-    data = await request.read()
-    meta = await request.app[AppKeys.fencer].put(key, data, resource=resource, token=token)
+    data = await _read_body(request)
+    caller = _caller(request, key=key, resource=resource, token=token, data=data)
+    meta = await request.app[AppKeys.fencer].put(key, data, resource=resource, token=token, caller=caller)
     return web.json_response(
         _meta_body(meta), status=201 if meta.created else 200, headers=_accepted_headers(meta)
     )
@@ -61,7 +107,8 @@ async def put_object(request: web.Request) -> web.Response:
 
 async def get_object(request: web.Request) -> web.Response:
     key, resource, token = _fenced_target(request, required=False)
-    found = await request.app[AppKeys.fencer].get(key, resource=resource, token=token)
+    caller = _caller(request, key=key, resource=resource, token=token or 0)
+    found = await request.app[AppKeys.fencer].get(key, resource=resource, token=token, caller=caller)
     headers = _accepted_headers(found.meta)
     if found.meta.version is not None:
         headers["Object-Version"] = str(found.meta.version)
@@ -71,7 +118,8 @@ async def get_object(request: web.Request) -> web.Response:
 async def delete_object(request: web.Request) -> web.Response:
     key, resource, token = _fenced_target(request, required=True)
     assert token is not None
-    meta = await request.app[AppKeys.fencer].delete(key, resource=resource, token=token)
+    caller = _caller(request, key=key, resource=resource, token=token)
+    meta = await request.app[AppKeys.fencer].delete(key, resource=resource, token=token, caller=caller)
     return web.json_response(_meta_body(meta), headers=_accepted_headers(meta))
 
 
@@ -79,7 +127,7 @@ async def list_objects(request: web.Request) -> web.Response:
     prefix = parse_prefix(request.query.get("prefix"))
     after = parse_prefix(request.query.get("after"))
     limit = parse_limit(request.query.get("limit"))
-    _authorize(request, prefix)
+    _authorize(request, prefix, access="read")
     found = await request.app[AppKeys.store].list(prefix, after=after, limit=limit)
     return web.json_response(
         {
@@ -92,7 +140,7 @@ async def list_objects(request: web.Request) -> web.Response:
 
 async def get_fence(request: web.Request) -> web.Response:
     resource = parse_resource(request.match_info["resource"], key="")
-    _authorize(request, resource)
+    _authorize(request, resource, access="read")
     highest = await request.app[AppKeys.store].mark(resource)
     return web.json_response({"resource": resource, "highest": highest})
 
@@ -102,6 +150,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    if request.app[AppKeys.drain].draining:
+        raise Unavailable("the gateway is shutting down", code="shutting_down")
     await request.app[AppKeys.store].ping()
     return web.json_response({"status": "ready"})
 

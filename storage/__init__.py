@@ -1,17 +1,29 @@
 """The fenced object store behind the gateway (SQLite by default, PostgreSQL to scale out)."""
 
 from storage.engine import normalize_url, open_engine
-from storage.errors import ObjectNotFound, SchemaError, StaleTokenError, StorageError, StorageUnavailable
-from storage.protocols import ObjectData, ObjectMeta, ObjectStore
+from storage.errors import (
+    IdempotencyKeyReused,
+    ObjectNotFound,
+    SchemaError,
+    StaleTokenError,
+    StorageError,
+    StorageUnavailable,
+)
+from storage.protocols import Caller, ObjectData, ObjectMeta, ObjectStore, Refused
 from storage.schema import SCHEMA_VERSION, migrate
 from storage.sql import SqlObjectStore
+from storage.verify import AuditReport, verify_audit
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AuditReport",
+    "Caller",
+    "IdempotencyKeyReused",
     "ObjectData",
     "ObjectMeta",
     "ObjectNotFound",
     "ObjectStore",
+    "Refused",
     "SchemaError",
     "SqlObjectStore",
     "StaleTokenError",
@@ -20,4 +32,5 @@ __all__ = [
     "migrate",
     "normalize_url",
     "open_engine",
+    "verify_audit",
 ]

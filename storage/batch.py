@@ -11,8 +11,13 @@ The statements are the SQLAlchemy constructs of `statements.py`, compiled
 once for SQLite; the batch runs them on a stdlib `sqlite3` connection owned by
 that thread, so a statement costs microseconds instead of a thread hop.
 
-A stale request needs no savepoint: the fence upsert is its first statement
-and, refused, it changed nothing; the request is answered 409 and its
+Each accepted request also writes its audit entry, and its idempotency
+record if it has a key, in the same transaction (`records.py`); a retry
+found in that record is answered from it without a fence check. Refusals
+recorded by the gateway ride along as one more entry of the next batch.
+
+A stale request needs no savepoint: the fence upsert is its first
+fenced statement and, refused, it changed nothing; the request is answered 409 and its
 neighbours go on. No request is answered before the COMMIT that holds it
 returned; if any statement or the commit fails, the batch rolls back and every
 request in it gets `StorageUnavailable` (outcome unknown: 503), never 2xx.
@@ -24,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,24 +38,38 @@ from typing import Any, Literal
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from storage.engine import SQLITE_BUSY_TIMEOUT
-from storage.errors import ObjectNotFound, StorageError, StorageUnavailable
+from storage.errors import IdempotencyKeyReused, ObjectNotFound, StorageError, StorageUnavailable
 from storage.models import Fence
-from storage.protocols import ObjectData, ObjectMeta
+from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
+from storage.records import (
+    ACCEPTED,
+    FENCE_PASSED,
+    NOT_FOUND,
+    REPLAYED,
+    audit_params,
+    idempotency_params,
+    refused_params,
+    replay,
+    status_of,
+)
 from storage.sql import SqlObjectStore, object_params, stale_token
-from storage.statements import META_COLUMNS, OBJECT_COLUMNS, Statements
+from storage.statements import IDEMPOTENCY_COLUMNS, META_COLUMNS, OBJECT_COLUMNS, Statements
 
 log = logging.getLogger(__name__)
 
+_TIME_COLUMNS = ("updated_at", "at")
 DEFAULT_MAX_BATCH = 256  # requests per transaction; bounds how long one batch holds the write lock
 
 
 @dataclass(slots=True)
 class _Op:
-    kind: Literal["put", "get", "delete"]
+    kind: Literal["put", "get", "delete", "refusals"]
     key: str
     resource: str
     token: int
     data: bytes = b""
+    caller: Caller = ANONYMOUS
+    refusals: Sequence[Refused] = ()
     future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -61,18 +80,41 @@ class _Compiled:
         dialect = sqlite_dialect.dialect(paramstyle="named")
         statements = Statements.for_dialect("sqlite")
         self.sql: dict[str, tuple[str, dict[str, Any]]] = {}
-        for name in ("fence_upsert", "mark_select", "object_upsert", "object_delete", "object_select"):
+        names = (
+            "fence_upsert",
+            "mark_select",
+            "object_upsert",
+            "object_delete",
+            "object_select",
+            "audit_insert",
+            "idempotency_select",
+            "idempotency_insert",
+        )
+        for name in names:
             compiled = getattr(statements, name).compile(dialect=dialect)
             self.sql[name] = (str(compiled), dict(compiled.params))
         self.bind_time: Callable[[datetime], str] = Fence.updated_at.type.dialect_impl(
             dialect
         ).bind_processor(dialect)
+        self._last_time: datetime | None = None
+        self._last_bound = ""
+
+    def bind(self, name: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        text, defaults = self.sql[name]
+        bound = {**defaults, **params}
+        for column in _TIME_COLUMNS:
+            if column in bound:
+                bound[column] = self._time(bound[column])
+        return text, bound
+
+    def _time(self, value: datetime) -> str:
+        # A batch stamps every row with one `now`: convert it once, not once per statement.
+        if value is not self._last_time:
+            self._last_time, self._last_bound = value, self.bind_time(value)
+        return self._last_bound
 
     def run(self, db: sqlite3.Connection, name: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-        text, defaults = self.sql[name]
-        if "updated_at" in params:
-            params = {**params, "updated_at": self.bind_time(params["updated_at"])}
-        row: tuple[Any, ...] | None = db.execute(text, {**defaults, **params}).fetchone()
+        row: tuple[Any, ...] | None = db.execute(*self.bind(name, params)).fetchone()
         return row
 
 
@@ -84,6 +126,7 @@ class _Writer:
         self._busy_timeout = busy_timeout
         self._db: sqlite3.Connection | None = None
         self._sql = _Compiled()
+        self._audits: list[dict[str, Any]] = []  # the batch's audit entries, inserted before its COMMIT
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
@@ -98,7 +141,59 @@ class _Writer:
             self._db.close()
             self._db = None
 
+    def _audit(
+        self, db: sqlite3.Connection, op: _Op, now: datetime, *, key: str, status: int, outcome: str
+    ) -> None:
+        mark = op.token if outcome in FENCE_PASSED else None
+        method = op.kind.upper()
+        params = audit_params(
+            op.caller,
+            method=method,
+            key=key,
+            resource=op.resource,
+            token=op.token,
+            mark=mark,
+            status=status,
+            outcome=outcome,
+            now=now,
+        )
+        self._audits.append(self._sql.bind("audit_insert", params)[1])
+
+    def _replayed(self, db: sqlite3.Connection, op: _Op, now: datetime) -> ObjectMeta | None:
+        caller = op.caller
+        if caller.idempotency_key is None or op.kind == "get":
+            return None
+        params = {"client": caller.client, "idempotency_key": caller.idempotency_key}
+        row = self._sql.run(db, "idempotency_select", params)
+        if row is None:
+            return None
+        meta = replay(caller, dict(zip(IDEMPOTENCY_COLUMNS, row, strict=True)))
+        status = status_of(op.kind.upper(), meta)
+        self._audit(db, op, now, key=meta.key, status=status, outcome=REPLAYED)
+        return meta
+
+    def _accepted(self, db: sqlite3.Connection, op: _Op, now: datetime, meta: ObjectMeta) -> None:
+        self._audit(db, op, now, key=op.key, status=status_of(op.kind.upper(), meta), outcome=ACCEPTED)
+        if op.caller.idempotency_key is not None:
+            self._sql.run(db, "idempotency_insert", idempotency_params(op.caller, meta, now=now))
+
+    def _missing(self, db: sqlite3.Connection, op: _Op, now: datetime) -> tuple[bool, Any]:
+        # The raised mark still commits: a fenced read or delete of a missing key fences too.
+        self._audit(db, op, now, key=op.key, status=404, outcome=NOT_FOUND)
+        return False, ObjectNotFound(f"no object under key {op.key!r}", key=op.key, audited=True)
+
     def _apply(self, db: sqlite3.Connection, op: _Op, now: datetime) -> tuple[bool, Any]:
+        if op.kind == "refusals":
+            self._audits.extend(
+                self._sql.bind("audit_insert", refused_params(entry))[1] for entry in op.refusals
+            )
+            return True, None
+        try:
+            replayed = self._replayed(db, op, now)
+        except IdempotencyKeyReused as exc:
+            return False, exc
+        if replayed is not None:
+            return True, replayed
         fenced = self._sql.run(
             db, "fence_upsert", {"resource": op.resource, "token": op.token, "updated_at": now}
         )
@@ -111,29 +206,37 @@ class _Writer:
             row = self._sql.run(db, "object_upsert", params)
             assert row is not None
             meta = dict(zip(META_COLUMNS, row, strict=True))
-            return True, ObjectMeta(**meta, created=meta["version"] == 1)
+            accepted = ObjectMeta(**meta, created=meta["version"] == 1)
+            self._accepted(db, op, now, accepted)
+            return True, accepted
         if op.kind == "delete":
             row = self._sql.run(db, "object_delete", {"key": op.key})
             if row is None:
-                return False, ObjectNotFound(f"no object under key {op.key!r}", key=op.key)
+                return self._missing(db, op, now)
             version, size, digest = row
-            return True, ObjectMeta(
+            deleted = ObjectMeta(
                 key=op.key, resource=op.resource, token=op.token, version=version, size=size, digest=digest
             )
+            self._accepted(db, op, now, deleted)
+            return True, deleted
         row = self._sql.run(db, "object_select", {"key": op.key})
-        if row is None:  # the raised mark still commits: a fenced read of a missing key fences too
-            return False, ObjectNotFound(f"no object under key {op.key!r}", key=op.key)
+        if row is None:
+            return self._missing(db, op, now)
         found = dict(zip(OBJECT_COLUMNS, row, strict=True))
         meta_values = {name: found[name] for name in META_COLUMNS}
+        self._audit(db, op, now, key=op.key, status=200, outcome=ACCEPTED)
         return True, ObjectData(meta=ObjectMeta(**meta_values), data=found["data"])
 
     def write(self, batch: list[_Op]) -> list[tuple[bool, Any]]:
         """Run the batch in one transaction; raises (after rolling back) if it did not commit."""
         db = self._connect()
         now = datetime.now(UTC)
+        self._audits = []
         db.execute("BEGIN IMMEDIATE")
         try:
             outcomes = [self._apply(db, op, now) for op in batch]
+            # Audit entries go in last, in batch order: per resource that is still fence order.
+            db.executemany(self._sql.sql["audit_insert"][0], self._audits)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -229,19 +332,28 @@ class GroupCommitStore:
 
     # -- ObjectStore ---------------------------------------------------------
 
-    async def put(self, key: str, data: bytes, *, resource: str, token: int) -> ObjectMeta:
-        meta: ObjectMeta = await self._submit(_Op("put", key, resource, token, data))
+    async def put(
+        self, key: str, data: bytes, *, resource: str, token: int, caller: Caller = ANONYMOUS
+    ) -> ObjectMeta:
+        meta: ObjectMeta = await self._submit(_Op("put", key, resource, token, data, caller=caller))
         return meta
 
-    async def get(self, key: str, *, resource: str, token: int | None) -> ObjectData:
+    async def get(
+        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
+    ) -> ObjectData:
         if token is None:
             return await self._store.get(key, resource=resource, token=None)
-        found: ObjectData = await self._submit(_Op("get", key, resource, token))
+        found: ObjectData = await self._submit(_Op("get", key, resource, token, caller=caller))
         return found
 
-    async def delete(self, key: str, *, resource: str, token: int) -> ObjectMeta:
-        meta: ObjectMeta = await self._submit(_Op("delete", key, resource, token))
+    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
+        meta: ObjectMeta = await self._submit(_Op("delete", key, resource, token, caller=caller))
         return meta
+
+    async def record_refusals(self, entries: Sequence[Refused]) -> None:
+        """Refusals ride along in the next batch: no fsync of their own."""
+        if entries:
+            await self._submit(_Op("refusals", "", "", 0, refusals=tuple(entries)))
 
     async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]:
         return await self._store.list(prefix, after=after, limit=limit)

@@ -3,6 +3,7 @@
 StorageError
  ├── StaleTokenError          the resource's mark is above the token; the transaction rolled back
  ├── ObjectNotFound (KeyError) no object under that key (the fence check itself passed)
+ ├── IdempotencyKeyReused      an Idempotency-Key already recorded a different request; nothing changed
  ├── StorageUnavailable        the database failed or did not answer: the outcome is unknown,
  │                             so a caller must never report success (invariant 4)
  └── SchemaError               the database holds a schema this code cannot use
@@ -33,12 +34,21 @@ class StaleTokenError(StorageError):
 class ObjectNotFound(StorageError, KeyError):
     """No object is stored under the key."""
 
-    def __init__(self, message: str, *, key: str) -> None:
+    def __init__(self, message: str, *, key: str, audited: bool = False) -> None:
         super().__init__(message)
         self.key = key
+        self.audited = audited  # the fence passed and the audit entry committed with the raised mark
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+
+class IdempotencyKeyReused(StorageError, ValueError):
+    """The client's Idempotency-Key already stands for a different request; nothing was written."""
+
+    def __init__(self, message: str, *, idempotency_key: str) -> None:
+        super().__init__(message)
+        self.idempotency_key = idempotency_key
 
 
 class StorageUnavailable(StorageError):

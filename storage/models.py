@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, Integer, LargeBinary, String
+from sqlalchemy import BigInteger, Boolean, DateTime, Integer, LargeBinary, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 MAX_KEY_LENGTH = 512
 MAX_RESOURCE_LENGTH = 256
+MAX_CLIENT_LENGTH = 128  # an API key's name, or a peer address
+MAX_IDEMPOTENCY_KEY_LENGTH = 128
+
+# SQLite gives an autoincrement rowid only to an INTEGER PRIMARY KEY; PostgreSQL gets a BIGSERIAL.
+_ROW_ID = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class Base(DeclarativeBase):
@@ -53,3 +58,51 @@ class SchemaVersion(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     version: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class AuditEntry(Base):
+    """One fenced request, accepted or refused, in the order the database assigned it.
+
+    An accepted fenced request writes its row in the same transaction as its
+    change, after the fence upsert that locked the resource's mark, so per
+    resource the ids of accepted rows follow commit order (on PostgreSQL the
+    fence row lock orders the two replicas' inserts). Refusals changed nothing
+    and are written shortly after, in batches; `outcome` is `accepted`,
+    `replayed` (an Idempotency-Key retry answered from its first outcome) or
+    the refusal's error code.
+    """
+
+    __tablename__ = "fencegate_audit"
+
+    id: Mapped[int] = mapped_column(_ROW_ID, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    client: Mapped[str] = mapped_column(String(MAX_CLIENT_LENGTH), nullable=False)
+    method: Mapped[str] = mapped_column(String(8), nullable=False)
+    key: Mapped[str | None] = mapped_column(String(MAX_KEY_LENGTH), nullable=True)
+    resource: Mapped[str | None] = mapped_column(String(MAX_RESOURCE_LENGTH), nullable=True)
+    token: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    mark: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    status: Mapped[int] = mapped_column(Integer, nullable=False)
+    outcome: Mapped[str] = mapped_column(String(64), nullable=False)
+
+
+class IdempotencyRecord(Base):
+    """The first accepted outcome of a write sent with an `Idempotency-Key`, per client.
+
+    Written in the same transaction as the write, so a retry after a lost
+    answer finds it exactly when the write committed.
+    """
+
+    __tablename__ = "fencegate_idempotency"
+
+    client: Mapped[str] = mapped_column(String(MAX_CLIENT_LENGTH), primary_key=True)
+    idempotency_key: Mapped[str] = mapped_column(String(MAX_IDEMPOTENCY_KEY_LENGTH), primary_key=True)
+    request_digest: Mapped[str] = mapped_column(String(64), nullable=False)
+    key: Mapped[str] = mapped_column(String(MAX_KEY_LENGTH), nullable=False)
+    resource: Mapped[str] = mapped_column(String(MAX_RESOURCE_LENGTH), nullable=False)
+    token: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    size: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)

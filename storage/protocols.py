@@ -7,7 +7,9 @@ resource's mark in the same transaction as the change, and raises
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 
@@ -30,6 +32,24 @@ class ObjectMeta:
 
 
 @dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a fenced request, for the audit trail and the idempotency records.
+
+    `client` is the API key's name (or the peer address on an open gateway).
+    `idempotency_key` (PUT and DELETE only) makes a retry return the first
+    accepted outcome instead of applying twice; `request_digest` is what the
+    retry must match (method, key, resource, token, body).
+    """
+
+    client: str
+    idempotency_key: str | None = None
+    request_digest: str = ""
+
+
+ANONYMOUS = Caller(client="-")
+
+
+@dataclass(frozen=True, slots=True)
 class ObjectData:
     """An object's bytes and what is known about them."""
 
@@ -38,14 +58,35 @@ class ObjectData:
     content_type: str = "application/octet-stream"
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A refused request as the audit trail records it (it changed nothing)."""
+
+    at: datetime
+    client: str
+    method: str
+    key: str | None
+    resource: str | None
+    token: int | None
+    mark: int | None
+    status: int
+    outcome: str
+
+
 class ObjectStore(Protocol):
     """A key-value store behind a fence."""
 
-    async def put(self, key: str, data: bytes, *, resource: str, token: int) -> ObjectMeta: ...
+    async def put(
+        self, key: str, data: bytes, *, resource: str, token: int, caller: Caller = ANONYMOUS
+    ) -> ObjectMeta: ...
 
-    async def get(self, key: str, *, resource: str, token: int | None) -> ObjectData: ...
+    async def get(
+        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
+    ) -> ObjectData: ...
 
-    async def delete(self, key: str, *, resource: str, token: int) -> ObjectMeta: ...
+    async def delete(
+        self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS
+    ) -> ObjectMeta: ...
 
     async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]: ...
 
@@ -56,3 +97,7 @@ class ObjectStore(Protocol):
     async def marks_count(self) -> int: ...
 
     async def ping(self) -> None: ...
+
+    async def record_refusals(self, entries: Sequence[Refused]) -> None:
+        """Append refused requests to the audit trail, in one transaction."""
+        ...

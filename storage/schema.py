@@ -15,7 +15,7 @@ from sqlalchemy import Connection, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from storage.errors import SchemaError, map_storage_errors
-from storage.models import Base, Fence, SchemaVersion, StoredObject
+from storage.models import AuditEntry, Base, Fence, IdempotencyRecord, SchemaVersion, StoredObject
 
 MIGRATION_LOCK = 0x66656E6365  # "fence": the PostgreSQL advisory lock key for migrations
 
@@ -25,8 +25,15 @@ def _v1_tables(conn: Connection) -> None:
     Base.metadata.create_all(conn, tables=[tables[Fence.__tablename__], tables[StoredObject.__tablename__]])
 
 
+def _v2_audit_and_idempotency(conn: Connection) -> None:
+    tables = Base.metadata.tables
+    Base.metadata.create_all(
+        conn, tables=[tables[AuditEntry.__tablename__], tables[IdempotencyRecord.__tablename__]]
+    )
+
+
 # Step N turns a version N-1 database into version N. Append, never edit.
-MIGRATIONS: tuple[Callable[[Connection], None], ...] = (_v1_tables,)
+MIGRATIONS: tuple[Callable[[Connection], None], ...] = (_v1_tables, _v2_audit_and_idempotency)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

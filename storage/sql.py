@@ -15,7 +15,7 @@ A method returns only after its commit returned; any failure on the way is
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +25,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from storage.engine import READ_ONLY
 from storage.errors import ObjectNotFound, StaleTokenError, map_storage_errors
 from storage.models import Fence, StoredObject
-from storage.protocols import ObjectData, ObjectMeta
+from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
+from storage.records import (
+    ACCEPTED,
+    FENCE_PASSED,
+    NOT_FOUND,
+    REPLAYED,
+    audit_params,
+    idempotency_params,
+    refused_params,
+    replay,
+    status_of,
+)
 from storage.statements import Statements
 
 
@@ -100,19 +111,105 @@ class SqlObjectStore:
         highest = (await conn.execute(self._sql.mark_select, {"resource": resource})).scalar_one()
         raise stale_token(resource, token, highest)
 
-    async def fence(self, resource: str, token: int) -> None:
-        """Raise the mark alone and commit (the upstream proxy forwards after this)."""
+    async def _audit_in(
+        self,
+        conn: AsyncConnection,
+        caller: Caller,
+        *,
+        method: str,
+        key: str | None,
+        resource: str,
+        token: int,
+        status: int,
+        outcome: str,
+    ) -> None:
+        mark = token if outcome in FENCE_PASSED else None
+        params = audit_params(
+            caller,
+            method=method,
+            key=key,
+            resource=resource,
+            token=token,
+            mark=mark,
+            status=status,
+            outcome=outcome,
+            now=self._now(),
+        )
+        await conn.execute(self._sql.audit_insert, params)
+
+    async def _replayed_in(self, conn: AsyncConnection, caller: Caller, method: str) -> ObjectMeta | None:
+        """The first outcome of this retry (recorded as replayed), or None if this is the first try."""
+        if caller.idempotency_key is None:
+            return None
+        params = {"client": caller.client, "idempotency_key": caller.idempotency_key}
+        row = (await conn.execute(self._sql.idempotency_select, params)).first()
+        if row is None:
+            return None
+        meta = replay(caller, dict(row._mapping))
+        assert meta.token is not None
+        await self._audit_in(
+            conn,
+            caller,
+            method=method,
+            key=meta.key,
+            resource=meta.resource,
+            token=meta.token,
+            status=status_of(method, meta),
+            outcome=REPLAYED,
+        )
+        return meta
+
+    async def _accepted_in(
+        self, conn: AsyncConnection, caller: Caller, method: str, meta: ObjectMeta
+    ) -> None:
+        assert meta.token is not None
+        await self._audit_in(
+            conn,
+            caller,
+            method=method,
+            key=meta.key,
+            resource=meta.resource,
+            token=meta.token,
+            status=status_of(method, meta),
+            outcome=ACCEPTED,
+        )
+        if caller.idempotency_key is not None:
+            await conn.execute(
+                self._sql.idempotency_insert, idempotency_params(caller, meta, now=self._now())
+            )
+
+    async def fence(
+        self, resource: str, token: int, *, method: str = "PUT", caller: Caller = ANONYMOUS
+    ) -> None:
+        """Raise the mark alone and commit, with its audit entry (the upstream proxy forwards after this)."""
         with map_storage_errors("fence check"):
             async with self._engine.begin() as conn:
                 await self.raise_mark_in(conn, resource, token)
+                await self._audit_in(
+                    conn,
+                    caller,
+                    method=method,
+                    key=None,
+                    resource=resource,
+                    token=token,
+                    status=200,
+                    outcome=ACCEPTED,
+                )
 
     # -- fenced operations ----------------------------------------------------
 
-    async def put(self, key: str, data: bytes, *, resource: str, token: int) -> ObjectMeta:
+    async def put(
+        self, key: str, data: bytes, *, resource: str, token: int, caller: Caller = ANONYMOUS
+    ) -> ObjectMeta:
         with map_storage_errors("fenced put"):
             async with self._engine.begin() as conn:
+                replayed = await self._replayed_in(conn, caller, "PUT")
+                if replayed is not None:
+                    return replayed
                 await self.raise_mark_in(conn, resource, token)
-                return await self.put_in(conn, key, data, resource=resource, token=token)
+                meta = await self.put_in(conn, key, data, resource=resource, token=token)
+                await self._accepted_in(conn, caller, "PUT", meta)
+                return meta
 
     async def put_in(
         self, conn: AsyncConnection, key: str, data: bytes, *, resource: str, token: int
@@ -122,7 +219,9 @@ class SqlObjectStore:
         row = (await conn.execute(self._sql.object_upsert, params)).one()
         return _meta(row, created=row.version == 1)
 
-    async def get(self, key: str, *, resource: str, token: int | None) -> ObjectData:
+    async def get(
+        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
+    ) -> ObjectData:
         with map_storage_errors("fenced get" if token is not None else "get"):
             if token is None:
                 async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
@@ -133,8 +232,18 @@ class SqlObjectStore:
                 async with self._engine.begin() as conn:
                     await self.raise_mark_in(conn, resource, token)
                     found = await self.find_in(conn, key)
+                    await self._audit_in(
+                        conn,
+                        caller,
+                        method="GET",
+                        key=key,
+                        resource=resource,
+                        token=token,
+                        status=200 if found else 404,
+                        outcome=ACCEPTED if found else NOT_FOUND,
+                    )
         if found is None:
-            raise ObjectNotFound(f"no object under key {key!r}", key=key)
+            raise ObjectNotFound(f"no object under key {key!r}", key=key, audited=token is not None)
         return found
 
     async def find_in(self, conn: AsyncConnection, key: str) -> ObjectData | None:
@@ -142,13 +251,29 @@ class SqlObjectStore:
         row = (await conn.execute(self._sql.object_select, {"key": key})).first()
         return None if row is None else ObjectData(meta=_meta(row), data=row.data)
 
-    async def delete(self, key: str, *, resource: str, token: int) -> ObjectMeta:
+    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
         with map_storage_errors("fenced delete"):
             async with self._engine.begin() as conn:
+                replayed = await self._replayed_in(conn, caller, "DELETE")
+                if replayed is not None:
+                    return replayed
                 await self.raise_mark_in(conn, resource, token)
                 meta = await self.delete_in(conn, key, resource=resource, token=token)
+                if meta is None:
+                    await self._audit_in(
+                        conn,
+                        caller,
+                        method="DELETE",
+                        key=key,
+                        resource=resource,
+                        token=token,
+                        status=404,
+                        outcome=NOT_FOUND,
+                    )
+                else:
+                    await self._accepted_in(conn, caller, "DELETE", meta)
             if meta is None:
-                raise ObjectNotFound(f"no object under key {key!r}", key=key)
+                raise ObjectNotFound(f"no object under key {key!r}", key=key, audited=True)
             return meta
 
     async def delete_in(
@@ -161,6 +286,14 @@ class SqlObjectStore:
         return ObjectMeta(
             key=key, resource=resource, token=token, version=row.version, size=row.size, digest=row.digest
         )
+
+    async def record_refusals(self, entries: Sequence[Refused]) -> None:
+        """Append refused requests to the audit trail in one transaction (they changed nothing)."""
+        if not entries:
+            return
+        with map_storage_errors("audit of refusals"):
+            async with self._engine.begin() as conn:
+                await conn.execute(self._sql.audit_insert, [refused_params(entry) for entry in entries])
 
     # -- reads without a token ------------------------------------------------
 

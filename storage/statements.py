@@ -3,7 +3,7 @@
 The fence is `INSERT ... ON CONFLICT (resource) DO UPDATE SET token =
 excluded.token WHERE fence.token <= excluded.token RETURNING token`: no row
 back means the mark is higher and the statement changed nothing. Both the
-async store (`sql.py`) and the SQLite group-commit writer (`sqlite_writer.py`)
+async store (`sql.py`) and the SQLite group-commit writer (`batch.py`)
 run these same constructs, so the decision has one definition.
 """
 
@@ -13,12 +13,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Executable, bindparam, delete, select
+from sqlalchemy import insert as plain_insert
 from sqlalchemy.dialects import postgresql, sqlite
 
-from storage.models import Fence, StoredObject
+from storage.models import AuditEntry, Fence, IdempotencyRecord, StoredObject
 
 OBJECT_COLUMNS = ("key", "data", "size", "digest", "version", "token", "resource", "updated_at")
 META_COLUMNS = ("key", "resource", "token", "version", "size", "digest")
+AUDIT_COLUMNS = ("at", "client", "method", "key", "resource", "token", "mark", "status", "outcome")
+IDEMPOTENCY_COLUMNS = (
+    "client",
+    "idempotency_key",
+    "request_digest",
+    "key",
+    "resource",
+    "token",
+    "version",
+    "size",
+    "digest",
+    "created",
+    "at",
+)
 
 
 def _param(name: str, column: Any) -> Any:
@@ -34,6 +49,9 @@ class Statements:
     object_upsert: Executable
     object_delete: Executable
     object_select: Executable
+    audit_insert: Executable
+    idempotency_select: Executable
+    idempotency_insert: Executable
 
     @classmethod
     def for_dialect(cls, dialect: str) -> Statements:
@@ -70,5 +88,18 @@ class Statements:
             .returning(StoredObject.version, StoredObject.size, StoredObject.digest),
             object_select=select(*(getattr(StoredObject, name) for name in OBJECT_COLUMNS)).where(
                 StoredObject.key == _param("key", StoredObject.key)
+            ),
+            audit_insert=plain_insert(AuditEntry).values(
+                {name: _param(name, getattr(AuditEntry, name)) for name in AUDIT_COLUMNS}
+            ),
+            idempotency_select=select(
+                *(getattr(IdempotencyRecord, name) for name in IDEMPOTENCY_COLUMNS)
+            ).where(
+                IdempotencyRecord.client == _param("client", IdempotencyRecord.client),
+                IdempotencyRecord.idempotency_key
+                == _param("idempotency_key", IdempotencyRecord.idempotency_key),
+            ),
+            idempotency_insert=plain_insert(IdempotencyRecord).values(
+                {name: _param(name, getattr(IdempotencyRecord, name)) for name in IDEMPOTENCY_COLUMNS}
             ),
         )

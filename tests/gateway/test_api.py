@@ -228,7 +228,7 @@ async def test_refusals_are_logged_with_resource_token_highest_client(
         "resource": "log",
         "token": 7,
         "highest": 8,
-        "client": "127.0.0.1",
+        "client": "ip:127.0.0.1",
     }
 
 

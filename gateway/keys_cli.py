@@ -1,0 +1,102 @@
+"""`fencegate keys add/list/revoke`: manage the gateway's API key file.
+
+`add` generates a random secret, stores only its SHA-256 with the key's
+name, prefixes and access, and prints the secret once: it cannot be shown
+again, only revoked and replaced. A running gateway re-reads the file within
+a second, so `revoke` takes effect without a restart. The file is replaced
+atomically and kept at mode 0600.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from gateway.auth import ACCESS, ApiKey, hash_secret, new_secret, read_keys, write_keys
+from gateway.errors import ConfigError
+
+ENV_FILE = "FENCEGATE_API_KEYS"
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "keys",
+        help="add, list or revoke the gateway's API keys (stored hashed)",
+        description="Manage the API key file given to `fencegate serve --api-keys`.",
+    )
+    parser.add_argument(
+        "--file",
+        type=Path,
+        default=os.environ.get(ENV_FILE),
+        help=f"the key file (default: ${ENV_FILE})",
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="create a key and print its secret once")
+    add.add_argument("name", help="the key's name, as logs and the audit trail show it")
+    add.add_argument(
+        "--prefix",
+        action="append",
+        required=True,
+        help="a key, resource or list prefix the key may touch (repeat for several; '' allows all)",
+    )
+    add.add_argument("--read-only", action="store_true", help="no writes and no fenced reads")
+    actions.add_parser("list", help="names, prefixes and access of the stored keys (never secrets)")
+    revoke = actions.add_parser("revoke", help="remove a key; running gateways drop it within a second")
+    revoke.add_argument("name")
+    parser.set_defaults(func=run)
+
+
+def _add(path: Path, name: str, prefixes: list[str], read_only: bool) -> int:
+    keys = read_keys(path)
+    if any(key.name == name for key in keys):
+        raise ConfigError(f"a key named {name!r} exists; revoke it first or pick another name")
+    secret = new_secret()
+    access = frozenset({"read"}) if read_only else frozenset(ACCESS)
+    keys.append(ApiKey(name=name, sha256=hash_secret(secret), prefixes=tuple(prefixes), access=access))
+    write_keys(path, keys)
+    print(secret)
+    print(
+        f"key {name!r} added to {path} ({', '.join(sorted(access))} on {prefixes}); the secret above is "
+        "shown only now: send it as `Authorization: Bearer <secret>`",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _list(path: Path) -> int:
+    keys = read_keys(path)
+    if not keys:
+        print(f"no keys in {path}", file=sys.stderr)
+    for key in keys:
+        prefixes = ",".join(repr(p) for p in key.prefixes)
+        print(f"{key.name}\t{'+'.join(sorted(key.access))}\t{prefixes}\tsha256:{key.sha256[:12]}")
+    return 0
+
+
+def _revoke(path: Path, name: str) -> int:
+    keys = read_keys(path)
+    kept = [key for key in keys if key.name != name]
+    if len(kept) == len(keys):
+        raise ConfigError(f"no key named {name!r} in {path}; `fencegate keys list` shows the names")
+    write_keys(path, kept)
+    print(f"key {name!r} revoked", file=sys.stderr)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    path: Path | None = args.file
+    try:
+        if path is None:
+            raise ConfigError(f"give the key file with --file or ${ENV_FILE}")
+        path = Path(path)
+        if args.action == "add":
+            return _add(path, args.name, args.prefix, args.read_only)
+        if args.action == "list":
+            return _list(path)
+        return _revoke(path, args.name)
+    except ConfigError as exc:
+        print(f"fencegate keys: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,128 @@
+"""API keys: `fencegate keys add/list/revoke`, hashes only, read/write scopes, reload on revoke, open mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway import Settings
+from gateway.auth import ApiKey, ApiKeys, hash_secret
+from gateway.cli import main
+from gateway.errors import ConfigError, Unauthorized
+from tests.gateway.conftest import MakeClient
+
+RELOAD_DEADLINE = 10.0
+
+
+def add_key(path: Path, name: str, *args: str, capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["keys", "--file", str(path), "add", name, *args]) == 0
+    return capsys.readouterr().out.strip()
+
+
+def test_keys_add_stores_only_the_hash_and_list_shows_no_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "keys.json"
+    secret = add_key(path, "billing", "--prefix", "bill/", capsys=capsys)
+    add_key(path, "reports", "--prefix", "rep/", "--prefix", "pub/", "--read-only", capsys=capsys)
+    stored = path.read_text()
+    assert secret not in stored
+    assert hash_secret(secret) in stored
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert main(["keys", "--file", str(path), "list"]) == 0
+    listing = capsys.readouterr().out
+    assert secret not in listing
+    assert "billing\tread+write\t'bill/'" in listing
+    assert "reports\tread\t'rep/','pub/'" in listing
+
+
+def test_keys_add_twice_and_revoke_unknown_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "keys.json"
+    add_key(path, "billing", "--prefix", "bill/", capsys=capsys)
+    before = path.read_text()
+    assert main(["keys", "--file", str(path), "add", "billing", "--prefix", "x/"]) == 2
+    assert main(["keys", "--file", str(path), "revoke", "nobody"]) == 2
+    assert "no key named 'nobody'" in capsys.readouterr().err
+    assert path.read_text() == before
+
+
+def test_identify_compares_with_every_key_in_constant_time() -> None:
+    keys = ApiKeys([ApiKey(name=f"k{i}", sha256=hash_secret(f"s{i}"), prefixes=("",)) for i in range(5)])
+    assert keys.identify("Bearer s3").name == "k3"
+    with pytest.raises(Unauthorized):
+        keys.identify("Bearer s9")
+    with pytest.raises(Unauthorized):
+        ApiKeys([]).identify("Bearer anything")
+
+
+async def test_read_only_key_may_read_and_list_but_not_write_or_fence_read(
+    make_client: MakeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "keys.json"
+    writer = add_key(path, "writer", "--prefix", "doc/", capsys=capsys)
+    reader = add_key(path, "reader", "--prefix", "doc/", "--read-only", capsys=capsys)
+    client = await make_client(api_keys=path)
+    w, r = {"Authorization": f"Bearer {writer}"}, {"Authorization": f"Bearer {reader}"}
+    written = await client.put("/v1/objects/doc/a", data=b"v", headers={**w, "Fencing-Token": "3"})
+    assert written.status == 201
+    refused = await client.put("/v1/objects/doc/a", data=b"r", headers={**r, "Fencing-Token": "4"})
+    assert (refused.status, (await refused.json())["error"]) == (403, "forbidden")
+    fenced_read = await client.get("/v1/objects/doc/a", headers={**r, "Fencing-Token": "9"})
+    assert fenced_read.status == 403
+    deleted = await client.delete("/v1/objects/doc/a", headers={**r, "Fencing-Token": "9"})
+    assert deleted.status == 403
+    plain = await client.get("/v1/objects/doc/a", headers=r)
+    assert (plain.status, await plain.read()) == (200, b"v")
+    assert (await client.get("/v1/objects", params={"prefix": "doc/"}, headers=r)).status == 200
+    fence = await client.get("/v1/fences/doc/a", headers=r)
+    assert await fence.json() == {"resource": "doc/a", "highest": 3}  # no refused request moved it
+
+
+async def test_revoked_key_stops_working_on_a_running_gateway(
+    make_client: MakeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "keys.json"
+    secret = add_key(path, "billing", "--prefix", "bill/", capsys=capsys)
+    add_key(path, "other", "--prefix", "o/", capsys=capsys)
+    client = await make_client(api_keys=path)
+    auth = {"Authorization": f"Bearer {secret}", "Fencing-Token": "1"}
+    assert (await client.put("/v1/objects/bill/1", data=b"x", headers=auth)).status == 201
+    assert main(["keys", "--file", str(path), "revoke", "billing"]) == 0
+    deadline = time.monotonic() + RELOAD_DEADLINE
+    while (status := (await client.put("/v1/objects/bill/1", data=b"y", headers=auth)).status) != 401:
+        assert status == 200
+        assert time.monotonic() < deadline, "the revoked key still works"
+        await asyncio.sleep(0.1)
+    assert (await client.get("/v1/objects/bill/1")).status == 401
+
+
+def test_non_loopback_without_keys_is_refused_unless_allow_open(tmp_path: Path) -> None:
+    anywhere = "0.0.0.0"  # noqa: S104 - the address being refused; nothing is bound
+    with pytest.raises(ConfigError, match="--allow-open"):
+        Settings(host=anywhere, data_dir=tmp_path)
+    assert Settings(host=anywhere, data_dir=tmp_path, allow_open=True).allow_open
+    assert Settings(host=anywhere, data_dir=tmp_path, api_keys=tmp_path / "k.json").api_keys is not None
+    assert main(["serve", "--host", anywhere, "--data-dir", str(tmp_path)]) == 2
+
+
+async def test_open_loopback_gateway_says_so_loudly_at_start(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="gateway"):
+        await make_client()
+    assert any("NO API KEYS: running OPEN on loopback" in r.getMessage() for r in caplog.records)
+
+
+def test_key_file_with_a_bad_access_is_refused_with_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "keys.json"
+    entry = {"name": "x", "sha256": hash_secret("s"), "prefixes": [""], "access": ["admin"]}
+    path.write_text(json.dumps({"keys": [entry]}))
+    with pytest.raises(ConfigError, match="access must be"):
+        ApiKeys.load(path)
