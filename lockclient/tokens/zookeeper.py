@@ -9,14 +9,19 @@ as its data directory (the transaction log) survives; a wiped ensemble starts
 again low, which the gateway reports as `token_source_regressed`.
 
 This is the only module that imports kazoo. Kazoo blocks on its own threads,
-so every call runs in `asyncio.to_thread`; the event loop never waits on it.
+so every call runs on this source's own small thread pool; the event loop never
+waits on it, and a ZooKeeper outage (calls blocked in retries until their
+deadline) cannot starve the loop's default executor that the rest of the
+process shares.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -35,6 +40,7 @@ T = TypeVar("T")
 
 DEFAULT_ROOT = "/fencegate/tokens"
 DEFAULT_TIMEOUT = 10.0  # seconds to connect, and for one token across reconnects
+WORKERS = 16  # kazoo calls in flight at once; each holds a thread until its answer or deadline
 FIX = "check that ZooKeeper is running and reachable at the given hosts"
 
 
@@ -67,6 +73,13 @@ class ZooKeeperTokens(ClosingSource):
         self._client: Any = None  # KazooClient once started (kazoo is untyped)
         self._start_lock = asyncio.Lock()
         self._revive_lock = threading.Lock()  # kazoo calls run on worker threads
+        self._pool: ThreadPoolExecutor | None = None  # made on first use, again after aclose
+
+    async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking kazoo call on this source's pool."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="fencegate-zookeeper")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
 
     async def _started(self) -> Any:
         async with self._start_lock:
@@ -78,10 +91,10 @@ class ZooKeeperTokens(ClosingSource):
                     connection_retry={"max_tries": -1, "max_delay": 1.0},
                 )
                 try:
-                    await asyncio.to_thread(client.start, self.timeout)
+                    await self._blocking(client.start, self.timeout)
                 except BaseException:
-                    await asyncio.to_thread(client.stop)
-                    await asyncio.to_thread(client.close)
+                    await self._blocking(client.stop)
+                    await self._blocking(client.close)
                     raise
                 self._client = client
         return self._client
@@ -133,7 +146,7 @@ class ZooKeeperTokens(ClosingSource):
         path = f"{self.chroot}{self.root}/{znode_name(check_resource(resource))}"
         with map_errors("zookeeper", doing, KazooException, KazooTimeoutError, OSError, fix=FIX):
             client = await self._started()
-            return await asyncio.to_thread(op, client, path)
+            return await self._blocking(op, client, path)
 
     async def next_token(self, resource: str) -> int:
         return await self._call("issue a token", self._set, resource)
@@ -144,8 +157,11 @@ class ZooKeeperTokens(ClosingSource):
     async def aclose(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            await asyncio.to_thread(client.stop)
-            await asyncio.to_thread(client.close)
+            await self._blocking(client.stop)
+            await self._blocking(client.close)
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
 
     def __repr__(self) -> str:
         return f"ZooKeeperTokens({self.hosts + self.chroot!r})"
