@@ -22,7 +22,8 @@ from typing import Literal
 
 from lab.client import Component
 from lab.errors import LabError
-from lab.gateway_store import GatewayCounter
+from lab.gateway_store import UNFENCED_TOKEN, GatewayCounter
+from lockclient import open_token_source
 
 Mode = Literal["redis-only", "fenced", "fence-only"]
 MODES: tuple[Mode, ...] = ("redis-only", "fenced", "fence-only")
@@ -86,10 +87,21 @@ class GatewayDeployment:
         return GatewayCounter(url, key=self.key, resource=self.resource, fenced=False)
 
     async def seed(self) -> None:
-        """Create the counter at 0 before the run, so every read finds it."""
+        """Create the counter at 0 before the run, so every read finds it.
+
+        With a token source, the seed write carries a token drawn from it, so a gateway that guards
+        against tokens from the future (a deployment's, started with --tokens) accepts it too.
+        """
+        token = UNFENCED_TOKEN
+        if self.tokens is not None and self.tokens != INCR:
+            source = open_token_source(self.tokens)
+            try:
+                token = await source.next_token(self.resource)
+            finally:
+                await source.aclose()
         counter = self._counter()
         try:
-            await counter.seed()
+            await counter.seed(token)
         finally:
             await counter.aclose()
 

@@ -62,9 +62,9 @@ class GatewayCounter:
     async def final(self) -> int:
         return _value((await self._client.get(self._key)).data)
 
-    async def seed(self) -> None:
+    async def seed(self, token: int = UNFENCED_TOKEN) -> None:
         """Create the counter at 0 before the clients start, so every read finds it."""
-        await self._client.put(self._key, b"0", token=UNFENCED_TOKEN, resource=self._resource)
+        await self._client.put(self._key, b"0", token=token, resource=self._resource)
 
     async def aclose(self) -> None:
         await self._client.aclose()

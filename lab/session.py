@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from lab.cluster import ClusterSpec, LocalCluster
 from lab.deployments import INCR, GatewayDeployment, Mode
@@ -101,22 +102,40 @@ class LabSession:
     """The gateway and the token servers of one comparison; `run` one spec at a time."""
 
     def __init__(
-        self, workdir: Path, gateway: GatewayProcess, servers: LocalCluster, token_urls: Mapping[str, str]
+        self,
+        workdir: Path,
+        gateway: GatewayProcess | None,
+        servers: LocalCluster,
+        token_urls: Mapping[str, str],
+        *,
+        address: tuple[str, int] | None = None,
     ) -> None:
         self.workdir = workdir
-        self.gateway = gateway
+        self.gateway = gateway  # None when the session writes to a deployment it did not start
+        if address is None:
+            if gateway is None:
+                raise LabError("a lab session needs its own gateway or the address of one")
+            address = gateway.address
+        self.address = address
         self._servers = servers
         self._token_urls = dict(token_urls)
 
     @classmethod
     @contextlib.asynccontextmanager
     async def open(
-        cls, workdir: Path, *, token_kinds: Iterable[str] = (), token_urls: Mapping[str, str] | None = None
+        cls,
+        workdir: Path,
+        *,
+        token_kinds: Iterable[str] = (),
+        token_urls: Mapping[str, str] | None = None,
+        gateway_url: str | None = None,
     ) -> AsyncIterator[LabSession]:
         """Start the gateway, and ZooKeeper or PostgreSQL for the `token_kinds` that need them.
 
         `token_urls` names servers that already run for some kinds (kind -> source URL); those are not
         started (the test suite shares its session-wide ZooKeeper and PostgreSQL this way).
+        `gateway_url` points the runs at a gateway that already runs (a deployment's load balancer)
+        instead of starting one.
         """
         given = dict(token_urls or {})
         kinds = set(token_kinds) - set(given)
@@ -124,11 +143,12 @@ class LabSession:
         if unknown:
             raise LabError(f"unknown token source {sorted(unknown)}: use one of {', '.join(TOKEN_KINDS)}")
         spec = ClusterSpec(redis=0, zookeeper="zookeeper" in kinds, postgres="postgres" in kinds)
-        async with (
-            LocalCluster.running_async(spec, workdir / "servers") as servers,
-            running(workdir / "gateway") as gateway,
-        ):
-            yield cls(workdir, gateway, servers, given)
+        async with LocalCluster.running_async(spec, workdir / "servers") as servers:
+            if gateway_url is not None:
+                yield cls(workdir, None, servers, given, address=_address(gateway_url))
+                return
+            async with running(workdir / "gateway") as gateway:
+                yield cls(workdir, gateway, servers, given)
 
     def token_url(self, kind: str) -> str:
         if kind in self._token_urls:
@@ -149,7 +169,7 @@ class LabSession:
         deployment = GatewayDeployment(
             mode=spec.mode,
             design=spec.design,
-            gateway=self.gateway.address,
+            gateway=self.address,
             key=f"lab/{run_id}/counter",
             resource=f"lab-{run_id}",
             tokens=None if spec.tokens is None else self.token_url(spec.tokens),
@@ -164,6 +184,13 @@ class LabSession:
         return await run_scenario(
             SCENARIOS[spec.scenario], deployment, plan=run_plan, meta=meta, workdir=workdir
         )
+
+
+def _address(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.hostname is None or parts.port is None:
+        raise LabError(f"gateway URL {url!r} must look like http://HOST:PORT")
+    return parts.hostname, parts.port
 
 
 __all__ = ["TOKEN_KINDS", "LabSession", "RunSpec", "expected_safe", "one_node_note", "plan_runs"]

@@ -19,9 +19,13 @@ import pytest
 import yaml
 
 from gateway.cli import main
+from lab.checker import check
 from lab.cluster import ClusterSpec, LocalCluster
 from lab.cluster.loadcheck import Ack, Ledger, drive, verify
 from lab.cluster.servers import HOST
+from lab.deployments import Mode
+from lab.scenarios import RunPlan
+from lab.session import LabSession, RunSpec, expected_safe
 from lockclient import GatewayClient, Redlock, ZooKeeperTokens
 
 SPEC = ClusterSpec(redis=5, zookeeper_ensemble=3, postgres=True, gateways=2)
@@ -172,3 +176,23 @@ async def test_a_bound_read_through_one_member_covers_a_token_issued_through_ano
             resource = f"zk-sync/r{i % 4}"
             token = await issuer.next_token(resource)
             assert await reader.upper_bound(resource) >= token
+
+
+@pytest.mark.parametrize("mode", ["fenced", "fence-only"])
+async def test_the_labs_pause_scenario_through_the_load_balancer(
+    topology: LocalCluster, tmp_path: Path, mode: Mode
+) -> None:
+    """The lab's `pause` on the deployment's storage tier: two gateways on PostgreSQL behind HAProxy,
+    tokens from the ZooKeeper ensemble (the lab brings its own Redis masters, which it faults).
+
+    Only the modes that draw tokens: the deployment's gateways guard against tokens from the future,
+    so redis-only's constant token is refused there (422), as it should be.
+    """
+    tokens = {"zookeeper": f"zookeeper://{topology.zookeeper}"}
+    async with LabSession.open(tmp_path, token_urls=tokens, gateway_url=topology.load_balancer) as session:
+        assert session.gateway is None  # nothing of the lab's own stands in for the deployment
+        spec = RunSpec("pause", mode, "redlock", "zookeeper", seed=2)
+        verdict = check(await session.run(spec, RunPlan(clients=2, ops=2, ttl=1.0)))
+    assert verdict.safe is expected_safe(spec)
+    assert (verdict.lost_updates, verdict.interleaved_leases) == (0, 0)
+    assert verdict.refused >= 1  # the paused holder's late write, refused by whichever replica got it

@@ -133,6 +133,7 @@ async def test_the_one_node_lock_runs_the_one_node_version(session: LabSession) 
 
 async def test_the_gateway_stops_with_the_session(tmp_path: Path) -> None:
     async with LabSession.open(tmp_path) as opened:
+        assert opened.gateway is not None
         pid, port = opened.gateway.pid, opened.gateway.port
         _, writer = await asyncio.open_connection("127.0.0.1", port)  # it listens while the session is open
         writer.close()
