@@ -113,8 +113,8 @@ def chromium(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-@pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian's chromium is not installed")
 def test_chromium_renders_one_lane_per_client_and_every_write(tmp_path: Path) -> None:
+    assert shutil.which(CHROMIUM), "Debian's chromium is missing: `make setup` installs it"
     report = write_html(runs(), tmp_path / "report.html")
     url = report.resolve().as_uri()
     shot = tmp_path / "shot.png"
