@@ -27,6 +27,7 @@ from lab.deployments import Mode
 from lab.scenarios import RunPlan
 from lab.session import LabSession, RunSpec, expected_safe
 from lockclient import GatewayClient, Redlock, ZooKeeperTokens
+from tests.waiting import eventually
 
 SPEC = ClusterSpec(redis=5, zookeeper_ensemble=3, postgres=True, gateways=2)
 COMPOSE = Path(__file__).resolve().parents[2] / "compose" / "docker-compose.yml"
@@ -62,11 +63,7 @@ async def _accepted_puts(url: str) -> float:
 
 async def _wait_for(condition: Callable[[], bool]) -> None:
     """Poll a counter moved by the load's tasks, under a deadline (there is no event to wait on)."""
-    async with asyncio.timeout(DEADLINE):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.05)
+    await eventually(condition, within=DEADLINE)
 
 
 def test_endpoints_name_the_load_balancer_and_both_gateways(topology: LocalCluster) -> None:

@@ -14,6 +14,7 @@ from gateway.cli import main
 from storage import migrate, open_engine
 from storage.models import AuditEntry
 from tests.gateway.conftest import AppClient, MakeClient
+from tests.waiting import eventually
 
 AUDIT_DEADLINE = 10.0
 
@@ -35,10 +36,11 @@ async def test_retry_after_a_lost_answer_returns_the_first_outcome_and_applies_o
 ) -> None:
     headers = {"Fencing-Token": "4", "Idempotency-Key": "3f1c-upload-1"}
     await write_and_drop_the_answer(client, "idem/a", b"payload", **headers)
-    deadline = time.monotonic() + AUDIT_DEADLINE
-    while (await client.get("/v1/objects/idem/a")).status == 404:  # the dropped write lands
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.02)
+
+    async def landed() -> bool:
+        return (await client.get("/v1/objects/idem/a")).status != 404
+
+    await eventually(landed, within=AUDIT_DEADLINE, what="the dropped write's commit")
     retry = await client.put("/v1/objects/idem/a", data=b"payload", headers=headers)
     assert retry.status == 201
     assert await retry.json() == {"key": "idem/a", "resource": "idem/a", "token": 4, "version": 1, "size": 7}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,6 +19,7 @@ import pytest
 from gateway.keys import AppKeys
 from tests.gateway.conftest import AppClient
 from tests.gateway.processes import GatewayProcess
+from tests.waiting import eventually
 
 DEADLINE = 20.0
 IN_FLIGHT = 5
@@ -60,10 +60,11 @@ async def test_sigterm_finishes_requests_in_flight_and_loses_nothing_acknowledge
             assert resp.status == 200
         assert gateway.proc is not None
         gateway.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + DEADLINE
-        while not await refuses_connections(host, port):
-            assert time.monotonic() < deadline, "the gateway still accepts connections after SIGTERM"
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: refuses_connections(host, port),
+            within=DEADLINE,
+            what="refusing connections",
+        )
         answers = []
         for reader, writer in streams:
             writer.write(b"done")
@@ -96,10 +97,8 @@ async def test_draining_app_refuses_new_requests_503_and_waits_for_admitted_ones
     writer.write(b"PUT /v1/objects/dr HTTP/1.1\r\nHost: t\r\nFencing-Token: 3\r\nContent-Length: 4\r\n\r\nab")
     await writer.drain()
     drain = client.app[AppKeys.drain]
-    deadline = time.monotonic() + DEADLINE
-    while drain.in_flight == 0:  # the PUT was admitted and waits for the rest of its body
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    # the PUT is admitted and waits for the rest of its body
+    await eventually(lambda: drain.in_flight > 0, within=DEADLINE, what="the PUT's admission")
     drained = asyncio.create_task(drain.drain(DEADLINE))
     refused = await client.put("/v1/objects/dr2", data=b"x", headers={"Fencing-Token": "3"})
     assert (refused.status, (await refused.json())["error"]) == (503, "shutting_down")

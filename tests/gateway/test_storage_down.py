@@ -10,12 +10,12 @@ import asyncio
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from lab.cluster import ClusterSpec, LocalCluster
 from tests.gateway.conftest import AppClient, MakeClient
+from tests.waiting import eventually
 
 RECOVERY_DEADLINE = 30.0
 PG = "postgres-0"
@@ -50,10 +50,10 @@ def hung(cluster: LocalCluster) -> Iterator[None]:
 
 
 async def wait_ready(client: AppClient) -> None:
-    deadline = time.monotonic() + RECOVERY_DEADLINE
-    while (await client.get("/readyz")).status != 200:
-        assert time.monotonic() < deadline, "the gateway did not become ready after PostgreSQL returned"
-        await asyncio.sleep(0.1)
+    async def ready() -> bool:
+        return (await client.get("/readyz")).status == 200
+
+    await eventually(ready, within=RECOVERY_DEADLINE, what="readiness after PostgreSQL returned")
 
 
 async def test_invariant_4_postgres_stopped_is_503_nothing_written_and_recovers(

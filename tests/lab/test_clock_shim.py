@@ -13,13 +13,7 @@ import redis.asyncio as aioredis
 from lab.cluster import ClusterSpec, LocalCluster
 from lab.errors import FaultError
 from lab.faults.clock import ClockShift, build_shim
-
-
-async def wait_for(predicate: Callable[[], object], deadline: float = 5.0) -> None:
-    end = time.monotonic() + deadline
-    while not await predicate():  # type: ignore[misc]
-        assert time.monotonic() < end, "condition not met before the deadline"
-        await asyncio.sleep(0.02)
+from tests.waiting import eventually
 
 
 def test_the_shim_is_built_once_and_cached(tmp_path: Path) -> None:
@@ -56,11 +50,11 @@ async def test_a_forward_jump_mid_run_expires_a_key_at_once(
             seconds, _ = await client.time()
             return bool(seconds > time.time() + 110)
 
-        await wait_for(jumped)
+        await eventually(jumped)
         assert await client.exists("lease") == 0  # 30 s TTL, 120 s jump: gone
         await client.set("later", "c2", ex=30)
         shift.jump(60)  # back to +60: the new key (expires at +150) survives
-        await wait_for(lambda: _clock_near(client, 60))
+        await eventually(lambda: _clock_near(client, 60))
         assert await client.exists("later") == 1
 
 

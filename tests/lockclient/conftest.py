@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from redis.asyncio import Redis
 
 from lab.cluster import LocalCluster
+from tests.waiting import eventually
+
+__all__ = ["StepClock", "eventually", "values"]
 
 
 @pytest.fixture
@@ -40,22 +41,6 @@ async def values(clients: list[Redis], key: str) -> list[bytes | None]:
         value = await client.get(key)
         found.append(value.encode() if isinstance(value, str) else value)
     return found
-
-
-async def eventually(condition: Callable[[], bool | Awaitable[bool]], *, within: float = 10.0) -> None:
-    """Wait until `condition()` holds, checking every few ms; fail after `within` seconds.
-
-    For state outside this process (keys on servers, counters moved by a
-    background task) there is no event to wait on, so this polls, under a deadline.
-    """
-    async with asyncio.timeout(within):
-        while True:
-            result = condition()
-            if inspect.isawaitable(result):
-                result = await result
-            if result:
-                return
-            await asyncio.sleep(0.005)
 
 
 class StepClock:

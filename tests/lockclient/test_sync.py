@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from lockclient import ConfigurationError, LockNotAcquired, SQLiteTokens
 from lockclient.sync import Redlock
+from tests.waiting import eventually_sync
 
 
 def test_sync_lock_gives_a_fenced_lease_and_releases_it(
@@ -49,10 +49,8 @@ def test_sync_reentrancy_is_per_thread(urls: list[str], resource: str) -> None:
 
 def test_sync_watchdog_renews_while_the_caller_blocks(urls: list[str], resource: str) -> None:
     with Redlock(urls, node_timeout=0.1) as locker, locker.lock(resource, ttl=0.6, auto_extend=True) as lease:
-        deadline = time.monotonic() + 10.0
-        while lease.renewals < 3:  # the caller's thread is busy with its own (blocking) work
-            assert time.monotonic() < deadline, "the watchdog did not renew"
-            time.sleep(0.01)
+        # the caller's thread is busy with its own (blocking) work meanwhile
+        eventually_sync(lambda: lease.renewals >= 3, what="three watchdog renewals")
         lease.check()
 
 
