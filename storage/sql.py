@@ -146,6 +146,13 @@ class SqlObjectStore:
         if row is None:
             return None
         meta = replay(caller, dict(row._mapping))
+        await self._audit_outcome_in(conn, caller, method, meta, REPLAYED)
+        return meta
+
+    async def _audit_outcome_in(
+        self, conn: AsyncConnection, caller: Caller, method: str, meta: ObjectMeta, outcome: str
+    ) -> None:
+        """Audit a request the fence let through (accepted, or a replayed first outcome)."""
         assert meta.token is not None
         await self._audit_in(
             conn,
@@ -155,24 +162,13 @@ class SqlObjectStore:
             resource=meta.resource,
             token=meta.token,
             status=status_of(method, meta),
-            outcome=REPLAYED,
+            outcome=outcome,
         )
-        return meta
 
     async def _accepted_in(
         self, conn: AsyncConnection, caller: Caller, method: str, meta: ObjectMeta
     ) -> None:
-        assert meta.token is not None
-        await self._audit_in(
-            conn,
-            caller,
-            method=method,
-            key=meta.key,
-            resource=meta.resource,
-            token=meta.token,
-            status=status_of(method, meta),
-            outcome=ACCEPTED,
-        )
+        await self._audit_outcome_in(conn, caller, method, meta, ACCEPTED)
         if caller.idempotency_key is not None:
             await conn.execute(
                 self._sql.idempotency_insert, idempotency_params(caller, meta, now=self._now())
