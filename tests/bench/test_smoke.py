@@ -11,6 +11,7 @@ import math
 import pytest
 
 from bench.cli import benchmarks, run_all
+from bench.contention import LOOP, PEERS, ROUNDS
 from bench.section import Section
 
 pytestmark = pytest.mark.filterwarnings(
@@ -25,6 +26,7 @@ async def test_every_benchmark_produces_its_numbers() -> None:
     assert [s.name for s in sections] == names
     for section in sections:
         _check(section)
+    _check_contention(next(s for s in sections if s.name == "contention"))
 
 
 def _check(section: Section) -> None:
@@ -34,3 +36,18 @@ def _check(section: Section) -> None:
         assert all(rate > 0 and math.isfinite(rate) for rate in result.rates)
     for goal in section.goals:
         assert math.isfinite(goal.value), goal
+
+
+def _check_contention(section: Section) -> None:
+    """Both workloads measured every peer; the goals are the rounds workload's.
+
+    A round always has hand-offs (8 holders); a tight loop this short may not, so only rounds are asked.
+    """
+    for group in (ROUNDS, LOOP):
+        measured = {r.name: r for r in section.results if r.group == group}
+        assert sorted(measured) == sorted(PEERS), group
+    for result in section.results:
+        if result.group == ROUNDS:
+            assert result.latencies, f"{ROUNDS}: {result.name} timed no hand-off"
+    assert section.goals
+    assert all(goal.name.startswith(f"{ROUNDS}: ") for goal in section.goals)
