@@ -1,9 +1,9 @@
 """Eight clients on one resource with a tiny critical section, in two workloads.
 
 - rounds (the goals): every client needs the lock once per round. The eight
-  start trying together and the round ends when each has held it once, so
-  seven of them are always waiting: this measures how fast a *waiting* client
-  gets the lock after a release. Peers' waiters sleep between tries
+  start trying together and the round ends when each has held it once, so at
+  every hand-off each client that has not had its turn is waiting: this
+  measures how fast a *waiting* client gets the lock after a release. Peers' waiters sleep between tries
   (aioredlock 100-300 ms, pottery up to 200 ms); fencegate's wake on the
   release notification. Goal: >= 20x the critical sections per second of both.
 - tight loop: every client acquires, releases and acquires again at once. A
@@ -315,7 +315,7 @@ async def contention(env: BenchEnv) -> Section:
     return Section(
         "contention",
         f"{CLIENTS} clients, one resource, tiny critical section; p50/p99 = hand-off latency. "
-        f"'{ROUNDS}': each client once per burst, 7 always waiting (the goals); "
+        f"'{ROUNDS}' (the goals): all start together, each holds it once per round while the rest wait; "
         f"'{LOOP}': each re-acquires at once (mostly uncontended speed)",
         results,
         goals,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def plot_sections(sections: Sequence[Section], directory: Path) -> list[Path]:
         ax.barh(names, rates, color="#3b6ea5")
         ax.invert_yaxis()
         ax.set_xlabel("median per second (higher is better)")
-        ax.set_title(section.title)
+        ax.set_title(textwrap.fill(section.title, 100), fontsize=9)  # long titles say which workload is which
         fig.tight_layout()
         path = directory / f"{section.name}.png"
         fig.savefig(path, dpi=100)
