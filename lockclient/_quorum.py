@@ -1,8 +1,9 @@
 """Quorum fan-out and the Redlock validity arithmetic.
 
 `fan_out` sends one call to every master at once and returns each node's
-result or error: a slow or failed node never cancels its siblings, and each
-node costs at most the per-node timeout (Redlock step 2). The arithmetic is
+result or error: a slow or failed node never cancels its siblings, each node
+costs at most the per-node timeout (Redlock step 2), and once a quorum has
+settled the outcome the slowest masters are not waited for. The arithmetic is
 pure so property tests can cover it without servers (step 3):
 
     quorum   = N // 2 + 1
@@ -17,7 +18,7 @@ from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
-from lockclient._resp import Batch, Reply
+from lockclient._resp import PENDING, Batch, Reply
 
 __all__ = [
     "DRIFT_CONSTANT",
@@ -54,27 +55,32 @@ def validity(ttl: float, elapsed: float, drift_allowance: float) -> float:
 
 
 def tally(outcomes: Sequence[object]) -> Tally:
-    """Count one fan-out's answers: True granted, False refused, an exception failed."""
-    granted = refused = 0
+    """Count one fan-out's answers: True granted, False refused, an exception failed, PENDING not yet."""
+    granted = refused = pending = 0
     for outcome in outcomes:
         if outcome is True:
             granted += 1
         elif outcome is False:
             refused += 1
-    return Tally(granted=granted, refused=refused, failed=len(outcomes) - granted - refused)
+        elif outcome is PENDING:
+            pending += 1
+    failed = len(outcomes) - granted - refused - pending
+    return Tally(granted=granted, refused=refused, failed=failed, pending=pending)
 
 
 @dataclass(frozen=True, slots=True)
 class Tally:
-    """How the masters answered one fan-out: granted, refused (someone else's key), failed."""
+    """How the masters answered one fan-out: granted, refused (someone else's key), failed, and
+    pending (not answered yet when the outcome was already settled)."""
 
     granted: int
     refused: int
     failed: int
+    pending: int = 0
 
     @property
     def nodes(self) -> int:
-        return self.granted + self.refused + self.failed
+        return self.granted + self.refused + self.failed + self.pending
 
     def has_quorum(self) -> bool:
         return self.granted >= quorum(self.nodes)
@@ -113,12 +119,16 @@ class Refusal:
         else:
             self.summary = (
                 f"{tally.granted} of {tally.nodes} masters granted it, a quorum is {quorum} "
-                f"({tally.refused} held by another owner, {tally.failed} failed or timed out)"
+                f"({tally.refused} held by another owner, {tally.failed} failed or timed out"
+                + (f", {tally.pending} had not answered yet" if tally.pending else "")
+                + ")"
             )
 
 
 def reason(outcome: object, timeout: float) -> str:
     """One node's answer in words, for `LockNotAcquired.reasons` and `Lease.nodes`."""
+    if outcome is PENDING:
+        return "no answer yet: the outcome was settled by the others"
     if isinstance(outcome, TimeoutError):
         return f"no answer within {timeout * 1000:.0f} ms"
     if isinstance(outcome, BaseException):
@@ -156,8 +166,17 @@ def _expire(tasks: list[asyncio.Task[T]]) -> None:
             task.cancel()
 
 
-def fan_out(calls: Sequence[Awaitable[T]], per_node: float) -> Awaitable[list[T | BaseException]]:
-    """Wait for every call concurrently, each for at most `per_node` seconds; errors are returned, not raised.
+def fan_out(
+    calls: Sequence[Awaitable[T]], per_node: float, *, need: int | None = None, errors_count: bool = True
+) -> Awaitable[list[T | BaseException]]:
+    """Wait for the calls concurrently, each for at most `per_node` seconds; errors are returned, not raised.
+
+    With `need` (a quorum), return once the outcome is settled: `need` calls
+    answered True, or too many did not (False, or an error when
+    `errors_count`) for `need` to be reached. Calls still out are then
+    `PENDING` in the list, and their answers replace it when they land;
+    they still expire at `per_node`. Without `need`, or for awaitables
+    other than the masters' replies, wait for every call.
 
     One node's error never cancels the others, whose answers still count
     toward the quorum. The masters' commands are replies already in flight:
@@ -168,7 +187,7 @@ def fan_out(calls: Sequence[Awaitable[T]], per_node: float) -> Awaitable[list[T 
     nodes are reported as `TimeoutError`.
     """
     if calls and all(isinstance(call, Reply) for call in calls):
-        return Batch(cast(Sequence[Reply[T]], calls), per_node).done
+        return Batch(cast(Sequence[Reply[T]], calls), per_node, need=need, errors_count=errors_count).done
     return _gather(calls, per_node)
 
 

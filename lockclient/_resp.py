@@ -34,7 +34,18 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
 
-__all__ = ["Batch", "Connection", "Endpoint", "Link", "Reply", "Script", "ServerError", "open_link", "pack"]
+__all__ = [
+    "PENDING",
+    "Batch",
+    "Connection",
+    "Endpoint",
+    "Link",
+    "Reply",
+    "Script",
+    "ServerError",
+    "open_link",
+    "pack",
+]
 
 T = TypeVar("T")
 
@@ -157,17 +168,45 @@ class _Done(asyncio.Future[list[Any]]):
 class Batch:
     """Every reply of one fan-out as one future, `done`: no callback or task per node.
 
-    After `per_node` seconds, the replies still pending expire (their
-    connections are dropped) and are reported as `TimeoutError`.
+    With `need`, `done` resolves as soon as the outcome is settled: `need`
+    replies were True, or so many were not that `need` no longer can be
+    (False only, or any non-True answer when `errors_count`). The replies
+    still out stay `PENDING` in `results` until they land there later: a
+    quorum never waits on the slowest master. After `per_node` seconds, the
+    replies still out expire (their connections are dropped) and are
+    reported as `TimeoutError`.
     """
 
-    __slots__ = ("done", "left", "replies", "results", "timer")
+    __slots__ = (
+        "done",
+        "errors_count",
+        "hopeless",
+        "left",
+        "need",
+        "no",
+        "replies",
+        "results",
+        "timer",
+        "yes",
+    )
 
-    def __init__(self, replies: Sequence[Reply[Any]], per_node: float) -> None:
+    def __init__(
+        self,
+        replies: Sequence[Reply[Any]],
+        per_node: float,
+        *,
+        need: int | None = None,
+        errors_count: bool = True,
+    ) -> None:
         loop = asyncio.get_running_loop()
         self.replies = replies
-        self.results: list[Any] = [None] * len(replies)
+        self.results: list[Any] = [PENDING] * len(replies)
         self.left = len(replies)
+        never = len(replies) + 1
+        self.need = never if need is None else need  # `need` yes answers settle it early
+        self.hopeless = never if need is None else len(replies) - need + 1  # and so many noes
+        self.errors_count = errors_count
+        self.yes = self.no = 0
         self.done = _Done(loop=loop)
         self.done.batch = self
         self.timer = loop.call_later(per_node, self._expire)
@@ -182,9 +221,16 @@ class Batch:
     def deliver(self, index: int, outcome: Any) -> None:
         if index >= 0:
             self.results[index] = outcome
+            if outcome is True:
+                self.yes += 1
+            elif outcome is False or (self.errors_count and isinstance(outcome, BaseException)):
+                self.no += 1
         self.left -= 1
-        if self.left <= 0 and not self.done.done():
+        if self.left <= 0:
             self.timer.cancel()
+        elif self.yes < self.need and self.no < self.hopeless:
+            return
+        if not self.done.done():
             self.done.set_result(self.results)
 
     def _expire(self) -> None:
@@ -197,6 +243,18 @@ class Batch:
         self.timer.cancel()
         for reply in self.replies:
             reply.cancel()
+
+
+class _Pending:
+    """A master that had not answered when the fan-out's outcome was settled."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PENDING"
+
+
+PENDING: Any = _Pending()
 
 
 def _outcome(reply: Reply[Any]) -> Any:

@@ -238,7 +238,9 @@ class Redlock(Generic[TokenT]):
         start = drawn_at
         try:
             outcomes = await fan_out(
-                [m.set_nx(key, value, ttl_ms) for m in self._masters], self.settings.node_timeout
+                [m.set_nx(key, value, ttl_ms) for m in self._masters],
+                self.settings.node_timeout,
+                need=self.quorum,
             )
         except BaseException:  # cancelled mid-attempt: some masters may already hold our value
             await self._undo(key, value, self._masters)
@@ -256,19 +258,31 @@ class Redlock(Generic[TokenT]):
                 drawn_at=drawn_at, granted_at=end, nodes=nodes, clock=self._clock, owner=owner,
                 on_lost=on_lost,
             )  # fmt: skip
-        # Step 4: undo wherever the value may have landed; a master that refused never held it.
+        # Step 4: undo wherever the value may have landed (a master yet to answer may); a master
+        # that refused never held it. Each connection is ordered, so the undo follows the SET, and
+        # once it is answered so is the SET: the refusal reports every master's answer.
         await self._undo(
             key, value, [m for m, o in zip(self._masters, outcomes, strict=True) if o is not False]
         )
+        counts = tally(outcomes)
         return Refusal(counts, dict(nodes), self.quorum, elapsed=elapsed, ttl=ttl, validity_left=left)
 
-    async def _undo(self, key: str, value: str, masters: Sequence[Master]) -> list[bool | BaseException]:
-        """Compare-and-delete on `masters`; shielded so a second cancellation cannot leave keys behind."""
+    async def _undo(
+        self, key: str, value: str, masters: Sequence[Master], *, need: int | None = None
+    ) -> list[bool | BaseException]:
+        """Compare-and-delete on `masters`; shielded so a second cancellation cannot leave keys behind.
+
+        With `need`, return once `need` masters deleted it or too many said "not yours" for that
+        (errors do not count against: their keys expire); the others still get the delete.
+        """
         if not masters:
             return []
         return await asyncio.shield(
-            fan_out([m.release(key, value) for m in masters], self.settings.node_timeout)
-        )
+            fan_out(
+                [m.release(key, value) for m in masters], self.settings.node_timeout,
+                need=need, errors_count=False,
+            )
+        )  # fmt: skip
 
     # -- releasing and extending ---------------------------------------------------
 
@@ -286,7 +300,7 @@ class Redlock(Generic[TokenT]):
         if lease.holds == 0:
             raise LockLost(f"the lease on {lease.resource!r} was already released", resource=lease.resource)
         await self._stop_watchdog(lease)
-        outcomes = await self._undo(lease.key, lease.value, self._masters)
+        outcomes = await self._undo(lease.key, lease.value, self._masters, need=self.quorum)
         lease.holds = 0
         self._held.pop((lease.resource, lease.owner), None)
         not_ours = sum(o is False for o in outcomes)
@@ -337,7 +351,9 @@ class Redlock(Generic[TokenT]):
             )
         start = self._clock()
         outcomes = await fan_out(
-            [m.extend(lease.key, lease.value, _ms(ttl)) for m in self._masters], self.settings.node_timeout
+            [m.extend(lease.key, lease.value, _ms(ttl)) for m in self._masters],
+            self.settings.node_timeout,
+            need=self.quorum,
         )
         end = self._clock()
         extended = sum(o is True for o in outcomes)
@@ -348,7 +364,11 @@ class Redlock(Generic[TokenT]):
         if extended >= self.quorum:
             why = "the extension was confirmed only after the lease's validity had run out"
         else:
-            why = f"only {extended} of {len(self._masters)} masters still held it (a quorum is {self.quorum})"
+            counts = tally(outcomes)
+            why = f"{counts.refused} of {counts.nodes} masters no longer held it"
+            why += f", {counts.failed} failed" if counts.failed else ""
+            why += f", {counts.pending} had not answered" if counts.pending else ""
+            why += f", so a quorum ({self.quorum}) can no longer confirm it"
         lease._mark_lost(why)
         await self._undo(lease.key, lease.value, self._masters)
         raise LockLost(

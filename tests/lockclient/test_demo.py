@@ -17,7 +17,9 @@ def test_demo_prints_a_fenced_lease_and_stops_its_servers(capsys: pytest.Capture
     assert shown["token"] == 1
     assert 0 < shown["validity_s"] < shown["ttl_s"]
     assert len(shown["nodes"]) == 5
-    assert set(shown["nodes"].values()) == {"ok"}
+    answers = list(shown["nodes"].values())
+    assert answers.count("ok") >= 3  # a quorum granted it; the rest may not have answered yet
+    assert set(answers) <= {"ok", "no answer yet: the outcome was settled by the others"}
     for url in shown["nodes"]:
         parts = urlsplit(url)
         with socket.socket() as sock, pytest.raises(ConnectionRefusedError):
