@@ -20,6 +20,7 @@ import pytest
 
 from lab.cluster import LocalCluster
 from tests.gateway.processes import GatewayProcess
+from tests.waiting import eventually
 
 LOAD_DEADLINE = 60.0
 Start = Callable[..., GatewayProcess]
@@ -69,11 +70,12 @@ async def test_kill_9_during_writes_loses_no_acknowledged_write_and_no_mark(
 
     async with aiohttp.ClientSession() as session:
         writers = [asyncio.create_task(writer(session, c)) for c in range(8)]
-        deadline = time.monotonic() + LOAD_DEADLINE
-        while len(acked) < 150:
-            assert time.monotonic() < deadline, "the write load made no progress"
+
+        def progressed() -> bool:
             assert not any(w.done() for w in writers), [w.exception() for w in writers if w.done()]
-            await asyncio.sleep(0.01)
+            return len(acked) >= 150
+
+        await eventually(progressed, within=LOAD_DEADLINE, what="150 acknowledged writes")
         dead.set()
         await asyncio.to_thread(gateway.kill9)
         await asyncio.wait_for(asyncio.gather(*writers), LOAD_DEADLINE)
