@@ -38,7 +38,13 @@ from typing import Any, Literal
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from storage.engine import SQLITE_BUSY_TIMEOUT
-from storage.errors import IdempotencyKeyReused, ObjectNotFound, StorageError, StorageUnavailable
+from storage.errors import (
+    IdempotencyKeyReused,
+    ObjectNotFound,
+    StaleTokenError,
+    StorageError,
+    StorageUnavailable,
+)
 from storage.models import Fence
 from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
 from storage.records import (
@@ -118,7 +124,7 @@ class _Compiled:
         return row
 
 
-class _Writer:
+class BatchWriter:
     """The writer thread's side: one sqlite3 connection, used only on that thread."""
 
     def __init__(self, path: str, *, busy_timeout: float) -> None:
@@ -182,6 +188,17 @@ class _Writer:
         self._audit(db, op, now, key=op.key, status=404, outcome=NOT_FOUND)
         return False, ObjectNotFound(f"no object under key {op.key!r}", key=op.key, audited=True)
 
+    def fence(
+        self, db: sqlite3.Connection, resource: str, token: int, now: datetime
+    ) -> StaleTokenError | None:
+        """Raise the mark of `resource` to `token` in the open transaction, or the refusal if it is higher."""
+        fenced = self._sql.run(db, "fence_upsert", {"resource": resource, "token": token, "updated_at": now})
+        if fenced is not None:
+            return None
+        highest = self._sql.run(db, "mark_select", {"resource": resource})
+        assert highest is not None  # the upsert found a row it would not raise
+        return stale_token(resource, token, highest[0])
+
     def _apply(self, db: sqlite3.Connection, op: _Op, now: datetime) -> tuple[bool, Any]:
         if op.kind == "refusals":
             self._audits.extend(
@@ -194,13 +211,9 @@ class _Writer:
             return False, exc
         if replayed is not None:
             return True, replayed
-        fenced = self._sql.run(
-            db, "fence_upsert", {"resource": op.resource, "token": op.token, "updated_at": now}
-        )
-        if fenced is None:
-            highest = self._sql.run(db, "mark_select", {"resource": op.resource})
-            assert highest is not None  # the upsert found a row it would not raise
-            return False, stale_token(op.resource, op.token, highest[0])
+        refused = self.fence(db, op.resource, op.token, now)
+        if refused is not None:
+            return False, refused
         if op.kind == "put":
             params = object_params(op.key, op.data, resource=op.resource, token=op.token, now=now)
             row = self._sql.run(db, "object_upsert", params)
@@ -248,6 +261,8 @@ class _Writer:
 class GroupCommitStore:
     """`ObjectStore` for SQLite that batches fenced operations; `await start()`, then `aclose()`."""
 
+    writer_type: type[BatchWriter] = BatchWriter  # the thread's side; `bench.fenceoff` puts a yardstick here
+
     def __init__(
         self,
         store: SqlObjectStore,
@@ -257,7 +272,7 @@ class GroupCommitStore:
         busy_timeout: float = SQLITE_BUSY_TIMEOUT,
     ) -> None:
         self._store = store
-        self._writer = _Writer(path, busy_timeout=busy_timeout)
+        self._writer = self.writer_type(path, busy_timeout=busy_timeout)
         self._max_batch = max(1, max_batch)
         self._queue: asyncio.Queue[_Op | None] = asyncio.Queue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fencegate-sqlite-writer")

@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from bench import gateway
 from bench.cli import benchmarks, run_all
 from bench.section import Section
 
@@ -25,6 +26,13 @@ async def test_every_benchmark_produces_its_numbers() -> None:
     assert [s.name for s in sections] == names
     for section in sections:
         _check(section)
+    (gateway_section,) = [s for s in sections if s.name == "gateway"]
+    assert [r.name for r in gateway_section.results] == list(gateway.CASES)
+    assert [g.name for g in gateway_section.goals] == [
+        "SQLite: fenced group commit / naive durable server",
+        "SQLite: fence on / fence off",
+        "PostgreSQL: fence on / fence off",
+    ]
 
 
 def _check(section: Section) -> None:
