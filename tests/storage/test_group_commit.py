@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from storage import ObjectNotFound, SqlObjectStore, StaleTokenError, StorageUnavailable, migrate, open_engine
-from storage.batch import GroupCommitStore
+from storage.batch import INLINE_BYTES, GroupCommitStore
 
 
 @pytest.fixture
@@ -113,3 +113,18 @@ async def test_close_commits_what_is_queued_then_refuses(sql: SqlObjectStore, db
     assert [p.result().version for p in pending] == [1] * 5
     with pytest.raises(StorageUnavailable, match="shutting down"):
         await store.put("late", b"x", resource="c", token=1)
+
+
+async def test_a_batch_with_large_bodies_commits_in_the_writer_thread_with_the_same_results(
+    batching: GroupCommitStore,
+) -> None:
+    big = b"b" * (INLINE_BYTES + 1)  # too large to run on the loop: the whole batch goes to the thread
+    results = await asyncio.gather(
+        batching.put("small", b"s", resource="L", token=2),
+        batching.put("big", big, resource="L", token=3),
+        batching.put("stale", b"s", resource="L", token=1),
+        return_exceptions=True,
+    )
+    assert [type(r).__name__ for r in results] == ["ObjectMeta", "ObjectMeta", "StaleTokenError"]
+    assert (await batching.get("big", resource="L", token=None)).data == big
+    assert await batching.mark("L") == 3
