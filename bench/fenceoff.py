@@ -26,6 +26,7 @@ import gateway.contexts
 from gateway.cli import main
 from storage.batch import BatchWriter, GroupCommitStore
 from storage.errors import StaleTokenError
+from storage.protocols import ObjectMeta
 from storage.sql import SqlObjectStore
 
 
@@ -34,6 +35,11 @@ class UnfencedStore(SqlObjectStore):
 
     async def raise_mark_in(self, conn: AsyncConnection, resource: str, token: int) -> None:
         return None
+
+    async def fenced_put_in(
+        self, conn: AsyncConnection, key: str, data: bytes, *, resource: str, token: int
+    ) -> ObjectMeta:
+        return await self.put_in(conn, key, data, resource=resource, token=token)
 
 
 class UnfencedWriter(BatchWriter):
