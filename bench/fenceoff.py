@@ -24,10 +24,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 import gateway.contexts
 from gateway.cli import main
-from storage.batch import BatchWriter, GroupCommitStore
+from storage.batch import GroupCommitStore
 from storage.errors import StaleTokenError
 from storage.protocols import ObjectMeta
 from storage.sql import SqlObjectStore
+from storage.writer import BatchWriter
 
 
 class UnfencedStore(SqlObjectStore):

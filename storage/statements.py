@@ -3,7 +3,7 @@
 The fence is `INSERT ... ON CONFLICT (resource) DO UPDATE SET token =
 excluded.token WHERE fence.token <= excluded.token RETURNING token`: no row
 back means the mark is higher and the statement changed nothing. Both the
-async store (`sql.py`) and the SQLite group-commit writer (`batch.py`)
+async store (`sql.py`) and the SQLite group-commit writer (`writer.py`)
 run these same constructs, so the decision has one definition.
 """
 

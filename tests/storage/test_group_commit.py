@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from storage import ObjectNotFound, SqlObjectStore, StaleTokenError, StorageUnavailable, migrate, open_engine
-from storage.batch import INLINE_BYTES, GroupCommitStore
+from storage.batch import GroupCommitStore
+from storage.writer import INLINE_BYTES
 
 
 @pytest.fixture
