@@ -93,7 +93,12 @@ class GroupCommitStore:
             target=self._work, args=(loop,), name="fencegate-sqlite-writer", daemon=True
         )
         self._thread.start()
-        await self._in_thread(self._writer.open)
+        try:
+            await self._in_thread(self._writer.open)
+        except BaseException:
+            self._jobs.put(None)  # the thread ends; the caller never gets to aclose()
+            self._thread = None
+            raise
         self._running = True
 
     async def aclose(self) -> None:
@@ -147,8 +152,10 @@ class GroupCommitStore:
         return await op.future
 
     def _next_batch(self) -> None:
-        """Start the next batch, or go idle. Runs on the loop, straight after the previous batch settled:
-        callbacks rather than a task, so no loop iteration passes between a COMMIT and the next BEGIN."""
+        """Start the next batch, or go idle; on the loop, right after the previous batch settled.
+
+        Callbacks rather than a task: no loop iteration passes between a COMMIT's answer and the next BEGIN.
+        """
         if not self._pending:
             self._busy = False
             self._idle.set()
