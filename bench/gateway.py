@@ -3,8 +3,11 @@
 Cases: an in-memory aiohttp server (the HTTP ceiling), a naive durable
 SQLite server (one transaction per request, no fence), fencegate on SQLite
 with group commit and without (`--group-commit 0`), and on PostgreSQL with
-one and two replicas. Goal: fenced SQLite with group commit >= 3x the naive
-server in the same run. The gateway's resident memory after load is reported.
+one and two replicas; and the same gateway with the fence taken out
+(`bench.fenceoff`) on SQLite and on PostgreSQL, run right after its fenced
+twin. Goals: fenced SQLite with group commit >= 3x the naive server, and
+fence on >= 0.9x fence off on each backend, all in the same run. The
+gateway's resident memory after load is reported.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ CONNECTIONS = 32
 def _servers(case: str, env: BenchEnv, workdir: Path) -> Iterator[list[tuple[str, int]]]:
     log = workdir / f"{case.replace(' ', '_')}.log"
     serve = ["gateway.cli", "--log-level", "WARNING", "serve", "--data-dir", str(workdir / "gw")]
+    unfenced = ["bench.fenceoff", *serve[1:]]
     pg = ["--storage", env.cluster.postgres_dsn]
     with contextlib.ExitStack() as stack:
         if case == "in-memory aiohttp":
@@ -35,10 +39,14 @@ def _servers(case: str, env: BenchEnv, workdir: Path) -> Iterator[list[tuple[str
             specs = [["bench.baseline", "naive", "--db", str(workdir / "naive.db")]]
         elif case == "fencegate SQLite, group commit":
             specs = [serve]
+        elif case == "fencegate SQLite, fence off":
+            specs = [unfenced]
         elif case == "fencegate SQLite, --group-commit 0":
             specs = [[*serve, "--group-commit", "0"]]
         elif case == "fencegate PostgreSQL":
             specs = [[*serve, *pg]]
+        elif case == "fencegate PostgreSQL, fence off":
+            specs = [[*unfenced, *pg]]
         else:  # two replicas on one PostgreSQL
             specs = [[*serve, *pg], [*serve[:-1], str(workdir / "gw2"), *pg]]
         yield [stack.enter_context(http_server(argv, log)) for argv in specs]
@@ -48,8 +56,10 @@ CASES = (
     "in-memory aiohttp",
     "naive durable SQLite (no fence)",
     "fencegate SQLite, group commit",
+    "fencegate SQLite, fence off",
     "fencegate SQLite, --group-commit 0",
     "fencegate PostgreSQL",
+    "fencegate PostgreSQL, fence off",
     "fencegate PostgreSQL, 2 replicas",
 )
 
@@ -82,8 +92,16 @@ async def gateway(env: BenchEnv) -> Section:
     goals = [
         Goal("SQLite: fenced group commit / naive durable server",
              by["fencegate SQLite, group commit"] / naive, ">=", 3),
+        Goal("SQLite: fence on / fence off",
+             by["fencegate SQLite, group commit"] / max(by["fencegate SQLite, fence off"], 1e-9), ">=", 0.9),
+        Goal("PostgreSQL: fence on / fence off",
+             by["fencegate PostgreSQL"] / max(by["fencegate PostgreSQL, fence off"], 1e-9), ">=", 0.9),
     ]  # fmt: skip
-    extra = {f"RSS MiB after load: {case}": mib for case, mib in memory.items() if "fencegate" in case}
+    extra = {
+        f"RSS MiB after load: {case}": mib
+        for case, mib in memory.items()
+        if "fencegate" in case and "fence off" not in case
+    }
     extra |= {
         f"wrk socket errors (timeouts at the end of a run): {c}": n for c, n in socket_errors.items() if n
     }

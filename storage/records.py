@@ -1,6 +1,6 @@
 """The rows a fenced transaction writes beside its change: the audit entry and the idempotency record.
 
-Both store paths (`sql.py`, one transaction per request, and `batch.py`,
+Both store paths (`sql.py`, one transaction per request, and `writer.py`,
 SQLite group commit) build their parameters here and decide a retry here, so
 the two paths cannot drift apart:
 

@@ -3,7 +3,7 @@
 The fence is `INSERT ... ON CONFLICT (resource) DO UPDATE SET token =
 excluded.token WHERE fence.token <= excluded.token RETURNING token`: no row
 back means the mark is higher and the statement changed nothing. Both the
-async store (`sql.py`) and the SQLite group-commit writer (`batch.py`)
+async store (`sql.py`) and the SQLite group-commit writer (`writer.py`)
 run these same constructs, so the decision has one definition.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Executable, bindparam, delete, select
+from sqlalchemy import Executable, bindparam, delete, literal, select
 from sqlalchemy import insert as plain_insert
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -46,6 +46,8 @@ class Statements:
 
     fence_upsert: Executable
     mark_select: Executable
+    # PostgreSQL only: the fence upsert as a CTE and the object upsert selecting from it, one round trip.
+    fenced_object_upsert: Executable | None
     object_upsert: Executable
     object_delete: Executable
     object_select: Executable
@@ -69,19 +71,36 @@ class Statements:
         ).returning(Fence.token)
 
         columns = {name: getattr(StoredObject, name) for name in OBJECT_COLUMNS}
-        obj = insert(StoredObject).values(
-            {name: _param(name, column) for name, column in columns.items() if name != "version"}
-            | {"version": 1}
+        written = [name for name in OBJECT_COLUMNS if name != "version"]
+
+        def upsert_object(stmt: Any) -> Any:
+            return stmt.on_conflict_do_update(
+                index_elements=[StoredObject.key],
+                set_={name: stmt.excluded[name] for name in OBJECT_COLUMNS if name not in ("key", "version")}
+                | {"version": StoredObject.version + 1},
+            ).returning(*(getattr(StoredObject, name) for name in META_COLUMNS))
+
+        obj = upsert_object(
+            insert(StoredObject).values(
+                {name: _param(name, columns[name]) for name in written} | {"version": 1}
+            )
         )
-        obj = obj.on_conflict_do_update(
-            index_elements=[StoredObject.key],
-            set_={name: obj.excluded[name] for name in OBJECT_COLUMNS if name not in ("key", "version")}
-            | {"version": StoredObject.version + 1},
-        ).returning(*(getattr(StoredObject, name) for name in META_COLUMNS))
+        fenced_obj = None
+        if dialect == "postgresql":
+            # A data-modifying CTE: no row from the fence upsert (the mark is higher) means no row to
+            # write and nothing returned; the fence row stays locked until commit, as on its own.
+            passed = fence.cte("fence_passed")
+            row = select(
+                *(_param(name, columns[name]) for name in written), literal(1, StoredObject.version.type)
+            )
+            fenced_obj = upsert_object(
+                insert(StoredObject).from_select([*written, "version"], row.select_from(passed))
+            )
 
         return cls(
             fence_upsert=fence,
             mark_select=select(Fence.token).where(Fence.resource == _param("resource", Fence.resource)),
+            fenced_object_upsert=fenced_obj,
             object_upsert=obj,
             object_delete=delete(StoredObject)
             .where(StoredObject.key == _param("key", StoredObject.key))

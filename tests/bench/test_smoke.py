@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from bench import gateway
 from bench.cli import benchmarks, run_all
 from bench.contention import LOOP, PEERS, ROUNDS
 from bench.section import Section
@@ -27,6 +28,13 @@ async def test_every_benchmark_produces_its_numbers() -> None:
     for section in sections:
         _check(section)
     _check_contention(next(s for s in sections if s.name == "contention"))
+    (gateway_section,) = [s for s in sections if s.name == "gateway"]
+    assert [r.name for r in gateway_section.results] == list(gateway.CASES)
+    assert [g.name for g in gateway_section.goals] == [
+        "SQLite: fenced group commit / naive durable server",
+        "SQLite: fence on / fence off",
+        "PostgreSQL: fence on / fence off",
+    ]
 
 
 def _check(section: Section) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +17,8 @@ import pytest
 
 from storage import ObjectNotFound, SqlObjectStore, StaleTokenError, StorageUnavailable, migrate, open_engine
 from storage.batch import GroupCommitStore
+from storage.writer import INLINE_BYTES
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -113,3 +116,32 @@ async def test_close_commits_what_is_queued_then_refuses(sql: SqlObjectStore, db
     assert [p.result().version for p in pending] == [1] * 5
     with pytest.raises(StorageUnavailable, match="shutting down"):
         await store.put("late", b"x", resource="c", token=1)
+
+
+async def test_a_batch_with_large_bodies_commits_in_the_writer_thread_with_the_same_results(
+    batching: GroupCommitStore,
+) -> None:
+    big = b"b" * (INLINE_BYTES + 1)  # too large to run on the loop: the whole batch goes to the thread
+    results = await asyncio.gather(
+        batching.put("small", b"s", resource="L", token=2),
+        batching.put("big", big, resource="L", token=3),
+        batching.put("stale", b"s", resource="L", token=1),
+        return_exceptions=True,
+    )
+    assert [type(r).__name__ for r in results] == ["ObjectMeta", "ObjectMeta", "StaleTokenError"]
+    assert (await batching.get("big", resource="L", token=None)).data == big
+    assert await batching.mark("L") == 3
+
+
+async def test_a_store_that_cannot_open_its_file_fails_to_start_and_leaves_no_thread(
+    sql: SqlObjectStore, tmp_path: Path
+) -> None:
+    store = GroupCommitStore(sql, path=str(tmp_path / "no-such-dir" / "gc.db"))
+    with pytest.raises(sqlite3.OperationalError):
+        await store.start()
+    await eventually(
+        lambda: all(t.name != "fencegate-sqlite-writer" for t in threading.enumerate()),
+        what="the writer thread ending",
+    )
+    with pytest.raises(StorageUnavailable):
+        await store.put("k", b"x", resource="k", token=1)
