@@ -9,9 +9,12 @@ ratio would flatter the fence.
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
+import asyncpg
 import pytest
 from sqlalchemy import func, select
 
@@ -22,11 +25,21 @@ from storage.models import AuditEntry, StoredObject
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def storage_args(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
+async def storage_args(request: pytest.FixtureRequest) -> AsyncIterator[list[str]]:
     if request.param == "sqlite":
-        return []
+        yield []
+        return
+    # A database of its own: the accepted lower token is a fence violation by design, and the
+    # shared database's audit trail is verified whole by the storage tests.
     cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
-    return ["--storage", cluster.postgres_dsn]
+    name = f"fenceoff_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(cluster.postgres_dsn)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+        yield ["--storage", urlsplit(cluster.postgres_dsn)._replace(path=f"/{name}").geturl()]
+        await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    finally:
+        await admin.close()
 
 
 def _storage_url(args: list[str], data_dir: Path) -> str:
