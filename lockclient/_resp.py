@@ -29,7 +29,7 @@ import hashlib
 import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
@@ -286,8 +286,8 @@ class Link(asyncio.Protocol):
         self.gone = asyncio.Event()  # set once the connection is closed, whoever closed it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport, whatever its class: uvloop's implement the interface without subclassing.
+        self._transport = cast(asyncio.Transport, transport)
 
     def send(self, payload: bytes, reply: Reply[Any], convert: Convert[Any], fallback: bytes | None) -> None:
         assert self._transport is not None

@@ -15,9 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import uvloop
 from redis.asyncio import Redis
 
 from lab.cluster import ClusterSpec, LocalCluster
+from lockclient import Redlock
 from lockclient._nodes import Master
 from lockclient._quorum import fan_out
 from lockclient._resp import Connection, Endpoint, ServerError, pack
@@ -209,3 +211,15 @@ def test_endpoints_are_read_from_urls() -> None:
         host="h", tls=True, username="u", password="p@ss", db=2
     )
     assert Endpoint.from_url("unix:///run/redis.sock?db=1") == Endpoint(path="/run/redis.sock", db=1)
+
+
+def test_the_transport_runs_on_uvloop(urls: list[str], resource: str) -> None:
+    """uvloop's transports implement asyncio's interface without subclassing it: the lock must not care."""
+
+    async def lock_and_release() -> list[str]:
+        async with Redlock(urls) as locker:
+            lease = await locker.acquire(resource, blocking=False)
+            await locker.release(lease)
+            return [type(asyncio.get_running_loop()).__module__]
+
+    assert uvloop.run(lock_and_release()) == ["uvloop"]
