@@ -66,6 +66,8 @@ async def scaling(env: BenchEnv) -> Section:
              functools.partial(floor.raw_fan_out, env.redis_urls[:n]))
         for n in sorted({1, top})
     ]  # fmt: skip
+    cases.append(Case("scaling floor", f"2 raw PING round trips N={top}, first quorum",
+                      functools.partial(floor.raw_quorum_fan_out, env.redis_urls[:top])))  # fmt: skip
     results = await run_alternating(cases, runs=env.runs, ops=env.ops, progress=env.progress)
     by_name = {r.name: r for r in results}
 
@@ -75,7 +77,12 @@ async def scaling(env: BenchEnv) -> Section:
 
     goals = [Goal(f"p50 at N={top} / p50 at N=1", p50_ratio("fencegate"), "<=", 1.5)]
     # what the machine charges for more masters, whatever the client: read the goal against it
-    extra = {f"floor: raw sockets p50 at N={top} / p50 at N=1": p50_ratio("2 raw PING round trips")}
+    raw = by_name["2 raw PING round trips N=1"].percentile_ms(50)
+    first_quorum = by_name[f"2 raw PING round trips N={top}, first quorum"].percentile_ms(50)
+    extra = {
+        f"floor: raw sockets, every master, p50 at N={top} / p50 at N=1": p50_ratio("2 raw PING round trips"),
+        f"floor: raw sockets, first quorum, p50 at N={top} / p50 at N=1": first_quorum / raw if raw else 0.0,
+    }
     return Section("scaling", "acquire+release latency as masters are added", results, goals, extra)
 
 

@@ -101,6 +101,16 @@ def ratio(results: Sequence[Result], numerator: str, denominator: str) -> float:
     return by_name[numerator].median_rate / bottom if bottom else float("inf")
 
 
+def paired_ratio(numerator: Result, denominator: Result) -> float:
+    """The median over runs of numerator / denominator, each pair from the same run.
+
+    For cases whose runs swing together (the disk's fsync latency drifts from
+    one run to the next), pairing cancels the drift that a ratio of medians keeps.
+    """
+    pairs = [a / b for a, b in zip(numerator.rates, denominator.rates, strict=True) if b]
+    return statistics.median(pairs) if pairs else float("inf")
+
+
 def table(results: Sequence[Result]) -> str:
     """A plain-text table: one row per case, grouped as given."""
     header = f"{'group':<14} {'case':<40} {'median/s':>10} {'p50 ms':>8} {'p99 ms':>8}"
