@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -83,15 +82,16 @@ async def test_every_accepted_and_refused_request_is_audited_and_verify_prints_i
         assert resp.status == status, await resp.text()
     url = f"sqlite:///{(tmp_path / 'fencegate.db').resolve()}"
     engine = open_engine(url)
+    rows: list[tuple[object, ...]] = []
+
+    async def all_audited() -> bool:  # refusals are written in the background, a moment later
+        async with engine.connect() as conn:
+            stmt = select(AuditEntry.method, AuditEntry.token, AuditEntry.status, AuditEntry.outcome)
+            rows[:] = sorted((tuple(r) for r in (await conn.execute(stmt)).all()), key=repr)
+        return len(rows) >= len(sent)
+
     try:
-        deadline = time.monotonic() + AUDIT_DEADLINE
-        while True:  # refusals are written in the background, a fraction of a second later
-            async with engine.connect() as conn:
-                stmt = select(AuditEntry.method, AuditEntry.token, AuditEntry.status, AuditEntry.outcome)
-                rows = sorted((tuple(r) for r in (await conn.execute(stmt)).all()), key=repr)
-            if len(rows) == len(sent) or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(all_audited, within=AUDIT_DEADLINE, what=f"{len(sent)} audit entries")
     finally:
         await engine.dispose()
     assert rows == sorted(
