@@ -3,7 +3,7 @@
 `memory`: an aiohttp PUT handler that stores into a dict (the HTTP ceiling).
 `naive`: the same handler with one durable SQLite transaction per request
 (WAL, synchronous=FULL) and no fence: what a careful first version costs.
-Both listen on 127.0.0.1 on the port given.
+Both listen on 127.0.0.1 on the port given, on uvloop like the gateway.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+import uvloop
 from aiohttp import web
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS objects (key TEXT PRIMARY KEY, data BLOB NOT NULL)"
@@ -60,7 +61,9 @@ def main() -> None:
     parser.add_argument("--db", type=Path, default=Path("naive.db"), help="SQLite file for `naive`")
     args = parser.parse_args()
     app = memory_app() if args.kind == "memory" else naive_app(args.db)
-    web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
+    # the gateway's own default loop, so that the comparison is of the servers, not of their loops
+    loop = uvloop.new_event_loop()
+    web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None, loop=loop)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from gateway.errors import ConfigError
+from gateway.eventloop import EVENT_LOOPS
 from storage.batch import DEFAULT_MAX_BATCH
 
 ENV_PREFIX = "FENCEGATE_"
@@ -68,6 +69,9 @@ class Settings:
         default=DEFAULT_MAX_CLIENT_REQUESTS,
         metadata={"help": "requests one client may have in flight (then 429)"},
     )
+    event_loop: str = field(
+        default="uvloop", metadata={"help": "event loop: uvloop (faster under load) or asyncio"}
+    )
     group_commit: int = field(
         default=DEFAULT_MAX_BATCH,
         metadata={
@@ -78,6 +82,8 @@ class Settings:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is out of range; give 0..65535 (0 picks a free port)")
+        if self.event_loop not in EVENT_LOOPS:
+            raise ConfigError(f"event_loop {self.event_loop!r} is not one of {', '.join(EVENT_LOOPS)}")
         if self.group_commit < 0:
             raise ConfigError(f"group_commit {self.group_commit} is negative; give 0 (off) or a batch size")
         if self.max_body < 0:

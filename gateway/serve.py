@@ -26,6 +26,7 @@ from aiohttp import web
 from gateway.app import create_app
 from gateway.config import Settings, add_arguments, settings_from
 from gateway.errors import GatewayServerError
+from gateway.eventloop import runner
 from gateway.keys import AppKeys
 from lockclient import LockClientError, open_token_source
 from storage.errors import StorageError
@@ -60,7 +61,9 @@ async def _serve(settings: Settings) -> None:
         site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
         await site.start()
         for address in runner.addresses:
-            log.info("fencegate gateway listening on http://%s:%s", *address[:2])
+            host, port = address[:2]
+            kind = type(asyncio.get_running_loop()).__module__.split(".")[0]  # the running one
+            log.info("fencegate gateway listening on http://%s:%s (event loop: %s)", host, port, kind)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -80,7 +83,7 @@ async def _serve(settings: Settings) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_from(args, os.environ)
-        asyncio.run(_serve(settings))
+        runner(settings.event_loop)(_serve(settings))
     except (GatewayServerError, StorageError, LockClientError) as exc:
         print(f"fencegate serve: {exc}", file=sys.stderr)
         return 2

@@ -27,6 +27,7 @@ def test_defaults_are_an_embedded_sqlite_on_loopback() -> None:
         True,
     )
     assert settings.storage_url == f"sqlite:///{(Path('.state/gateway') / 'fencegate.db').resolve()}"
+    assert settings.event_loop == "uvloop"
 
 
 def test_environment_variables_have_the_flag_names() -> None:
@@ -57,7 +58,7 @@ def test_a_flag_wins_over_the_environment() -> None:
     ("argv", "message"),
     [(("--port", "70000"),  "out of range"), (("--port", "x"), "not a number"),
      (("--request-timeout", "0"), "positive"), (("--upstream", "ftp://x"), "http"),
-     (("--max-body", "-1"), "negative")],
+     (("--max-body", "-1"), "negative"), (("--event-loop", "trio"), "not one of uvloop, asyncio")],
 )  # fmt: skip
 def test_bad_values_are_refused_with_the_fix(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -133,3 +133,18 @@ async def test_two_replicas_on_one_postgres_never_accept_below_a_committed_token
         committed_before = [t for _, finished, t, _ in accepted if finished < started]
         assert token >= max(committed_before, default=0)
     assert marks == [max(t for *_, t, _ in accepted)] * 2
+
+
+@pytest.mark.parametrize("event_loop", ["uvloop", "asyncio"])
+async def test_serve_fences_on_the_event_loop_it_was_given(
+    start_gateway: Start, tmp_path: Path, event_loop: str
+) -> None:
+    gateway = start_gateway("--data-dir", str(tmp_path / "data"), "--event-loop", event_loop)
+    assert f"(event loop: {event_loop})" in gateway.log_path.read_text()
+    async with aiohttp.ClientSession() as session:
+        url = f"{gateway.url}/v1/objects/k"
+        async with session.put(url, data=b"new", headers={"Fencing-Token": "2"}) as fresh:
+            assert fresh.status == 201
+        async with session.put(url, data=b"old", headers={"Fencing-Token": "1"}) as stale:
+            assert stale.status == 409
+            assert (await stale.json())["highest"] == 2
