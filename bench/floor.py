@@ -6,12 +6,16 @@ so its p50 at N=7 over N=1 is what the machine itself charges for more
 masters (each redis-server must be scheduled to answer; on a 2-core machine
 seven servers share the cores). Waiting for every master is the floor of a
 client that does; waiting for the first quorum is fencegate's own floor.
+The same first-quorum round trips on asyncio's loop and transports, with no
+Redlock in them, are the floor of any asyncio client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import selectors
 import socket
+from typing import cast
 from urllib.parse import urlsplit
 
 from bench.runner import Op
@@ -64,6 +68,68 @@ class RawFanOut:
         self._selector.close()
         for sock in self._socks:
             sock.close()
+
+
+class _Pongs(asyncio.Protocol):
+    """One connection of `AsyncioFanOut`: counts its PONGs, tells the fan-out when its backlog is clear."""
+
+    def __init__(self, fan: AsyncioFanOut) -> None:
+        self.fan = fan
+        self.owed = 0  # PONGs sent for and not read yet
+        self.partial = 0  # bytes of a PONG that has not fully arrived
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        count, self.partial = divmod(self.partial + len(data), len(PONG))
+        self.owed -= count
+        if count and self.owed == 0:
+            self.fan.answered()
+
+
+class AsyncioFanOut:
+    """Two round trips of PING to every master on asyncio, each ending at the first quorum."""
+
+    def __init__(self, masters: int) -> None:
+        self.connections: list[_Pongs] = []  # one per master, added once connected
+        self._need = masters // 2 + 1
+        self._count = 0
+        self._done: asyncio.Future[None] | None = None
+
+    async def __call__(self) -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(2):  # acquire, then release
+            self._count = 0
+            self._done = loop.create_future()
+            for connection in self.connections:
+                assert connection.transport is not None
+                connection.owed += 1
+                connection.transport.write(PING)
+            await self._done
+
+    def answered(self) -> None:
+        self._count += 1
+        if self._done is not None and self._count >= self._need and not self._done.done():
+            self._done.set_result(None)
+
+    async def aclose(self) -> None:
+        for connection in self.connections:
+            if connection.transport is not None:
+                connection.transport.close()
+
+
+async def asyncio_quorum_fan_out(urls: list[str]) -> Op:
+    loop = asyncio.get_running_loop()
+    fan = AsyncioFanOut(len(urls))
+    for url in urls:
+        parts = urlsplit(url)
+        _, connection = await loop.create_connection(
+            lambda: _Pongs(fan), parts.hostname or "localhost", parts.port or 6379
+        )
+        fan.connections.append(connection)
+    return fan
 
 
 async def raw_fan_out(urls: list[str]) -> Op:

@@ -68,12 +68,17 @@ async def scaling(env: BenchEnv) -> Section:
     ]  # fmt: skip
     cases.append(Case("scaling floor", f"2 raw PING round trips N={top}, first quorum",
                       functools.partial(floor.raw_quorum_fan_out, env.redis_urls[:top])))  # fmt: skip
+    cases += [
+        Case("scaling floor", f"2 asyncio round trips N={n}, first quorum",
+             functools.partial(floor.asyncio_quorum_fan_out, env.redis_urls[:n]))
+        for n in sorted({1, top})
+    ]  # fmt: skip
     results = await run_alternating(cases, runs=env.runs, ops=env.ops, progress=env.progress)
     by_name = {r.name: r for r in results}
 
-    def p50_ratio(name: str) -> float:
-        bottom = by_name[f"{name} N=1"].percentile_ms(50)
-        return by_name[f"{name} N={top}"].percentile_ms(50) / bottom if bottom else 0.0
+    def p50_ratio(name: str, suffix: str = "") -> float:
+        bottom = by_name[f"{name} N=1{suffix}"].percentile_ms(50)
+        return by_name[f"{name} N={top}{suffix}"].percentile_ms(50) / bottom if bottom else 0.0
 
     goals = [Goal(f"p50 at N={top} / p50 at N=1", p50_ratio("fencegate"), "<=", 1.5)]
     # what the machine charges for more masters, whatever the client: read the goal against it
@@ -82,6 +87,9 @@ async def scaling(env: BenchEnv) -> Section:
     extra = {
         f"floor: raw sockets, every master, p50 at N={top} / p50 at N=1": p50_ratio("2 raw PING round trips"),
         f"floor: raw sockets, first quorum, p50 at N={top} / p50 at N=1": first_quorum / raw if raw else 0.0,
+        f"floor: asyncio, first quorum, p50 at N={top} / p50 at N=1": p50_ratio(
+            "2 asyncio round trips", suffix=", first quorum"
+        ),
     }
     return Section("scaling", "acquire+release latency as masters are added", results, goals, extra)
 
