@@ -3,7 +3,7 @@
 Why: under load the gateway is bound by the CPU of its one loop thread, where
 HTTP parsing and the group commit's statements share the time. uvloop's loop
 and transports are written in C and take less of it per request (in
-`fencegate bench` about 15% more fenced PUTs per second on SQLite).
+`fencegate bench` about 10-15% more fenced PUTs per second on SQLite).
 `--event-loop asyncio` keeps the standard loop: for a platform without
 uvloop, or to rule the loop out when debugging.
 """
