@@ -7,7 +7,9 @@ masters (each redis-server must be scheduled to answer; on a 2-core machine
 seven servers share the cores). Waiting for every master is the floor of a
 client that does; waiting for the first quorum is fencegate's own floor.
 The same first-quorum round trips on asyncio's loop and transports, with no
-Redlock in them, are the floor of any asyncio client.
+Redlock in them, are the floor of any asyncio client; with the lock's own
+commands in place of PING (SET NX PX, then the release script), the floor
+of an asyncio Redlock, the servers' own work per command included.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ import socket
 from typing import cast
 from urllib.parse import urlsplit
 
+import hiredis
+
 from bench.runner import Op
+from lockclient._resp import Script, pack
+from lockclient._scripts import RELEASE
 
 PING = b"*1\r\n$4\r\nPING\r\n"
 PONG = b"+PONG\r\n"
@@ -70,44 +76,50 @@ class RawFanOut:
             sock.close()
 
 
-class _Pongs(asyncio.Protocol):
-    """One connection of `AsyncioFanOut`: counts its PONGs, tells the fan-out when its backlog is clear."""
+class _Replies(asyncio.Protocol):
+    """One connection of `AsyncioFanOut`: counts its replies, tells the fan-out when its backlog is clear."""
 
     def __init__(self, fan: AsyncioFanOut) -> None:
         self.fan = fan
-        self.owed = 0  # PONGs sent for and not read yet
-        self.partial = 0  # bytes of a PONG that has not fully arrived
+        self.owed = 0  # replies sent for and not read yet
+        self.reader = hiredis.Reader()
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        count, self.partial = divmod(self.partial + len(data), len(PONG))
+        self.reader.feed(data)
+        count = 0
+        while self.reader.gets() is not False:
+            count += 1
         self.owed -= count
         if count and self.owed == 0:
             self.fan.answered()
 
 
 class AsyncioFanOut:
-    """Two round trips of PING to every master on asyncio, each ending at the first quorum."""
+    """Round trips to every master on asyncio, each ending at the first quorum: one per payload."""
 
-    def __init__(self, masters: int) -> None:
-        self.connections: list[_Pongs] = []  # one per master, added once connected
+    def __init__(self, masters: int, payloads: tuple[bytes, ...]) -> None:
+        self.connections: list[_Replies] = []  # one per master, added once connected
+        self.payloads = payloads
         self._need = masters // 2 + 1
         self._count = 0
         self._done: asyncio.Future[None] | None = None
 
     async def __call__(self) -> None:
-        loop = asyncio.get_running_loop()
-        for _ in range(2):  # acquire, then release
-            self._count = 0
-            self._done = loop.create_future()
-            for connection in self.connections:
-                assert connection.transport is not None
-                connection.owed += 1
-                connection.transport.write(PING)
-            await self._done
+        for payload in self.payloads:
+            await self.round_trip(payload)
+
+    async def round_trip(self, payload: bytes) -> None:
+        self._count = 0
+        self._done = asyncio.get_running_loop().create_future()
+        for connection in self.connections:
+            assert connection.transport is not None
+            connection.owed += 1
+            connection.transport.write(payload)
+        await self._done
 
     def answered(self) -> None:
         self._count += 1
@@ -120,15 +132,32 @@ class AsyncioFanOut:
                 connection.transport.close()
 
 
-async def asyncio_quorum_fan_out(urls: list[str]) -> Op:
+async def _asyncio_fan_out(urls: list[str], payloads: tuple[bytes, ...]) -> AsyncioFanOut:
     loop = asyncio.get_running_loop()
-    fan = AsyncioFanOut(len(urls))
+    fan = AsyncioFanOut(len(urls), payloads)
     for url in urls:
         parts = urlsplit(url)
         _, connection = await loop.create_connection(
-            lambda: _Pongs(fan), parts.hostname or "localhost", parts.port or 6379
+            lambda: _Replies(fan), parts.hostname or "localhost", parts.port or 6379
         )
         fan.connections.append(connection)
+    return fan
+
+
+async def asyncio_quorum_fan_out(urls: list[str]) -> Op:
+    """PING twice: what asyncio itself charges per master."""
+    return await _asyncio_fan_out(urls, (PING, PING))
+
+
+async def asyncio_lock_commands(urls: list[str], key: str) -> Op:
+    """The lock's own commands, SET NX PX and then the release script by SHA, with no Redlock around them:
+    what asyncio and the servers' work per command charge, before any client logic."""
+    value = "floor"
+    release = Script(RELEASE)
+    fan = await _asyncio_fan_out(
+        urls, (pack("SET", key, value, "NX", "PX", 10_000), release.evalsha(key, value, f"{key}:released"))
+    )
+    await fan.round_trip(pack("SCRIPT", "LOAD", release.source))
     return fan
 
 

@@ -73,6 +73,11 @@ async def scaling(env: BenchEnv) -> Section:
              functools.partial(floor.asyncio_quorum_fan_out, env.redis_urls[:n]))
         for n in sorted({1, top})
     ]  # fmt: skip
+    cases += [
+        Case("scaling floor", f"asyncio SET NX+release N={n}, first quorum",
+             functools.partial(floor.asyncio_lock_commands, env.redis_urls[:n], _key(f"floor{n}")))
+        for n in sorted({1, top})
+    ]  # fmt: skip
     results = await run_alternating(cases, runs=env.runs, ops=env.ops, progress=env.progress)
     by_name = {r.name: r for r in results}
 
@@ -89,6 +94,9 @@ async def scaling(env: BenchEnv) -> Section:
         f"floor: raw sockets, first quorum, p50 at N={top} / p50 at N=1": first_quorum / raw if raw else 0.0,
         f"floor: asyncio, first quorum, p50 at N={top} / p50 at N=1": p50_ratio(
             "2 asyncio round trips", suffix=", first quorum"
+        ),
+        f"floor: asyncio, the lock's commands, first quorum, p50 at N={top} / p50 at N=1": p50_ratio(
+            "asyncio SET NX+release", suffix=", first quorum"
         ),
     }
     return Section("scaling", "acquire+release latency as masters are added", results, goals, extra)
