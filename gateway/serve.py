@@ -60,12 +60,12 @@ async def _serve(settings: Settings) -> None:
     try:
         site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
         await site.start()
+        loop = asyncio.get_running_loop()
+        kind = type(loop).__module__.split(".")[0]  # the loop running, not the setting
         for address in runner.addresses:
             host, port = address[:2]
-            kind = type(asyncio.get_running_loop()).__module__.split(".")[0]  # the running one
             log.info("fencegate gateway listening on http://%s:%s (event loop: %s)", host, port, kind)
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
