@@ -51,6 +51,16 @@ class Metrics:
         self.marks = Gauge(
             "fencegate_marks", "resources with a high-water mark (updated on scrape)", registry=self.registry
         )
+        self._answered: dict[tuple[str, str, int], Counter] = {}
+
+    def answered(self, route: str, method: str, status: int) -> None:
+        """Count one answer. The labelled child is looked up once per combination, not per request:
+        `labels()` validates and locks, a cost every request would pay."""
+        child = self._answered.get((route, method, status))
+        if child is None:
+            child = self.requests.labels(route=route, method=method, status=str(status))
+            self._answered[(route, method, status)] = child
+        child.inc()
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""

@@ -118,11 +118,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             log.exception("unexpected failure on %s %s", request.method, request.path)
         response = _refused(request, exc)
     route = request.match_info.route.resource
-    request.app[AppKeys.metrics].requests.labels(
-        route=route.canonical if route is not None else "unmatched",
-        method=request.method,
-        status=str(response.status),
-    ).inc()
+    request.app[AppKeys.metrics].answered(
+        route.canonical if route is not None else "unmatched", request.method, response.status
+    )
     return response
 
 

@@ -1,0 +1,16 @@
+"""Answers are counted per route, method and status, each combination its own series."""
+
+from __future__ import annotations
+
+from gateway.metrics import Metrics
+
+
+def test_answers_are_counted_per_route_method_and_status() -> None:
+    metrics = Metrics()
+    for status in (201, 201, 409):
+        metrics.answered("/v1/objects/{key}", "PUT", status)
+    metrics.answered("unmatched", "GET", 404)
+    text = metrics.render().decode()
+    assert 'fencegate_requests_total{method="PUT",route="/v1/objects/{key}",status="201"} 2.0' in text
+    assert 'fencegate_requests_total{method="PUT",route="/v1/objects/{key}",status="409"} 1.0' in text
+    assert 'fencegate_requests_total{method="GET",route="unmatched",status="404"} 1.0' in text
