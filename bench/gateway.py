@@ -58,8 +58,8 @@ def _servers(case: str, env: BenchEnv, workdir: Path) -> Iterator[list[tuple[str
         yield [stack.enter_context(http_server(argv, log)) for argv in specs]
 
 
-NAIVE = "naive durable SQLite, fence+write (aiosqlite)"
-UNFENCED = "naive durable SQLite, no fence (one thread hop)"
+NAIVE = "naive SQLite: fence+write, aiosqlite"
+UNFENCED = "naive SQLite: no fence, one thread hop"
 CASES = (
     "in-memory aiohttp",
     NAIVE,
