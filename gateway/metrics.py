@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+# The method label takes these values and "other": the series stay bounded whatever a client sends
+# (aiohttp's C parser refuses unknown methods; its pure-Python fallback accepts any token).
+METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS", "PATCH"})
+
 # Fence checks are one short transaction: sub-millisecond on a warm SQLite,
 # up to an fsync or a network round trip; the tail is what matters.
 FENCE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -56,10 +60,11 @@ class Metrics:
     def answered(self, route: str, method: str, status: int) -> None:
         """Count one answer. The labelled child is looked up once per combination, not per request:
         `labels()` validates and locks, a cost every request would pay."""
-        child = self._answered.get((route, method, status))
+        key = (route, method if method in METHODS else "other", status)
+        child = self._answered.get(key)
         if child is None:
-            child = self.requests.labels(route=route, method=method, status=str(status))
-            self._answered[(route, method, status)] = child
+            child = self.requests.labels(route=route, method=key[1], status=str(status))
+            self._answered[key] = child
         child.inc()
 
     def render(self) -> bytes:

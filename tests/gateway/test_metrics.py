@@ -1,4 +1,5 @@
-"""Answers are counted per route, method and status, each combination its own series."""
+"""Answers are counted per route, method and status, each combination its own series, and the
+method label stays bounded whatever a client sends."""
 
 from __future__ import annotations
 
@@ -14,3 +15,12 @@ def test_answers_are_counted_per_route_method_and_status() -> None:
     assert 'fencegate_requests_total{method="PUT",route="/v1/objects/{key}",status="201"} 2.0' in text
     assert 'fencegate_requests_total{method="PUT",route="/v1/objects/{key}",status="409"} 1.0' in text
     assert 'fencegate_requests_total{method="GET",route="unmatched",status="404"} 1.0' in text
+
+
+def test_an_unknown_method_is_counted_as_other() -> None:
+    metrics = Metrics()
+    for method in ("FOOBAR1", "FOOBAR2"):
+        metrics.answered("unmatched", method, 405)
+    text = metrics.render().decode()
+    assert 'fencegate_requests_total{method="other",route="unmatched",status="405"} 2.0' in text
+    assert "FOOBAR" not in text
