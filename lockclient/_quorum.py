@@ -167,7 +167,12 @@ def _expire(tasks: list[asyncio.Task[T]]) -> None:
 
 
 def fan_out(
-    calls: Sequence[Awaitable[T]], per_node: float, *, need: int | None = None, errors_count: bool = True
+    calls: Sequence[Awaitable[T]],
+    per_node: float,
+    *,
+    need: int | None = None,
+    errors_count: bool = True,
+    shielded: bool = False,
 ) -> Awaitable[list[T | BaseException]]:
     """Wait for the calls concurrently, each for at most `per_node` seconds; errors are returned, not raised.
 
@@ -181,14 +186,20 @@ def fan_out(
     One node's error never cancels the others, whose answers still count
     toward the quorum. The masters' commands are replies already in flight:
     they are waited for as one `Batch`, a single future (no task and no
-    callback per node, and `asyncio.shield` needs no task for it). Anything
+    callback per node). Anything
     else is wrapped in a task and gathered. One timer ends whatever is still
     pending at the deadline (cheaper than a timeout scope per node); those
     nodes are reported as `TimeoutError`.
+
+    With `shielded`, the caller's cancellation stops only its wait: every
+    call still runs to its answer or its timeout (an undo must reach the
+    masters even if its caller is cancelled again).
     """
     if calls and all(isinstance(call, Reply) for call in calls):
-        return Batch(cast(Sequence[Reply[T]], calls), per_node, need=need, errors_count=errors_count).done
-    return _gather(calls, per_node)
+        replies = cast(Sequence[Reply[T]], calls)
+        return Batch(replies, per_node, need=need, errors_count=errors_count, shielded=shielded).done
+    gathered = _gather(calls, per_node)
+    return asyncio.shield(gathered) if shielded else gathered
 
 
 async def _gather(calls: Sequence[Awaitable[T]], per_node: float) -> list[T | BaseException]:

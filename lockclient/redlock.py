@@ -7,7 +7,7 @@ that may hold the value and, if blocking, wait for a release message (or a
 jittered pause) and try again with a new token.
 
 Failure semantics: nothing is granted without a quorum inside the validity
-window; a cancelled attempt undoes itself under `asyncio.shield`; a lease is
+window; a cancelled attempt undoes itself, shielded from a second cancellation; a lease is
 forgotten only after the release script has answered; a failed extension or
 watchdog renewal marks the lease lost at once and releases what is left.
 """
@@ -277,11 +277,9 @@ class Redlock(Generic[TokenT]):
         """
         if not masters:
             return []
-        return await asyncio.shield(
-            fan_out(
-                [m.release(key, value) for m in masters], self.settings.node_timeout,
-                need=need, errors_count=False,
-            )
+        return await fan_out(
+            [m.release(key, value) for m in masters], self.settings.node_timeout,
+            need=need, errors_count=False, shielded=True,
         )  # fmt: skip
 
     # -- releasing and extending ---------------------------------------------------

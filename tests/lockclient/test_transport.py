@@ -106,6 +106,29 @@ async def test_a_cancelled_request_keeps_its_place_and_its_reply_is_discarded(
         await connection.aclose()
 
 
+async def test_a_shielded_fan_out_still_sends_what_waited_for_its_connection(
+    urls: list[str], raw: list[Redis], resource: str
+) -> None:
+    """The undo's guarantee: a release whose caller is cancelled before the connection is open
+    still reaches the master; an ordinary fan-out drops it, as an abandoned request is never sent."""
+    kept = {}
+    for shielded in (True, False):
+        key = f"{resource}-{shielded}"
+        await raw[0].set(key, "mine")
+        master = Master(urls[0], connect_timeout=1.0)  # no connection yet: the release queues
+        try:
+            waiting = fan_out([master.release(key, "mine")], 1.0, shielded=shielded)
+            assert isinstance(waiting, asyncio.Future)
+            waiting.cancel()  # the caller is gone before the connection opened
+            [pong] = await fan_out([master.ping()], 1.0)  # sent after anything that was queued
+            assert pong is True
+            kept[shielded] = await raw[0].get(key)
+        finally:
+            await master.aclose()
+            await raw[0].delete(key)
+    assert kept == {True: None, False: b"mine"}
+
+
 async def test_requests_in_flight_when_a_timeout_drops_the_connection_fail_as_connection_errors(
     cluster_factory: Factory,
 ) -> None:
