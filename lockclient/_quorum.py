@@ -186,10 +186,9 @@ def fan_out(
     One node's error never cancels the others, whose answers still count
     toward the quorum. The masters' commands are replies already in flight:
     they are waited for as one `Batch`, a single future (no task and no
-    callback per node). Anything
-    else is wrapped in a task and gathered. One timer ends whatever is still
-    pending at the deadline (cheaper than a timeout scope per node); those
-    nodes are reported as `TimeoutError`.
+    callback per node). Anything else is wrapped in a task and gathered. One
+    timer ends whatever is still pending at the deadline (cheaper than a
+    timeout scope per node); those nodes are reported as `TimeoutError`.
 
     With `shielded`, the caller's cancellation stops only its wait: every
     call still runs to its answer or its timeout (an undo must reach the

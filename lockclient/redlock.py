@@ -7,9 +7,10 @@ that may hold the value and, if blocking, wait for a release message (or a
 jittered pause) and try again with a new token.
 
 Failure semantics: nothing is granted without a quorum inside the validity
-window; a cancelled attempt undoes itself, shielded from a second cancellation; a lease is
-forgotten only after the release script has answered; a failed extension or
-watchdog renewal marks the lease lost at once and releases what is left.
+window; a cancelled attempt undoes itself, shielded from a second
+cancellation; a lease is forgotten only after the release script has
+answered; a failed extension or watchdog renewal marks the lease lost at
+once and releases what is left.
 """
 
 from __future__ import annotations
