@@ -85,11 +85,21 @@ async def scaling(env: BenchEnv) -> Section:
         bottom = by_name[f"{name} N=1{suffix}"].percentile_ms(50)
         return by_name[f"{name} N={top}{suffix}"].percentile_ms(50) / bottom if bottom else 0.0
 
-    goals = [Goal(f"p50 at N={top} / p50 at N=1", p50_ratio("fencegate"), "<=", 1.5)]
     # what the machine charges for more masters, whatever the client: read the goal against it
     raw = by_name["2 raw PING round trips N=1"].percentile_ms(50)
     first_quorum = by_name[f"2 raw PING round trips N={top}, first quorum"].percentile_ms(50)
+    added = first_quorum - raw  # more masters with nothing but blocking sockets: the servers and the kernel
+    bound = 1.5
+    needed = added / (bound - 1)  # the p50 at N=1 below which no client can meet the bound here
+    ours = by_name["fencegate N=1"].percentile_ms(50)
+    note = (
+        f"even raw sockets take {added:.3f} ms more at N={top} than at N=1 on this machine, so the bound "
+        f"needs a p50 at N=1 of at least {needed:.3f} ms (fencegate's is {ours:.3f})"
+    )
+    goals = [Goal(f"p50 at N={top} / p50 at N=1", p50_ratio("fencegate"), "<=", bound, note)]
     extra = {
+        f"floor: raw sockets, first quorum, p50 at N={top} - p50 at N=1, ms": added,
+        f"the p50 at N=1 a client needs here for p50 at N={top} / p50 at N=1 <= {bound}, ms": needed,
         f"floor: raw sockets, every master, p50 at N={top} / p50 at N=1": p50_ratio("2 raw PING round trips"),
         f"floor: raw sockets, first quorum, p50 at N={top} / p50 at N=1": first_quorum / raw if raw else 0.0,
         f"floor: asyncio, first quorum, p50 at N={top} / p50 at N=1": p50_ratio(

@@ -9,12 +9,18 @@ from bench.runner import Result, table
 
 @dataclass(frozen=True)
 class Goal:
-    """A same-run ratio and the bound it should meet."""
+    """A same-run ratio and the bound it should meet.
+
+    `note` says, from the same run, what this machine allows: printed beside
+    a goal that is not met, so a reader can tell a slow client from a bound
+    the hardware sets.
+    """
 
     name: str
     value: float
     op: str  # ">=" or "<="
     bound: float
+    note: str = ""
 
     @property
     def met(self) -> bool:
@@ -22,7 +28,7 @@ class Goal:
 
     def as_dict(self) -> dict[str, object]:
         return {"goal": self.name, "value": round(self.value, 3), "op": self.op,
-                "bound": round(self.bound, 3), "met": self.met}  # fmt: skip
+                "bound": round(self.bound, 3), "met": self.met, "note": self.note}  # fmt: skip
 
 
 @dataclass
@@ -46,6 +52,6 @@ class Section:
         lines = [f"## {self.name}: {self.title}", table(self.results)]
         lines += [f"  {k}: {v:.3f}" for k, v in self.extra.items()]
         for g in self.goals:
-            mark = "met" if g.met else "NOT met"
+            mark = "met" if g.met else "NOT met" + (f": {g.note}" if g.note else "")
             lines.append(f"  goal {g.name}: {g.value:.2f} {g.op} {g.bound:.2f}  [{mark}]")
         return "\n".join(lines)
