@@ -90,7 +90,7 @@ async def scaling(env: BenchEnv) -> Section:
     first_quorum = by_name[f"2 raw PING round trips N={top}, first quorum"].percentile_ms(50)
     added = first_quorum - raw  # more masters with nothing but blocking sockets: the servers and the kernel
     bound = 1.5
-    needed = added / (bound - 1)  # the p50 at N=1 below which no client can meet the bound here
+    needed = added / (bound - 1)  # a client paying no more than raw sockets for them needs this p50 at N=1
     ours = by_name["fencegate N=1"].percentile_ms(50)
     note = (
         f"even raw sockets take {added:.3f} ms more at N={top} than at N=1 on this machine, so the bound "
