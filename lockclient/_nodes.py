@@ -1,4 +1,4 @@
-"""One Redis master as Redlock uses it: one pipelined connection and three commands.
+"""One Redis master as Redlock uses it: one pipelined connection, and the commands it is sent.
 
 Each master keeps one connection (`lockclient._resp`), reused by every attempt
 and every concurrent caller. There is no client-side retry: a retry would hide
@@ -6,8 +6,9 @@ a slow node inside the per-node timeout that `fan_out` enforces, and Redlock
 already retries whole attempts with a fresh value. A command abandoned at that
 timeout drops its connection; the next command opens a new one.
 
-Every command returns a future, not a coroutine: `fan_out` then waits on the
-masters' replies directly, with no task per node.
+A command is encoded once per fan-out (`Command`) and sent to every master;
+each send returns a `Reply`, not a coroutine, so `fan_out` waits on all of
+them as one batch, with no task or future per node.
 """
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ from __future__ import annotations
 import functools
 from urllib.parse import urlsplit
 
-from lockclient._resp import Connection, Endpoint, Link, Push, Reply, Script, open_link, pack
+from lockclient._resp import Command, Connection, Endpoint, Link, Push, Script, open_link, pack
 from lockclient._scripts import EXTEND, RELEASE
 from lockclient.errors import ConfigurationError
 
-__all__ = ["Master", "release_channel"]
+__all__ = ["PING", "Master", "extend", "release", "release_channel", "set_nx"]
 
 SCHEMES = ("redis", "rediss", "unix")
-PING = pack("PING")
 RELEASE_SCRIPT = Script(RELEASE)
 EXTEND_SCRIPT = Script(EXTEND)
 
@@ -47,23 +47,6 @@ def check_url(url: str) -> str:
     return url
 
 
-# One fan-out sends the same command to every master: encode it once for all of them.
-@functools.lru_cache(maxsize=16)
-def _set_nx(key: str, value: str, ttl_ms: int) -> bytes:
-    return pack("SET", key, value, "NX", "PX", ttl_ms)
-
-
-@functools.lru_cache(maxsize=16)
-def _release(key: str, value: str) -> tuple[bytes, bytes]:
-    channel = release_channel(key)
-    return RELEASE_SCRIPT.evalsha(key, value, channel), RELEASE_SCRIPT.eval(key, value, channel)
-
-
-@functools.lru_cache(maxsize=16)
-def _extend(key: str, value: str, ttl_ms: int) -> tuple[bytes, bytes]:
-    return EXTEND_SCRIPT.evalsha(key, value, ttl_ms), EXTEND_SCRIPT.eval(key, value, ttl_ms)
-
-
 def _is_ok(reply: object) -> bool:
     return reply == b"OK"
 
@@ -76,37 +59,42 @@ def _is_one(reply: object) -> bool:
     return reply == 1
 
 
-class Master:
-    """A Redis master; `url` names it in per-node reasons."""
+PING = Command(pack("PING"), _is_pong)
+
+
+# An attempt and its undo or release send the same command to every master, and a retry or a
+# watchdog often sends it again: encode each once.
+@functools.lru_cache(maxsize=16)
+def set_nx(key: str, value: str, ttl_ms: int) -> Command[bool]:
+    """`SET key value NX PX ttl`: True if the master granted the key."""
+    return Command(pack("SET", key, value, "NX", "PX", ttl_ms), _is_ok)
+
+
+@functools.lru_cache(maxsize=16)
+def release(key: str, value: str) -> Command[bool]:
+    """Compare-and-delete; True only if the key held `value` and is now gone."""
+    channel = release_channel(key)
+    return Command(
+        RELEASE_SCRIPT.evalsha(key, value, channel), _is_one, RELEASE_SCRIPT.eval(key, value, channel)
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def extend(key: str, value: str, ttl_ms: int) -> Command[bool]:
+    """Compare-and-pexpire; True only if the key held `value` and now lives `ttl_ms`."""
+    return Command(EXTEND_SCRIPT.evalsha(key, value, ttl_ms), _is_one, EXTEND_SCRIPT.eval(key, value, ttl_ms))
+
+
+class Master(Connection):
+    """A Redis master: its command connection, and subscriber connections on demand; `url` names it
+    in per-node reasons."""
 
     def __init__(self, url: str, *, connect_timeout: float) -> None:
-        self.url = check_url(url)
-        self.endpoint = Endpoint.from_url(url)
-        self.connection = Connection(self.endpoint, url, connect_timeout=connect_timeout)
-
-    def ping(self) -> Reply[bool]:
-        """Open the connection if it is not open, and check the master answers."""
-        return self.connection.call(PING, _is_pong)
-
-    def set_nx(self, key: str, value: str, ttl_ms: int) -> Reply[bool]:
-        """`SET key value NX PX ttl`: True if this master granted the key."""
-        return self.connection.call(_set_nx(key, value, ttl_ms), _is_ok)
-
-    def release(self, key: str, value: str) -> Reply[bool]:
-        """Compare-and-delete; True only if the key held `value` and is now gone."""
-        evalsha, fallback = _release(key, value)
-        return self.connection.call(evalsha, _is_one, fallback)
-
-    def extend(self, key: str, value: str, ttl_ms: int) -> Reply[bool]:
-        """Compare-and-pexpire; True only if the key held `value` and now lives `ttl_ms`."""
-        evalsha, fallback = _extend(key, value, ttl_ms)
-        return self.connection.call(evalsha, _is_one, fallback)
+        super().__init__(Endpoint.from_url(check_url(url)), url, connect_timeout=connect_timeout)
+        self.url = url
 
     async def subscriber(self, push: Push, *, timeout: float) -> Link:  # noqa: ASYNC109 - a handshake bound
         """A new connection of its own for pub/sub, every message passed to `push`."""
         link = await open_link(self.endpoint, self.url, timeout=timeout)
         link.push = push
         return link
-
-    async def aclose(self) -> None:
-        await self.connection.aclose()

@@ -27,9 +27,9 @@ import asyncio
 import collections
 import hashlib
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
@@ -37,7 +37,9 @@ import hiredis
 __all__ = [
     "PENDING",
     "Batch",
+    "Command",
     "Connection",
+    "Convert",
     "Endpoint",
     "Link",
     "Reply",
@@ -116,40 +118,91 @@ class Endpoint:
         return commands
 
 
-class Reply(asyncio.Future[T]):
-    """The answer to one request. `expire()` (the per-node timeout) drops the connection it was
-    written to; a plain `cancel()` (the caller was cancelled) keeps its place in the order: its
-    reply is read and discarded, and whatever the caller sends next runs after it."""
+@dataclass(frozen=True, slots=True)
+class Command(Generic[T]):
+    """One request as sent, encoded once (a fan-out sends the same one to every master), and how to
+    read its reply."""
 
-    link: Link | None = None
-    batch: Batch | None = None
-    index = 0
+    payload: bytes
+    convert: Convert[T]
+    fallback: bytes | None = None  # a script's EVAL, sent after a NOSCRIPT reply to its EVALSHA
 
-    def set_result(self, result: T) -> None:
-        super().set_result(result)
+
+class _NotYet:
+    """The outcome of a reply that has not been resolved."""
+
+    __slots__ = ()
+
+
+_NOT_YET: Any = _NotYet()
+
+
+class Reply(Generic[T]):
+    """The answer to one request, resolved once: handed to its fan-out's `Batch`, or to whoever awaits it.
+
+    Not a future: a fan-out reads its replies through the batch, so none
+    of them pays for a future of its own; one is made only if the reply is
+    awaited directly. `expire()` (the per-node timeout) drops the connection
+    it was written to; `cancel()` (the caller was cancelled) keeps its place
+    in the order: its reply is read and discarded, and whatever the caller
+    sends next runs after it.
+    """
+
+    __slots__ = ("_future", "batch", "convert", "fallback", "index", "link", "outcome")
+
+    def __init__(self, convert: Convert[T], fallback: bytes | None = None) -> None:
+        self.convert = convert
+        self.fallback = fallback  # the script's EVAL, sent after a NOSCRIPT reply
+        self.outcome: Any = _NOT_YET  # the converted reply, or the exception that ended the request
+        self.link: Link | None = None
+        self.batch: Batch | None = None
+        self.index = 0
+        self._future: asyncio.Future[T] | None = None
+
+    def done(self) -> bool:
+        return self.outcome is not _NOT_YET
+
+    def resolve(self, outcome: Any) -> bool:
+        """Settle with a value or an exception; False if it was settled already."""
+        if self.outcome is not _NOT_YET:
+            return False
+        self.outcome = outcome
         if self.batch is not None:
-            self.batch.deliver(self.index, result)
+            self.batch.deliver(self.index, outcome)
+        if self._future is not None and not self._future.done():
+            _settle(self._future, outcome)
+        return True
 
-    def set_exception(self, exception: type | BaseException) -> None:
-        super().set_exception(exception)
-        if self.batch is not None:
-            self.exception()  # retrieved here: the batch reports it
-            self.batch.deliver(self.index, exception)
-
-    def cancel(self, msg: Any | None = None) -> bool:
-        return self._stop(asyncio.CancelledError(), msg)
+    def cancel(self) -> bool:
+        return self.resolve(asyncio.CancelledError())
 
     def expire(self) -> None:
         """Give up at the per-node timeout: the server is slow or hung, so close the connection."""
-        if self._stop(TimeoutError()) and self.link is not None:
+        if self.resolve(TimeoutError()) and self.link is not None:
             self.link.drop("a request on it timed out")
 
-    def _stop(self, outcome: BaseException, msg: Any | None = None) -> bool:
-        if not super().cancel(msg):
-            return False
-        if self.batch is not None:
-            self.batch.deliver(self.index, outcome)
-        return True
+    def __await__(self) -> Generator[Any, None, T]:
+        future = self._future
+        if future is None:
+            future = self._future = asyncio.get_running_loop().create_future()
+            if self.outcome is not _NOT_YET:
+                _settle(future, self.outcome)
+            else:
+                future.add_done_callback(self._awaiter_gone)
+        return future.__await__()
+
+    def _awaiter_gone(self, future: asyncio.Future[T]) -> None:
+        if future.cancelled():  # the task awaiting it was cancelled
+            self.cancel()
+
+
+def _settle(future: asyncio.Future[Any], outcome: Any) -> None:
+    if isinstance(outcome, asyncio.CancelledError):
+        future.cancel()
+    elif isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 class _Done(asyncio.Future[list[Any]]):
@@ -218,8 +271,8 @@ class Batch:
         self.done.batch = self
         self.timer = loop.call_later(per_node, self._expire)
         for index, reply in enumerate(replies):
-            if reply.done():
-                self.deliver(index, _outcome(reply))
+            if reply.outcome is not _NOT_YET:
+                self.deliver(index, reply.outcome)
             else:
                 reply.batch, reply.index = self, index
         if not replies:
@@ -242,7 +295,7 @@ class Batch:
 
     def _expire(self) -> None:
         for reply in self.replies:
-            if not reply.done():
+            if reply.outcome is _NOT_YET:
                 reply.expire()
 
     def abandon(self) -> None:
@@ -264,21 +317,6 @@ class _Pending:
 PENDING: Any = _Pending()
 
 
-def _outcome(reply: Reply[Any]) -> Any:
-    if reply.cancelled():
-        return TimeoutError()
-    return reply.exception() or reply.result()
-
-
-class _Request:
-    __slots__ = ("convert", "fallback", "reply")
-
-    def __init__(self, reply: Reply[Any], convert: Convert[Any], fallback: bytes | None) -> None:
-        self.reply = reply
-        self.convert = convert
-        self.fallback = fallback
-
-
 class Link(asyncio.Protocol):
     """One open connection: requests in flight, matched to replies in order; or, with `push`,
     a subscriber connection whose every message goes to `push`."""
@@ -287,7 +325,7 @@ class Link(asyncio.Protocol):
         self.name = name
         self.push: Push | None = None
         self._reader = hiredis.Reader(replyError=ServerError)
-        self._inflight: collections.deque[_Request] = collections.deque()
+        self._inflight: collections.deque[Reply[Any]] = collections.deque()
         self._transport: asyncio.Transport | None = None
         self.open = True
         self.gone = asyncio.Event()  # set once the connection is closed, whoever closed it
@@ -296,10 +334,10 @@ class Link(asyncio.Protocol):
         # A stream transport, whatever its class: uvloop's implement the interface without subclassing.
         self._transport = cast(asyncio.Transport, transport)
 
-    def send(self, payload: bytes, reply: Reply[Any], convert: Convert[Any], fallback: bytes | None) -> None:
+    def send(self, payload: bytes, reply: Reply[Any]) -> None:
         assert self._transport is not None
         reply.link = self
-        self._inflight.append(_Request(reply, convert, fallback))
+        self._inflight.append(reply)
         self._transport.write(payload)
 
     def write(self, payload: bytes) -> None:
@@ -321,23 +359,25 @@ class Link(asyncio.Protocol):
             if self.push is not None:
                 self.push(reply)
             elif self._inflight:
-                self._answer(self._inflight.popleft(), reply)
+                request = self._inflight.popleft()
+                if request.outcome is not _NOT_YET:
+                    continue  # its caller was cancelled: the reply is read and dropped, so the order holds
+                if isinstance(reply, ServerError):
+                    self._failed(request, reply)
+                else:
+                    request.resolve(request.convert(reply))
             else:
                 self.drop("the server sent a reply nobody asked for")
                 return
 
-    def _answer(self, request: _Request, reply: Any) -> None:
-        future = request.reply
-        if future.done():
-            return  # its caller was cancelled: the reply is read and dropped, so the order holds
-        if isinstance(reply, ServerError):
-            if request.fallback is not None and str(reply).startswith("NOSCRIPT"):
-                # the server forgot the script (a restart): send its source, behind what is in flight
-                self.send(request.fallback, future, request.convert, None)
-            else:
-                future.set_exception(reply)
-            return
-        future.set_result(request.convert(reply))
+    def _failed(self, request: Reply[Any], error: ServerError) -> None:
+        fallback = request.fallback
+        if fallback is not None and str(error).startswith("NOSCRIPT"):
+            # the server forgot the script (a restart): send its source, behind what is in flight
+            request.fallback = None
+            self.send(fallback, request)
+        else:
+            request.resolve(error)
 
     def drop(self, why: str) -> None:
         """Close at once and fail every request still in flight (whether the server applied it is unknown)."""
@@ -349,9 +389,7 @@ class Link(asyncio.Protocol):
             self._transport.abort()
         error = ConnectionError(f"connection to {self.name} dropped: {why}")
         while self._inflight:
-            future = self._inflight.popleft().reply
-            if not future.done():
-                future.set_exception(error)
+            self._inflight.popleft().resolve(error)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.drop(f"lost ({exc})" if exc is not None else "closed by the server")
@@ -371,8 +409,8 @@ async def open_link(endpoint: Endpoint, name: str, *, timeout: float) -> Link:  
                 )
             try:
                 for command in endpoint.handshake():
-                    reply: Reply[Any] = Reply(loop=loop)
-                    link.send(command, reply, _same, None)
+                    reply: Reply[Any] = Reply(_same)
+                    link.send(command, reply)
                     await reply
             except BaseException:
                 link.drop("the handshake failed")
@@ -401,16 +439,16 @@ class Connection:
         self._connect_timeout = connect_timeout
         self._link: Link | None = None
         self._opening: asyncio.Task[None] | None = None
-        self._queued: list[tuple[bytes, Reply[Any], Convert[Any], bytes | None]] = []
+        self._queued: list[tuple[bytes, Reply[Any]]] = []
 
-    def call(self, payload: bytes, convert: Convert[T], fallback: bytes | None = None) -> Reply[T]:
-        """Send `payload` (pipelined); its reply, converted, resolves the returned future."""
-        reply: Reply[T] = Reply()
+    def send(self, command: Command[T]) -> Reply[T]:
+        """Send `command` (pipelined); its reply, converted, resolves the returned `Reply`."""
+        reply = Reply(command.convert, command.fallback)
         link = self._link
         if link is not None and link.open:
-            link.send(payload, reply, convert, fallback)
+            link.send(command.payload, reply)
             return reply
-        self._queued.append((payload, reply, convert, fallback))
+        self._queued.append((command.payload, reply))
         if self._opening is None:
             self._opening = asyncio.get_running_loop().create_task(self._open(), name=f"connect {self.name}")
         return reply
@@ -420,24 +458,23 @@ class Connection:
             link = await open_link(self.endpoint, self.name, timeout=self._connect_timeout)
         except ConnectionError as exc:
             queued, self._queued = self._queued, []
-            for _, reply, _, _ in queued:
-                if not reply.done():
-                    reply.set_exception(exc)
+            for _, reply in queued:
+                reply.resolve(exc)
             return
         finally:
             self._opening = None
         self._link = link
         queued, self._queued = self._queued, []
-        for payload, reply, convert, fallback in queued:
+        for payload, reply in queued:
             if not reply.done():
-                link.send(payload, reply, convert, fallback)
+                link.send(payload, reply)
 
     async def aclose(self) -> None:
         opening, self._opening = self._opening, None
         if opening is not None:
             opening.cancel()
             await asyncio.gather(opening, return_exceptions=True)
-        for _, reply, _, _ in self._queued:
+        for _, reply in self._queued:
             reply.cancel()
         self._queued = []
         if self._link is not None:

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from types import TracebackType
 from typing import Generic, cast, overload
 
+from lockclient import _nodes
 from lockclient._nodes import Master, release_channel
 from lockclient._notify import Notifier, Watch
 from lockclient._quorum import NodeAnswers, Refusal, drift, fan_out, quorum, tally, validity
@@ -238,8 +239,9 @@ class Redlock(Generic[TokenT]):
         # token than a holder that came and went meanwhile (the spin model's late-clock variant).
         start = drawn_at
         try:
+            command = _nodes.set_nx(key, value, ttl_ms)
             outcomes = await fan_out(
-                [m.set_nx(key, value, ttl_ms) for m in self._masters],
+                [m.send(command) for m in self._masters],
                 self.settings.node_timeout,
                 need=self.quorum,
             )
@@ -278,8 +280,9 @@ class Redlock(Generic[TokenT]):
         """
         if not masters:
             return []
+        command = _nodes.release(key, value)
         return await fan_out(
-            [m.release(key, value) for m in masters], self.settings.node_timeout,
+            [m.send(command) for m in masters], self.settings.node_timeout,
             need=need, errors_count=False, shielded=True,
         )  # fmt: skip
 
@@ -349,8 +352,9 @@ class Redlock(Generic[TokenT]):
                 token=lease.token,
             )
         start = self._clock()
+        command = _nodes.extend(lease.key, lease.value, _ms(ttl))
         outcomes = await fan_out(
-            [m.extend(lease.key, lease.value, _ms(ttl)) for m in self._masters],
+            [m.send(command) for m in self._masters],
             self.settings.node_timeout,
             need=self.quorum,
         )
@@ -458,7 +462,7 @@ class Redlock(Generic[TokenT]):
         not charged to the first attempt's per-node timeout. A master that does
         not answer is not an error here: every attempt tries it again.
         """
-        outcomes = await fan_out([m.ping() for m in self._masters], CONNECT_TIMEOUT)
+        outcomes = await fan_out([m.send(_nodes.PING) for m in self._masters], CONNECT_TIMEOUT)
         return dict(NodeAnswers(self._urls, outcomes, CONNECT_TIMEOUT))
 
     async def __aenter__(self) -> Redlock[TokenT]:

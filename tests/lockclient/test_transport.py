@@ -20,9 +20,9 @@ from redis.asyncio import Redis
 
 from lab.cluster import ClusterSpec, LocalCluster
 from lockclient import Redlock
-from lockclient._nodes import Master
+from lockclient._nodes import PING, Master, release, set_nx
 from lockclient._quorum import fan_out
-from lockclient._resp import Connection, Endpoint, ServerError, pack
+from lockclient._resp import Command, Connection, Endpoint, Reply, ServerError, pack
 from tests.lockclient.conftest import eventually
 
 Factory = Callable[[ClusterSpec], LocalCluster]
@@ -30,6 +30,11 @@ Factory = Callable[[ClusterSpec], LocalCluster]
 
 def _same(reply: Any) -> Any:
     return reply
+
+
+def _call(connection: Connection, *args: str) -> Reply[Any]:
+    """Any command, its reply as Redis sent it."""
+    return connection.send(Command(pack(*args), _same))
 
 
 async def one_master(cluster_factory: Factory) -> LocalCluster:
@@ -40,7 +45,7 @@ async def test_pipelined_replies_reach_their_own_requests(urls: list[str]) -> No
     connection = Connection(Endpoint.from_url(urls[0]), urls[0], connect_timeout=1.0)
     try:
         words = [f"echo-{i}" for i in range(300)]
-        replies = await asyncio.gather(*(connection.call(pack("ECHO", w), _same) for w in words))
+        replies = await asyncio.gather(*(_call(connection, "ECHO", w) for w in words))
         assert replies == [w.encode() for w in words]
     finally:
         await connection.aclose()
@@ -50,16 +55,16 @@ async def test_an_error_reply_fails_only_its_own_request(urls: list[str]) -> Non
     key = f"test-{uuid.uuid4().hex}"
     connection = Connection(Endpoint.from_url(urls[0]), urls[0], connect_timeout=1.0)
     try:
-        await connection.call(pack("SET", key, "a string"), _same)
+        await _call(connection, "SET", key, "a string")
         results = await asyncio.gather(
-            connection.call(pack("LPUSH", key, "x"), _same),
-            connection.call(pack("ECHO", "after"), _same),
+            _call(connection, "LPUSH", key, "x"),
+            _call(connection, "ECHO", "after"),
             return_exceptions=True,
         )
         assert isinstance(results[0], ServerError)
         assert "WRONGTYPE" in str(results[0])
         assert results[1] == b"after"
-        await connection.call(pack("DEL", key), _same)
+        await _call(connection, "DEL", key)
     finally:
         await connection.aclose()
 
@@ -71,16 +76,16 @@ async def test_a_timed_out_request_drops_its_connection_and_its_late_reply_is_ne
     url = cluster.redis_urls[0]
     connection = Connection(Endpoint.from_url(url), url, connect_timeout=1.0)
     try:
-        first_id = await connection.call(pack("CLIENT", "ID"), _same)
+        first_id = await _call(connection, "CLIENT", "ID")
         cluster.pause("redis-0")  # SIGSTOP: the request is written, no reply comes
         try:
-            [late] = await fan_out([connection.call(pack("ECHO", "late"), _same)], 0.1)
+            [late] = await fan_out([_call(connection, "ECHO", "late")], 0.1)
             assert isinstance(late, TimeoutError)
         finally:
             cluster.resume("redis-0")
         # the server now answers "late" on the old connection; the next request must get its own reply
-        assert await connection.call(pack("ECHO", "fresh"), _same) == b"fresh"
-        assert await connection.call(pack("CLIENT", "ID"), _same) != first_id  # a new connection
+        assert await _call(connection, "ECHO", "fresh") == b"fresh"
+        assert await _call(connection, "CLIENT", "ID") != first_id  # a new connection
     finally:
         await connection.aclose()
 
@@ -92,16 +97,16 @@ async def test_a_cancelled_request_keeps_its_place_and_its_reply_is_discarded(
     url = cluster.redis_urls[0]
     connection = Connection(Endpoint.from_url(url), url, connect_timeout=1.0)
     try:
-        first_id = await connection.call(pack("CLIENT", "ID"), _same)
+        first_id = await _call(connection, "CLIENT", "ID")
         cluster.pause("redis-0")
         try:
-            abandoned = connection.call(pack("ECHO", "abandoned"), _same)
+            abandoned = _call(connection, "ECHO", "abandoned")
             abandoned.cancel()  # the caller went away; the request is already written
-            after = connection.call(pack("ECHO", "after"), _same)
+            after = _call(connection, "ECHO", "after")
         finally:
             cluster.resume("redis-0")
         assert await after == b"after"  # the reply to "abandoned" was read and dropped, in order
-        assert await connection.call(pack("CLIENT", "ID"), _same) == first_id  # the same connection
+        assert await _call(connection, "CLIENT", "ID") == first_id  # the same connection
     finally:
         await connection.aclose()
 
@@ -117,10 +122,10 @@ async def test_a_shielded_fan_out_still_sends_what_waited_for_its_connection(
         await raw[0].set(key, "mine")
         master = Master(urls[0], connect_timeout=1.0)  # no connection yet: the release queues
         try:
-            waiting = fan_out([master.release(key, "mine")], 1.0, shielded=shielded)
+            waiting = fan_out([master.send(release(key, "mine"))], 1.0, shielded=shielded)
             assert isinstance(waiting, asyncio.Future)
             waiting.cancel()  # the caller is gone before the connection opened
-            [pong] = await fan_out([master.ping()], 1.0)  # sent after anything that was queued
+            [pong] = await fan_out([master.send(PING)], 1.0)  # sent after anything that was queued
             assert pong is True
             kept[shielded] = await raw[0].get(key)
         finally:
@@ -136,17 +141,17 @@ async def test_requests_in_flight_when_a_timeout_drops_the_connection_fail_as_co
     url = cluster.redis_urls[0]
     connection = Connection(Endpoint.from_url(url), url, connect_timeout=1.0)
     try:
-        await connection.call(pack("PING"), _same)
+        await _call(connection, "PING")
         cluster.pause("redis-0")
         try:
-            patient = connection.call(pack("ECHO", "patient"), _same)
-            [late] = await fan_out([connection.call(pack("ECHO", "late"), _same)], 0.1)
+            patient = _call(connection, "ECHO", "patient")
+            [late] = await fan_out([_call(connection, "ECHO", "late")], 0.1)
             assert isinstance(late, TimeoutError)
             with pytest.raises(ConnectionError, match="dropped"):
                 await patient  # it may or may not have been applied: the caller is told it failed
         finally:
             cluster.resume("redis-0")
-        assert await connection.call(pack("ECHO", "fresh"), _same) == b"fresh"
+        assert await _call(connection, "ECHO", "fresh") == b"fresh"
     finally:
         await connection.aclose()
 
@@ -156,18 +161,18 @@ async def test_the_connection_comes_back_after_a_server_restart(cluster_factory:
     url = cluster.redis_urls[0]
     master = Master(url, connect_timeout=1.0)
     try:
-        assert await master.ping()
+        assert await master.send(PING)
         await asyncio.to_thread(cluster.stop, "redis-0")
-        [down] = await fan_out([master.ping()], 1.0)
+        [down] = await fan_out([master.send(PING)], 1.0)
         assert isinstance(down, ConnectionError)  # refused, reported, not hung
         await asyncio.to_thread(cluster.restart, "redis-0")
 
         async def answers() -> bool:
-            [outcome] = await fan_out([master.ping()], 1.0)
+            [outcome] = await fan_out([master.send(PING)], 1.0)
             return outcome is True
 
         await eventually(answers)
-        assert await master.set_nx(f"test-{uuid.uuid4().hex}", "v", 10_000)
+        assert await master.send(set_nx(f"test-{uuid.uuid4().hex}", "v", 10_000))
     finally:
         await master.aclose()
 
@@ -178,15 +183,15 @@ async def test_scripts_are_sent_again_after_a_restart_without_persistence(cluste
     master = Master(url, connect_timeout=1.0)
     raw = Redis.from_url(url)
     try:
-        assert await master.set_nx("k", "mine", 10_000)
-        assert await master.release("k", "mine")  # the script is loaded now
+        assert await master.send(set_nx("k", "mine", 10_000))
+        assert await master.send(release("k", "mine"))  # the script is loaded now
         await asyncio.to_thread(cluster.stop, "redis-0")
         await asyncio.to_thread(cluster.restart, "redis-0")  # a new process: its script cache is empty
         await raw.set("k", "mine", px=10_000)
         await raw.config_resetstat()
 
         async def released() -> bool:
-            [outcome] = await fan_out([master.release("k", "mine")], 1.0)
+            [outcome] = await fan_out([master.send(release("k", "mine"))], 1.0)
             return outcome is True  # the first try after the restart may meet the closed connection
 
         await eventually(released)
@@ -195,7 +200,7 @@ async def test_scripts_are_sent_again_after_a_restart_without_persistence(cluste
         assert stats["cmdstat_evalsha"]["calls"] >= 1
         assert stats["cmdstat_evalsha"]["failed_calls"] >= 1  # NOSCRIPT
         assert stats["cmdstat_eval"]["calls"] == 1  # sent once, then served by SHA
-        assert await master.release("k", "mine") is False  # gone now; the script is known again, by SHA
+        assert await master.send(release("k", "mine")) is False  # gone now; the script is known again, by SHA
         assert (await raw.info("commandstats"))["cmdstat_eval"]["calls"] == 1
     finally:
         await raw.aclose()
@@ -212,14 +217,14 @@ async def test_the_url_logs_in_and_selects_its_database(cluster_factory: Factory
     try:
 
         async def answers() -> bool:
-            [outcome] = await fan_out([master.ping()], 1.0)
+            [outcome] = await fan_out([master.send(PING)], 1.0)
             return outcome is True
 
         await eventually(answers)
-        assert await master.set_nx("in-db-3", "v", 10_000)
+        assert await master.send(set_nx("in-db-3", "v", 10_000))
         assert await raw.get("in-db-3") == b"v"
         wrong = Master(f"redis://:wrong@127.0.0.1:{node.port}", connect_timeout=1.0)
-        [refused] = await fan_out([wrong.ping()], 1.0)
+        [refused] = await fan_out([wrong.send(PING)], 1.0)
         await wrong.aclose()
         assert isinstance(refused, ConnectionError)
         assert "WRONGPASS" in str(refused) or "invalid" in str(refused)
