@@ -13,6 +13,7 @@ from typing import Any
 
 from bench.env import BenchEnv, bench_env
 from bench.section import Section
+from lab.cluster import TERMINATED, until_terminated
 
 Benchmark = Callable[[BenchEnv], Awaitable[Section]]
 
@@ -78,10 +79,13 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("redis_lock").setLevel(logging.WARNING)  # it logs every acquire at INFO
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
-        sections = asyncio.run(run_all(names, quick=args.quick, quiet=args.json))
+        sections = asyncio.run(until_terminated(run_all(names, quick=args.quick, quiet=args.json)))
     except ImportError as exc:
         print(f"fencegate bench: {exc}: install the peers with `pip install -e '.[bench]'`", file=sys.stderr)
         return 2
+    except asyncio.CancelledError:
+        print("fencegate bench: stopped by SIGTERM; its servers were stopped", file=sys.stderr)
+        return TERMINATED
     if args.plot is not None:
         from bench.plot import plot_sections
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from lab.cluster import TERMINATED, until_terminated
 from lab.deployments import DESIGNS, MODES, Mode
 from lab.errors import LabError
 from lab.history import Meta
@@ -163,10 +164,13 @@ def _command(args: argparse.Namespace, scenarios: Sequence[str]) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fencegate-lab-"))
     started = time.monotonic()
     try:
-        runs, failures = asyncio.run(_run_all(specs, plan, workdir, sys.stderr))
+        runs, failures = asyncio.run(until_terminated(_run_all(specs, plan, workdir, sys.stderr)))
     except LabError as exc:
         print(f"fencegate lab: {exc}", file=sys.stderr)
         return 2
+    except asyncio.CancelledError:
+        print("fencegate lab: stopped by SIGTERM; its servers and clients were stopped", file=sys.stderr)
+        return TERMINATED
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,64 @@
+"""SIGTERM stops a lab run the way Ctrl-C does: every server and client process it started is gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from lab.cluster import TERMINATED
+from tests.waiting import eventually_sync
+
+
+def _children(pid: int) -> dict[int, str]:
+    """Each live child of `pid` and its start time (which tells it from a later process with its PID)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None and int(stat[1]) == pid:
+                found[int(entry)] = stat[19]
+    return found
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name: state, ppid, ..., start time at index 19; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _running(pid: int, started: str) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[19] == started and stat[0] != "Z"
+
+
+def test_sigterm_stops_a_lab_run_and_everything_it_started(tmp_path: Path) -> None:
+    err = tmp_path / "stderr"
+    argv = [sys.executable, "-m", "gateway.cli", "lab", "run", "--scenario", "none", "--ops", "200"]
+    with err.open("w") as stderr:
+        run = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        # the second run is under way, with its Redis masters and its client processes up
+        eventually_sync(lambda: "[2/3]" in err.read_text(), within=60, what="the second run")
+        eventually_sync(lambda: len(_children(run.pid)) >= 8, within=60, what="masters and clients")
+        started = _children(run.pid)
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == TERMINATED
+    finally:
+        if run.poll() is None:  # the test failed before the run ended: stop it the way under test
+            run.send_signal(signal.SIGTERM)
+            try:
+                run.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.wait()
+    assert "stopped by SIGTERM" in err.read_text()
+    eventually_sync(
+        lambda: not any(_running(pid, at) for pid, at in started.items()),
+        what="every process the run started to exit",
+    )
