@@ -1,3 +1,3 @@
 """Real servers for the suite come from the project's own cluster helper."""
 
-pytest_plugins = ["lab.cluster.fixtures"]
+pytest_plugins = ["tests.cluster_fixtures"]

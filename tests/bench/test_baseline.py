@@ -11,12 +11,15 @@ from pathlib import Path
 
 import aiohttp
 
-from bench.servers import http_server
+from fencegate.bench.servers import http_server
 
 
 async def test_naive_yardstick_refuses_a_stale_token_and_keeps_the_accepted_value(tmp_path: Path) -> None:
     db = tmp_path / "naive.db"
-    with http_server(["bench.baseline", "naive", "--db", str(db)], tmp_path / "naive.log") as (url, _pid):
+    with http_server(["fencegate.bench.baseline", "naive", "--db", str(db)], tmp_path / "naive.log") as (
+        url,
+        _pid,
+    ):
         async with aiohttp.ClientSession(url) as session:
             statuses = []
             for token, value in ((5, b"five"), (3, b"three"), (5, b"five again"), ("x", b"bad")):

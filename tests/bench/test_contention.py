@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
-from bench.contention import (
+from fencegate.bench.contention import (
     CLIENTS,
     ROUNDS,
     Round,

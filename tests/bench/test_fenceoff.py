@@ -18,8 +18,8 @@ import asyncpg
 import pytest
 from sqlalchemy import func, select
 
-from bench.servers import http_server
-from lab.cluster import LocalCluster
+from fencegate.bench.servers import http_server
+from fencegate.lab.cluster import LocalCluster
 from storage import open_engine
 from storage.models import AuditEntry, StoredObject
 
@@ -51,7 +51,15 @@ async def test_fence_off_accepts_a_lower_token_keeps_no_mark_and_still_audits(
 ) -> None:
     key = f"fenceoff-{uuid.uuid4().hex[:12]}"
     data_dir = tmp_path / "gw"
-    argv = ["bench.fenceoff", "--log-level", "WARNING", "serve", "--data-dir", str(data_dir), *storage_args]
+    argv = [
+        "fencegate.bench.fenceoff",
+        "--log-level",
+        "WARNING",
+        "serve",
+        "--data-dir",
+        str(data_dir),
+        *storage_args,
+    ]
     with http_server(argv, tmp_path / "fenceoff.log") as (url, _pid):
         async with aiohttp.ClientSession(url) as session:
             statuses = []

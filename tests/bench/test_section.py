@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.section import Goal, Section
+from fencegate.bench.section import Goal, Section
 
 
 def _rendered(goal: Goal) -> str:

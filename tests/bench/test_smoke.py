@@ -10,10 +10,10 @@ import math
 
 import pytest
 
-from bench import gateway
-from bench.cli import benchmarks, run_all
-from bench.contention import LOOP, PEERS, ROUNDS
-from bench.section import Section
+from fencegate.bench import gateway
+from fencegate.bench.cli import benchmarks, run_all
+from fencegate.bench.contention import LOOP, PEERS, ROUNDS
+from fencegate.bench.section import Section
 
 pytestmark = pytest.mark.filterwarnings(
     # aioredlock's bundled aioredis 1.x predates Python 3.11's asyncio changes

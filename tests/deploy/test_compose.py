@@ -4,7 +4,7 @@ The file must parse, validate against the compose specification's JSON schema
 (vendored here, see SCHEMA_SOURCE), pin every image to an exact version,
 give every long-running service a health check, and configure the gateways
 only with options the real `fencegate` CLI has. HAProxy's config must be the
-one `lab.cluster.topology.haproxy_config` renders, so compose and the native
+one `fencegate.lab.cluster.topology.haproxy_config` renders, so compose and the native
 topology balance the same way.
 """
 
@@ -24,9 +24,9 @@ import jsonschema
 import pytest
 import yaml
 
-from gateway.cli import build_parser
+from fencegate.cli import build_parser
+from fencegate.lab.cluster.topology import haproxy_binary, haproxy_config
 from gateway.config import ENV_PREFIX, Settings
-from lab.cluster.topology import haproxy_binary, haproxy_config
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"

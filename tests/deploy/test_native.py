@@ -18,14 +18,14 @@ import aiohttp
 import pytest
 import yaml
 
-from gateway.cli import main
-from lab.checker import check
-from lab.cluster import ClusterSpec, LocalCluster
-from lab.cluster.loadcheck import Ack, Ledger, drive, verify
-from lab.cluster.servers import HOST
-from lab.deployments import Mode
-from lab.scenarios import RunPlan
-from lab.session import LabSession, RunSpec, expected_safe
+from fencegate.cli import main
+from fencegate.lab.checker import check
+from fencegate.lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.cluster.loadcheck import Ack, Ledger, drive, verify
+from fencegate.lab.cluster.servers import HOST
+from fencegate.lab.deployments import Mode
+from fencegate.lab.scenarios import RunPlan
+from fencegate.lab.session import LabSession, RunSpec, expected_safe
 from lockclient import GatewayClient, Redlock, ZooKeeperTokens
 from tests.waiting import eventually
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import build_parser
-from lab.cluster import ClusterError, LocalCluster, Node
-from lab.cluster.topology import gateway_backends, haproxy_config
+from fencegate.cli import build_parser
+from fencegate.lab.cluster import ClusterError, LocalCluster, Node
+from fencegate.lab.cluster.topology import gateway_backends, haproxy_config
 
 
 def _node(name: str, kind: str, port: int) -> Node:
@@ -65,7 +65,7 @@ def test_a_load_balancer_without_gateways_is_refused_before_anything_starts(tmp_
 def test_cluster_up_and_down_by_cli_start_and_stop_gateways_and_haproxy_by_pid(tmp_path: Path) -> None:
     """The operator's path: `up` in one process, `down` in another, with nothing left running."""
     state = tmp_path / "deploy"
-    fencegate = [sys.executable, "-m", "gateway.cli", "--log-level", "WARNING", "cluster"]
+    fencegate = [sys.executable, "-m", "fencegate.cli", "--log-level", "WARNING", "cluster"]
     up = subprocess.run(
         [*fencegate, "up", "--redis", "1", "--gateways", "2", "--dir", str(state)],
         capture_output=True, text=True, check=False, timeout=120,

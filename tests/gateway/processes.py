@@ -30,7 +30,7 @@ class GatewayProcess:
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway.cli", "serve", "--port", "0", *self.args],
+                [sys.executable, "-m", "fencegate.cli", "serve", "--port", "0", *self.args],
                 stdout=log,
                 stderr=log,
                 env={**os.environ, **self.env},

@@ -16,8 +16,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.cli import main
-from lab.cluster import LocalCluster
+from fencegate.cli import main
+from fencegate.lab.cluster import LocalCluster
 from lockclient import open_token_source
 from lockclient.protocols import TokenSource
 from tests.gateway.processes import GatewayProcess

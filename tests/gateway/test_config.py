@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import build_parser
+from fencegate.cli import build_parser
 from gateway.config import Settings, add_arguments, settings_from
 from gateway.errors import ConfigError
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, select
 
-from gateway.cli import main
+from fencegate.cli import main
 from storage import migrate, open_engine
 from storage.models import AuditEntry
 from tests.gateway.conftest import AppClient, MakeClient

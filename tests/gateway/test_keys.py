@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from fencegate.cli import main
 from gateway import Settings
 from gateway.auth import ApiKey, ApiKeys, hash_secret
-from gateway.cli import main
 from gateway.errors import ConfigError, Unauthorized
 from tests.gateway.conftest import MakeClient
 from tests.waiting import eventually

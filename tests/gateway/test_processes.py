@@ -18,7 +18,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from lab.cluster import LocalCluster
+from fencegate.lab.cluster import LocalCluster
 from tests.gateway.processes import GatewayProcess
 from tests.waiting import eventually
 

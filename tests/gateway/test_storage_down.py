@@ -13,7 +13,7 @@ import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.waiting import eventually
 

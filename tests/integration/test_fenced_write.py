@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from fencegate.lab.cluster import LocalCluster
 from gateway import Settings, create_app
-from lab.cluster import LocalCluster
 from lockclient import GatewayClient, GatewayError, Redlock, SQLiteTokens, StaleToken
 from tests.lockclient.conftest import StepClock
 

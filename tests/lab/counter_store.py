@@ -14,8 +14,8 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from lab.errors import StoreError
-from lab.protocols import LeaseInfo, StoreReply
+from fencegate.lab.errors import StoreError
+from fencegate.lab.protocols import LeaseInfo, StoreReply
 
 # KEYS[1] counter / KEYS[2] seq / KEYS[3] mark / ARGV[1] token or -1 (unfenced) / ARGV[2] "read" or new value
 # returns {value or -1, seq}, seq 0 when refused

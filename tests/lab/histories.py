@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.history import Event, History, Meta
+from fencegate.lab.history import Event, History, Meta
 
 
 def acquire(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lab.checker import check
-from lab.errors import CheckerError
-from lab.history import Event, History, Meta
+from fencegate.lab.checker import check
+from fencegate.lab.errors import CheckerError
+from fencegate.lab.history import Event, History, Meta
 from tests.lab import histories
 from tests.lab.histories import acquire, op, release
 

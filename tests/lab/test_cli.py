@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
-from lab.history import Meta
+from fencegate.cli import main
+from fencegate.lab.history import Meta
 from tests.lab.histories import clean_run, paused_holder
 
 

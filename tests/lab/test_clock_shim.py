@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from lab.cluster import ClusterSpec, LocalCluster
-from lab.errors import FaultError
-from lab.faults.clock import ClockShift, build_shim
+from fencegate.lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.errors import FaultError
+from fencegate.lab.faults.clock import ClockShift, build_shim
 from tests.waiting import eventually
 
 

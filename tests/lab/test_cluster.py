@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.cluster import ClusterSpec, LocalCluster, MissingServerError
-from lab.cluster.servers import probe
+from fencegate.lab.cluster import ClusterSpec, LocalCluster, MissingServerError
+from fencegate.lab.cluster.servers import probe
 
 
 def _alive(pid: int | None) -> bool:
@@ -103,7 +103,7 @@ def test_missing_binary_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_cli_up_then_down_leaves_no_process(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    cli = [sys.executable, "-m", "gateway.cli", "cluster"]
+    cli = [sys.executable, "-m", "fencegate.cli", "cluster"]
     up = subprocess.run([*cli, "up", "--redis", "2", "--dir", str(state)],
                         capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
     endpoints = json.loads(up.stdout)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lab.deployments import INCR, GatewayDeployment, Mode
-from lab.errors import LabError
-from lab.session import RunSpec, expected_safe, one_node_note, plan_runs
+from fencegate.lab.deployments import INCR, GatewayDeployment, Mode
+from fencegate.lab.errors import LabError
+from fencegate.lab.session import RunSpec, expected_safe, one_node_note, plan_runs
 
 GATEWAY = ("127.0.0.1", 8099)
 NODES = [f"redis://127.0.0.1:{port}" for port in range(7001, 7006)]
@@ -22,10 +22,10 @@ def test_redis_only_takes_a_lease_without_a_token_and_writes_unfenced() -> None:
     chosen = deployment("redis-only", tokens=None)
     assert chosen.lock_nodes == 5
     lock = chosen.lock(NODES, tokens="redis://127.0.0.1:7009")
-    assert (lock.factory, lock.kwargs["tokens"]) == ("lab.leases:redlock", None)
+    assert (lock.factory, lock.kwargs["tokens"]) == ("fencegate.lab.leases:redlock", None)
     store = chosen.store(GATEWAY)
     assert (store.factory, store.kwargs["fenced"], store.kwargs["url"]) == (
-        "lab.gateway_store:counter",
+        "fencegate.lab.gateway_store:counter",
         False,
         "http://127.0.0.1:8099",
     )
@@ -41,12 +41,12 @@ def test_fenced_draws_tokens_from_the_source_and_the_incr_source_is_marked_unsaf
 
 def test_fence_only_takes_no_lock() -> None:
     lock = deployment("fence-only").lock(NODES, tokens="redis://127.0.0.1:7003")
-    assert lock == type(lock)("lab.leases:token_only", {"tokens": "sqlite:////tmp/t.db"})
+    assert lock == type(lock)("fencegate.lab.leases:token_only", {"tokens": "sqlite:////tmp/t.db"})
 
 
 @pytest.mark.parametrize(("design", "redis_only", "fenced"), [
-    ("single", "lab.locks:SingleLock", "lab.leases:tokened"),
-    ("setnx-getset", "lab.locks:SetnxGetsetLock", "lab.leases:tokened"),
+    ("single", "fencegate.lab.locks:SingleLock", "fencegate.lab.leases:tokened"),
+    ("setnx-getset", "fencegate.lab.locks:SetnxGetsetLock", "fencegate.lab.leases:tokened"),
 ])  # fmt: skip
 def test_the_lab_lock_designs_use_one_node(design: str, redis_only: str, fenced: str) -> None:
     assert deployment("redis-only", design, tokens=None).lock(NODES, tokens="").factory == redis_only

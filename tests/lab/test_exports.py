@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("package", ["lab", "lab.faults", "lab.scenarios"])
+@pytest.mark.parametrize("package", ["fencegate.lab", "fencegate.lab.faults", "fencegate.lab.scenarios"])
 def test_every_name_in_all_exists(package: str) -> None:
     module = importlib.import_module(package)
     assert len(set(module.__all__)) == len(module.__all__)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.errors import HistoryError
-from lab.history import Event, EventLog, History, Meta, read_events
+from fencegate.lab.errors import HistoryError
+from fencegate.lab.history import Event, EventLog, History, Meta, read_events
 
 META = Meta(scenario="pause", mode="redis-only", lock="single", seed=7, clients=2)
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 import redis.asyncio as aioredis
 
-from lab.cluster import ClusterSpec, LocalCluster
-from lab.locks import SetnxGetsetLock, SingleLock, lock_key
+from fencegate.lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.locks import SetnxGetsetLock, SingleLock, lock_key
 from lockclient.errors import LockNotAcquired
 from tests.waiting import eventually
 

@@ -9,10 +9,10 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import TimeoutError as RedisTimeout
 
-from lab.cluster import ClusterSpec, LocalCluster
-from lab.errors import FaultError
-from lab.faults.nodes import ReplicatedPair, crash_restart, paused
-from lab.locks import SingleLock
+from fencegate.lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.errors import FaultError
+from fencegate.lab.faults.nodes import ReplicatedPair, crash_restart, paused
+from fencegate.lab.locks import SingleLock
 
 
 async def test_a_paused_node_hangs_and_answers_again_after_the_block(

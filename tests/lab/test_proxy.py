@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from lab.errors import FaultError
-from lab.faults.proxy import DelayProxy
+from fencegate.lab.errors import FaultError
+from fencegate.lab.faults.proxy import DelayProxy
 
 
 class Echo:

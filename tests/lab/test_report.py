@@ -14,9 +14,9 @@ from xml.etree import ElementTree
 
 import pytest
 
-from lab.history import Event, History, Meta
-from lab.report import RunResult, summary, table, to_json, token_trail
-from lab.timeline import LEFT, RIGHT, SQUEEZE, WIDTH, Scale, write_html, write_svg
+from fencegate.lab.history import Event, History, Meta
+from fencegate.lab.report import RunResult, summary, table, to_json, token_trail
+from fencegate.lab.timeline import LEFT, RIGHT, SQUEEZE, WIDTH, Scale, write_html, write_svg
 from tests.lab.histories import clean_run, paused_holder
 from tests.lab.png import distinct_colours
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from lab.checker import check
-from lab.client import ClientConfig, Component
-from lab.cluster import LocalCluster
-from lab.errors import RunnerError
-from lab.history import Event, Meta
-from lab.runner import Checkpoint, ClientProcess, Runner
-from lab.workload import WorkloadSettings
+from fencegate.lab.checker import check
+from fencegate.lab.client import ClientConfig, Component
+from fencegate.lab.cluster import LocalCluster
+from fencegate.lab.errors import RunnerError
+from fencegate.lab.history import Event, Meta
+from fencegate.lab.runner import Checkpoint, ClientProcess, Runner
+from fencegate.lab.workload import WorkloadSettings
 from tests.lab.counter_store import RedisCounter
 
 STORE = "tests.lab.counter_store:RedisCounter"
@@ -33,7 +33,7 @@ def configs(
                 ttl=ttl,
                 checkpoints=frozenset(checkpoints.get(client, ())),
             ),
-            lock=Component("lab.locks:SingleLock", {"url": url}),
+            lock=Component("fencegate.lab.locks:SingleLock", {"url": url}),
             store=Component(STORE, {"url": url, "key": f"{name}:counter"}),
             events=str(tmp_path / f"{client}.jsonl"),
             seed=1,
@@ -117,7 +117,7 @@ async def test_a_crashing_client_is_reported_and_the_rest_are_killed(
     plans, _ = configs(tmp_path, url, {"c1": 1}, ttl=5.0, checkpoints={})
     broken = ClientConfig(
         settings=WorkloadSettings(client="c2", resource="x", ops=1, ttl=1.0),
-        lock=Component("lab.locks:NoSuchLock", {}),
+        lock=Component("fencegate.lab.locks:NoSuchLock", {}),
         store=Component(STORE, {"url": url, "key": "x"}),
         events=str(tmp_path / "c2.jsonl"),
         seed=1,

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from lab.checker import Verdict, check, lease_spans
-from lab.cluster import LocalCluster
-from lab.deployments import Mode
-from lab.history import History
-from lab.scenarios import RunPlan
-from lab.session import LabSession, RunSpec, expected_safe
+from fencegate.lab.checker import Verdict, check, lease_spans
+from fencegate.lab.cluster import LocalCluster
+from fencegate.lab.deployments import Mode
+from fencegate.lab.history import History
+from fencegate.lab.scenarios import RunPlan
+from fencegate.lab.session import LabSession, RunSpec, expected_safe
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.cluster import TERMINATED
+from fencegate.lab.cluster import TERMINATED
 from tests.waiting import eventually_sync
 
 
@@ -39,7 +39,7 @@ def _running(pid: int, started: str) -> bool:
 
 def test_sigterm_stops_a_lab_run_and_everything_it_started(tmp_path: Path) -> None:
     err = tmp_path / "stderr"
-    argv = [sys.executable, "-m", "gateway.cli", "lab", "run", "--scenario", "none", "--ops", "200"]
+    argv = [sys.executable, "-m", "fencegate.cli", "lab", "run", "--scenario", "none", "--ops", "200"]
     with err.open("w") as stderr:
         run = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
     try:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from lab.errors import StoreError
-from lab.history import EventLog, read_events
-from lab.protocols import LeaseInfo, StoreReply
-from lab.workload import Workload, WorkloadSettings
+from fencegate.lab.errors import StoreError
+from fencegate.lab.history import EventLog, read_events
+from fencegate.lab.protocols import LeaseInfo, StoreReply
+from fencegate.lab.workload import Workload, WorkloadSettings
 from lockclient.errors import LockNotAcquired
 
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from redis.asyncio import Redis
 
-from lab.cluster import LocalCluster
+from fencegate.lab.cluster import LocalCluster
 from tests.waiting import eventually
 
 __all__ = ["StepClock", "eventually", "values"]

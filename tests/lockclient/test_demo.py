@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from gateway.cli import main
+from fencegate.cli import main
 
 
 def test_demo_prints_a_fenced_lease_and_stops_its_servers(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from redis.asyncio import Redis
 
-from lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from lockclient import LockNotAcquired, Redlock, RetryPolicy
 from lockclient._nodes import release_channel
 from tests.lockclient.conftest import eventually, values

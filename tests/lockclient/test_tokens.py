@@ -11,7 +11,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from lockclient import (
     ConfigurationError,
     PostgresTokens,

@@ -18,7 +18,7 @@ import pytest
 import uvloop
 from redis.asyncio import Redis
 
-from lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from lockclient import Redlock
 from lockclient._nodes import PING, Master, release, set_nx
 from lockclient._quorum import fan_out

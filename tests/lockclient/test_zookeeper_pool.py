@@ -12,7 +12,7 @@ import asyncio
 import uuid
 from collections.abc import Callable
 
-from lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from lockclient import TokenSourceError, ZooKeeperTokens
 
 BLOCKED_CALLS = 12  # more than the default executor's workers on a 2-core machine (min(32, cpus + 4))

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from model.cli import Cache, add_check_arguments, run_checks
-from model.runner import CheckResult
+from fencegate.model.cli import Cache, add_check_arguments, run_checks
+from fencegate.model.runner import CheckResult
 
 # The first table of docs/model.md: every variant and property, 2 clients, 3 nodes.
 MAIN_ARGS = ["--variant", "all", "--clients", "2", "--nodes", "3"]

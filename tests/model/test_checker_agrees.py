@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lab.checker import check
-from lab.history import History
-from model.report import history_lines
-from model.runner import CheckResult
+from fencegate.lab.checker import check
+from fencegate.lab.history import History
+from fencegate.model.report import history_lines
+from fencegate.model.runner import CheckResult
 
 
 def _as_lab_history(result: CheckResult, tmp_path: Path) -> History:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
-from model.cli import exit_code
-from model.pan import PanReport
-from model.runner import CheckResult
-from model.variants import Sizes
+from fencegate.cli import main
+from fencegate.model.cli import exit_code
+from fencegate.model.pan import PanReport
+from fencegate.model.runner import CheckResult
+from fencegate.model.variants import Sizes
 
 
 def test_check_prints_json_with_a_verdict_per_variant(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from model.cli import Cache, quick, render_block
-from model.doc import block_args, regenerate
-from model.runner import CheckResult
+from fencegate.model.cli import Cache, quick, render_block
+from fencegate.model.doc import block_args, regenerate
+from fencegate.model.runner import CheckResult
 from tests.model.conftest import MAIN_ARGS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "model.md"

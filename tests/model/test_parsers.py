@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from model.errors import SearchError, TrailError
-from model.pan import parse_pan
-from model.trail import EVENT_KEYS, parse_replay
+from fencegate.model.errors import SearchError, TrailError
+from fencegate.model.pan import parse_pan
+from fencegate.model.trail import EVENT_KEYS, parse_replay
 
 SUMMARY = """\
 pan:1: assertion violated ((bad&1)==0) (at depth 77)
@@ -116,7 +116,7 @@ def test_replay_of_unrelated_output_is_refused() -> None:
 
 
 def test_the_package_exports_exactly_what_it_names() -> None:
-    import model
+    from fencegate import model
 
     assert sorted(model.__all__) == sorted(set(model.__all__))
     for name in model.__all__:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from model.cli import Cache, run_checks
-from model.runner import CheckResult
-from model.trail import EVENT_KEYS
-from model.variants import PROPERTIES
+from fencegate.model.cli import Cache, run_checks
+from fencegate.model.runner import CheckResult
+from fencegate.model.trail import EVENT_KEYS
+from fencegate.model.variants import PROPERTIES
 from tests.model.conftest import parse_check_args
 
 PROMISED = [name for name, p in PROPERTIES.items() if p.promised]

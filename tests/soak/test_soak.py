@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.soak.load import SoakConfig
-from tests.soak.run import soak
+from fencegate.soak.load import SoakConfig
+from fencegate.soak.run import soak
 
 SHORT = SoakConfig(duration=14.0, clients=4, resources=3, ttl=3.0, outage=1.5)
 

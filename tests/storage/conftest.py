@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.cluster import LocalCluster
+from fencegate.lab.cluster import LocalCluster
 from storage import SqlObjectStore, migrate, open_engine
 
 

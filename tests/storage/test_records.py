@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from lab.cluster import LocalCluster
+from fencegate.lab.cluster import LocalCluster
 from storage import ObjectNotFound, SqlObjectStore, StaleTokenError, migrate, open_engine
 from storage.batch import GroupCommitStore
 from storage.errors import IdempotencyKeyReused

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, update
 
-from lab.cluster import LocalCluster
+from fencegate.lab.cluster import LocalCluster
 from storage import SCHEMA_VERSION, SchemaError, migrate, open_engine
 from storage.models import SchemaVersion
 

@@ -1,0 +1,98 @@
+"""`fencegate bench`: every benchmark, one set of servers, same-run ratios."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from fencegate.bench.env import BenchEnv, bench_env
+from fencegate.bench.section import Section
+from fencegate.lab.cluster import TERMINATED, until_terminated
+
+Benchmark = Callable[[BenchEnv], Awaitable[Section]]
+
+
+def benchmarks() -> dict[str, Benchmark]:
+    """Name -> benchmark, in the order they run."""
+    from fencegate.bench.contention import contention
+    from fencegate.bench.e2e import e2e
+    from fencegate.bench.gateway import gateway
+    from fencegate.bench.leases import leases, scaling
+    from fencegate.bench.tokens import tokens
+
+    return {
+        "leases": leases,
+        "scaling": scaling,
+        "contention": contention,
+        "tokens": tokens,
+        "gateway": gateway,
+        "e2e": e2e,
+    }
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "bench",
+        help="benchmark fencegate against its peers, side by side in one run",
+        description=(
+            "Start 7 redis-server masters, ZooKeeper and PostgreSQL on loopback, run each "
+            "benchmark with fencegate and its peers alternately (several runs each), and "
+            "print medians, p50/p99 and same-run ratios against the goals. Peers come from "
+            "the `bench` extra: pip install -e '.[bench]'."
+        ),
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 short runs per case instead of 5 long ones (a smoke run, not a measurement)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(benchmarks()),
+        metavar="NAME",
+        help="run only this benchmark (repeatable): " + ", ".join(benchmarks()),
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    parser.add_argument("--plot", type=Path, metavar="DIR", help="write one PNG chart per benchmark to DIR")
+    parser.set_defaults(func=run)  # fmt: skip
+
+
+async def run_all(names: list[str], *, quick: bool, quiet: bool, smoke: bool = False) -> list[Section]:
+    chosen = benchmarks()
+    sections = []
+    async with bench_env(quick=quick, quiet=quiet, smoke=smoke) as env:
+        for name in names:
+            env.progress(f"== {name}")
+            sections.append(await chosen[name](env))
+    return sections
+
+
+def run(args: argparse.Namespace) -> int:
+    names = args.only or list(benchmarks())
+    logging.getLogger("redis_lock").setLevel(logging.WARNING)  # it logs every acquire at INFO
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        sections = asyncio.run(until_terminated(run_all(names, quick=args.quick, quiet=args.json)))
+    except ImportError as exc:
+        print(f"fencegate bench: {exc}: install the peers with `pip install -e '.[bench]'`", file=sys.stderr)
+        return 2
+    except asyncio.CancelledError:
+        print("fencegate bench: stopped by SIGTERM; its servers were stopped", file=sys.stderr)
+        return TERMINATED
+    if args.plot is not None:
+        from fencegate.bench.plot import plot_sections
+
+        for path in plot_sections(sections, args.plot):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps([s.as_dict() for s in sections], indent=2))
+    else:
+        print("\n\n".join(s.render() for s in sections))
+    return 0

@@ -1,0 +1,130 @@
+"""Fenced durable PUTs per second through `fencegate serve`, driven by wrk.
+
+Cases: an in-memory aiohttp server (the HTTP ceiling), a naive durable
+SQLite server (the fence and the write in one transaction per request, on
+aiosqlite: the group-commit goal's yardstick, as the goal names it) and a
+stricter one with less work (no fence, one thread hop per request), fencegate on SQLite
+with group commit and without (`--group-commit 0`), and on PostgreSQL with
+one and two replicas; and the same gateway with the fence taken out
+(`bench.fenceoff`) on SQLite and on PostgreSQL, run next to its fenced
+twin (odd runs go through the cases backwards). Goals: fenced SQLite with
+group commit >= 3x the naive server (and, reported beside it, the ratio to
+the stricter one), and fence on >= 0.9x fence off on each
+backend, each the median of the runs' own ratios. The gateway's resident
+memory after load is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from fencegate.bench.env import BenchEnv
+from fencegate.bench.runner import Result, paired_ratio
+from fencegate.bench.section import Goal, Section
+from fencegate.bench.servers import http_server, rss_mib
+from fencegate.bench.wrk import run_wrk
+
+CONNECTIONS = 32
+
+
+@contextlib.contextmanager
+def _servers(case: str, env: BenchEnv, workdir: Path) -> Iterator[list[tuple[str, int]]]:
+    log = workdir / f"{case.replace(' ', '_')}.log"
+    serve = ["fencegate.cli", "--log-level", "WARNING", "serve", "--data-dir", str(workdir / "gw")]
+    unfenced = ["fencegate.bench.fenceoff", *serve[1:]]
+    pg = ["--storage", env.cluster.postgres_dsn]
+    with contextlib.ExitStack() as stack:
+        if case == "in-memory aiohttp":
+            specs = [["fencegate.bench.baseline", "memory"]]
+        elif case == NAIVE:
+            specs = [["fencegate.bench.baseline", "naive", "--db", str(workdir / "naive.db")]]
+        elif case == UNFENCED:
+            specs = [["fencegate.bench.baseline", "unfenced", "--db", str(workdir / "naive.db")]]
+        elif case == "fencegate SQLite, group commit":
+            specs = [serve]
+        elif case == "fencegate SQLite, fence off":
+            specs = [unfenced]
+        elif case == "fencegate SQLite, --group-commit 0":
+            specs = [[*serve, "--group-commit", "0"]]
+        elif case == "fencegate PostgreSQL":
+            specs = [[*serve, *pg]]
+        elif case == "fencegate PostgreSQL, fence off":
+            specs = [[*unfenced, *pg]]
+        else:  # two replicas on one PostgreSQL
+            specs = [[*serve, *pg], [*serve[:-1], str(workdir / "gw2"), *pg]]
+        yield [stack.enter_context(http_server(argv, log)) for argv in specs]
+
+
+NAIVE = "naive SQLite: fence+write, aiosqlite"
+UNFENCED = "naive SQLite: no fence, one thread hop"
+CASES = (
+    "in-memory aiohttp",
+    NAIVE,
+    UNFENCED,
+    "fencegate SQLite, group commit",
+    "fencegate SQLite, fence off",
+    "fencegate SQLite, --group-commit 0",
+    "fencegate PostgreSQL",
+    "fencegate PostgreSQL, fence off",
+    "fencegate PostgreSQL, 2 replicas",
+)
+
+
+async def gateway(env: BenchEnv) -> Section:
+    results = {case: Result("gateway", case) for case in CASES}
+    memory: dict[str, float] = {}
+    socket_errors: dict[str, int] = {}
+    for run in range(env.runs):
+        # odd runs go backwards, so neither twin of a pair always runs first
+        for index, case in enumerate(CASES) if run % 2 == 0 else reversed(list(enumerate(CASES))):
+            env.progress(f"gateway: {case} run {run + 1}/{env.runs}")
+            workdir = env.workdir / f"gateway-{run}-{index}"
+            workdir.mkdir(parents=True, exist_ok=True)
+            with _servers(case, env, workdir) as servers:
+                outs = await asyncio.gather(*(
+                    asyncio.to_thread(run_wrk, url, seconds=env.seconds,
+                                      connections=CONNECTIONS // len(servers), workdir=workdir)
+                    for url, _ in servers
+                ))  # fmt: skip
+                memory[case] = max(rss_mib(pid) for _, pid in servers)
+            refused = sum(o.non_2xx for o in outs)
+            if refused:  # every request is a fresh token on its own key: none may be refused
+                log = "\n".join(p.read_text()[-1500:] for p in workdir.glob("*.log"))
+                raise RuntimeError(f"{case}: {refused} requests answered non-2xx:\n{log}")
+            socket_errors[case] = socket_errors.get(case, 0) + sum(o.errors for o in outs)
+            results[case].rates.append(sum(o.requests_per_s for o in outs))
+            results[case].latencies += [o.p50_ms / 1000 for o in outs]
+
+    def paired(numerator: str, denominator: str) -> float:
+        return paired_ratio(results[numerator], results[denominator])
+
+    # the HTTP stack alone, with no disk, against the naive server: what this machine's CPU and disk allow
+    ceiling = paired("in-memory aiohttp", NAIVE)
+    goals = [
+        Goal("SQLite: fenced group commit / naive durable server",
+             paired("fencegate SQLite, group commit", NAIVE), ">=", 3,
+             f"the HTTP ceiling (in-memory aiohttp, no disk) is {ceiling:.2f}x the naive server here"),
+        Goal("SQLite: fence on / fence off",
+             paired("fencegate SQLite, group commit", "fencegate SQLite, fence off"), ">=", 0.9),
+        Goal("PostgreSQL: fence on / fence off",
+             paired("fencegate PostgreSQL", "fencegate PostgreSQL, fence off"), ">=", 0.9),
+    ]  # fmt: skip
+    extra = {
+        "SQLite: the HTTP ceiling (in-memory aiohttp) / naive durable server": ceiling,
+        "SQLite: fenced group commit / the stricter naive server (no fence, one thread hop)": paired(
+            "fencegate SQLite, group commit", UNFENCED
+        ),
+    }
+    extra |= {
+        f"RSS MiB after load: {case}": mib
+        for case, mib in memory.items()
+        if "fencegate" in case and "fence off" not in case
+    }
+    extra |= {
+        f"wrk socket errors (timeouts at the end of a run): {c}": n for c, n in socket_errors.items() if n
+    }
+    return Section("gateway", f"durable PUT req/s, 64-byte bodies, wrk -c{CONNECTIONS} "
+                   "(p50/p99 over runs' p50)", list(results.values()), goals, extra)  # fmt: skip

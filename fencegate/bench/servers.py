@@ -1,0 +1,64 @@
+"""HTTP servers a benchmark starts as processes of its own, and stops by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from fencegate.lab.cluster.servers import free_port
+
+START_DEADLINE = 30.0
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextlib.contextmanager
+def http_server(
+    argv: Sequence[str], log: Path, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, int]]:
+    """Run `python -m ARGV --port P`; yield (url, pid) once it accepts; SIGTERM, then SIGKILL."""
+    port = free_port()
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", *argv, "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + START_DEADLINE
+        while not _listening(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{' '.join(argv)} did not start; see {log}:\n{log.read_text()[-1500:]}")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}", proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of `pid` in MiB (0 if it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0

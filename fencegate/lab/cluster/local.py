@@ -1,0 +1,447 @@
+"""A cluster of real servers on loopback, owned by one object.
+
+`LocalCluster` starts redis-server masters, ZooKeeper and PostgreSQL (and the
+deployment's gateway replicas behind HAProxy, see `topology`) on free
+ports, waits until each answers, and records every PID in `cluster.json` in
+its state dir. It stops exactly those PIDs (checking that each still runs the
+binary it started, so a recycled PID is never signalled) and removes the state.
+Single nodes can be stopped, paused (SIGSTOP), resumed, killed with SIGKILL and
+restarted on the same port: the lab's faults are built from these.
+
+Every server runs in its own session, so a signal reaches its whole process
+group (PostgreSQL's backends die with their postmaster).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from fencegate.lab.cluster.errors import ClusterError, ServerStartError
+from fencegate.lab.cluster.servers import (
+    HOST,
+    Node,
+    ZooKeeperPeer,
+    free_port,
+    postgres_node,
+    probe,
+    redis_node,
+    zookeeper_node,
+)
+from fencegate.lab.cluster.topology import HAPROXY_CFG, gateway_backends, gateway_node, haproxy_node
+
+STATE_FILE = "cluster.json"
+START_DEADLINE = 60.0  # a cold JVM on a loaded 2-core machine takes tens of seconds
+STOP_DEADLINE = 15.0
+POLL = 0.02
+START_ATTEMPTS = 3  # a free port can be taken between probe and bind
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What to start: N redis masters, optionally ZooKeeper and PostgreSQL, and gateways behind HAProxy."""
+
+    redis: int = 5
+    zookeeper: bool = False
+    zookeeper_ensemble: int = 0  # > 0: an ensemble of this many members instead of one standalone
+    postgres: bool = False
+    aof: bool = False
+    gateways: int = 0  # > 0: this many `fencegate serve` replicas behind one HAProxy, started last
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _runs(pid: int, binary: str) -> bool:
+    """True if `pid` is alive and still runs `binary` (guards against PID reuse)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    # redis-server rewrites its title to "path host:port", so compare the first word's name
+    first = cmdline[0].decode(errors="replace").split(" ")[0] if cmdline else ""
+    return _alive(pid) and os.path.basename(first) == os.path.basename(binary)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live descendant of `root`: PostgreSQL backends run in sessions of their own,
+    so a signal to the postmaster's group would miss them."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def _pg_user() -> str | None:
+    """initdb refuses root: when we are root, PostgreSQL runs as `postgres`."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError as exc:
+        raise ClusterError(
+            "running as root, PostgreSQL needs the `postgres` user: `apt-get install postgresql` creates it"
+        ) from exc
+    return "postgres"
+
+
+class LocalCluster:
+    """Real servers on loopback; one owner, one way out (`stop_all`)."""
+
+    def __init__(self, state_dir: Path | str | None = None) -> None:
+        self.dir = Path(state_dir or tempfile.mkdtemp(prefix="fencegate-cluster-")).resolve()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.nodes: dict[str, Node] = {}
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._extra_dirs: list[str] = []
+
+    # -- reading the cluster ------------------------------------------------
+
+    @property
+    def redis_urls(self) -> list[str]:
+        return [n.url for n in self.nodes.values() if n.kind == "redis"]
+
+    @property
+    def zookeeper(self) -> str:
+        """The ZooKeeper connect string: every member, comma-separated."""
+        self._one("zookeeper")
+        return ",".join(n.address for n in self.nodes.values() if n.kind == "zookeeper")
+
+    @property
+    def postgres_dsn(self) -> str:
+        return self._one("postgres").url
+
+    @property
+    def gateway_urls(self) -> list[str]:
+        return [n.url for n in self.nodes.values() if n.kind == "gateway"]
+
+    @property
+    def load_balancer(self) -> str:
+        """The URL clients use: HAProxy in front of every gateway replica."""
+        return self._one("haproxy").url
+
+    def _one(self, kind: str) -> Node:
+        for node in self.nodes.values():
+            if node.kind == kind:
+                return node
+        raise ClusterError(f"this cluster has no {kind}; start it with --{kind}")
+
+    def endpoints(self) -> dict[str, Any]:
+        """The JSON-able summary printed by `fencegate cluster up`."""
+        kinds = {n.kind for n in self.nodes.values()}
+        return {
+            "dir": str(self.dir),
+            "redis": self.redis_urls,
+            "zookeeper": self.zookeeper if "zookeeper" in kinds else None,
+            "postgres": self.postgres_dsn if "postgres" in kinds else None,
+            "gateways": self.gateway_urls,
+            "load_balancer": self.load_balancer if "haproxy" in kinds else None,
+            "pids": {name: node.pid for name, node in self.nodes.items()},
+        }
+
+    # -- starting -----------------------------------------------------------
+
+    def up(self, spec: ClusterSpec) -> LocalCluster:
+        """Start everything in `spec` at once, then wait for all of it."""
+        names = [self.add_redis(aof=spec.aof, wait=False).name for _ in range(spec.redis)]
+        if spec.zookeeper_ensemble:
+            names += [n.name for n in self.add_zookeeper_ensemble(spec.zookeeper_ensemble, wait=False)]
+        elif spec.zookeeper:
+            names.append(self.add_zookeeper(wait=False).name)
+        if spec.postgres:
+            names.append(self.add_postgres(wait=False).name)
+        for name in names:
+            self.wait_ready(name)
+        if spec.gateways:
+            self.add_gateways(spec.gateways)
+        return self
+
+    def add_redis(
+        self, *, aof: bool = False, args: tuple[str, ...] = (), env: dict[str, str] | None = None,
+        wait: bool = True,
+    ) -> Node:  # fmt: skip
+        """Start one more redis-server master (extra `args` and `env`, e.g. LD_PRELOAD)."""
+        name = self._name("redis")
+        node = redis_node(name, self._node_dir(name), aof=aof, args=args)
+        node.env = dict(env or {})
+        return self._launch(node, wait)
+
+    def add_zookeeper(self, *, wait: bool = True) -> Node:
+        name = self._name("zookeeper")
+        return self._launch(zookeeper_node(name, self._node_dir(name)), wait)
+
+    def add_zookeeper_ensemble(self, size: int = 3, *, wait: bool = True) -> list[Node]:
+        """Start `size` ZooKeeper members that form one quorum (ready once a leader is elected)."""
+        if size < 1:
+            raise ClusterError(f"a ZooKeeper ensemble needs at least 1 member, not {size}")
+        peers = tuple(ZooKeeperPeer(i + 1, free_port(), free_port()) for i in range(size))
+        nodes = []
+        for peer in peers:
+            name = self._name("zookeeper")
+            node = zookeeper_node(name, self._node_dir(name), peers=peers, myid=peer.myid)
+            self.nodes[name] = node  # recorded before the next member is named
+            nodes.append(node)
+        for node in nodes:
+            self._launch(node, wait=False)
+        if wait:
+            for node in nodes:
+                self.wait_ready(node.name)
+        return nodes
+
+    def add_postgres(self, *, wait: bool = True) -> Node:
+        name = self._name("postgres")
+        user = _pg_user()
+        if user is None:
+            data_dir = self._node_dir(name)
+        else:  # the postgres user must be able to reach its data dir
+            data_dir = Path(tempfile.mkdtemp(prefix="fencegate-pg-"))
+            self._extra_dirs.append(str(data_dir))
+            shutil.chown(data_dir, user, user)
+        return self._launch(postgres_node(name, data_dir, user=user), wait)
+
+    def add_gateways(self, count: int) -> list[Node]:
+        """`count` gateway replicas on this cluster's storage and tokens, then HAProxy in front."""
+        if count < 1:
+            raise ClusterError(f"the load balancer needs at least 1 gateway behind it, not {count}")
+        storage, tokens = gateway_backends(self.dir, self.nodes.values())
+        gateways = []
+        for _ in range(count):
+            name = self._name("gateway")
+            node = gateway_node(name, self._node_dir(name), storage=storage, tokens=tokens)
+            gateways.append(self._launch(node, wait=False))
+        for node in gateways:
+            self.wait_ready(node.name)
+        name = self._name("haproxy")
+        self._launch(haproxy_node(name, self._node_dir(name), gateways), wait=True)
+        return gateways
+
+    def _name(self, kind: str) -> str:
+        index = sum(1 for n in self.nodes.values() if n.kind == kind)
+        return f"{kind}-{index}"
+
+    def _node_dir(self, name: str) -> Path:
+        path = self.dir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _launch(self, node: Node, wait: bool) -> Node:
+        self.nodes[node.name] = node
+        self._spawn(node)
+        if wait:
+            self.wait_ready(node.name)
+        return node
+
+    def _spawn(self, node: Node) -> None:
+        with open(node.log, "ab") as log:
+            proc = subprocess.Popen(
+                node.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **node.env},
+                user=node.user,
+                group=node.user,
+                cwd=node.data_dir,
+            )
+        self._procs[node.name] = proc
+        node.pid = proc.pid
+        self._save()
+
+    def wait_ready(self, name: str, deadline: float = START_DEADLINE) -> None:
+        """Wait until `name` answers; on a lost port race, retry on a new port."""
+        node = self.nodes[name]
+        for attempt in range(START_ATTEMPTS):
+            end = time.monotonic() + deadline
+            while time.monotonic() < end:
+                if probe(node):
+                    return
+                proc = self._procs.get(name)
+                if proc is not None and proc.poll() is not None:
+                    break
+                time.sleep(POLL)
+            else:
+                raise ServerStartError(
+                    f"no answer on port {node.port} within {deadline:.0f}s", name=name, log=_tail(node.log)
+                )
+            log = _tail(node.log)
+            if "in use" not in log or attempt == START_ATTEMPTS - 1:
+                raise ServerStartError("exited during start", name=name, log=log)
+            self._respawn_on_new_port(node)
+
+    def _respawn_on_new_port(self, node: Node) -> None:
+        old = str(node.port)
+        node.port = free_port()
+        node.argv = [str(node.port) if arg == old else arg for arg in node.argv]
+        node.env = {key: str(node.port) if value == old else value for key, value in node.env.items()}
+        if node.kind == "zookeeper":
+            cfg = Path(node.data_dir) / "conf" / "zoo.cfg"
+            cfg.write_text(cfg.read_text().replace(f"clientPort={old}", f"clientPort={node.port}"))
+        if node.kind == "haproxy":
+            cfg = Path(node.data_dir) / HAPROXY_CFG
+            cfg.write_text(cfg.read_text().replace(f"bind {HOST}:{old}", f"bind {node.address}"))
+        self._spawn(node)
+
+    # -- faults -------------------------------------------------------------
+
+    def _signal(self, name: str, sig: signal.Signals) -> None:
+        node = self.nodes[name]
+        if node.pid is None or not _runs(node.pid, node.argv[0]):
+            raise ClusterError(f"{name} is not running")
+        for pid in [node.pid, *_descendants(node.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP the server and its children: it hangs, its sockets stay open (hung, not dead)."""
+        self._signal(name, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        self._signal(name, signal.SIGCONT)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the server and every process it started, no shutdown work: a crash."""
+        self._signal(name, signal.SIGKILL)
+        self._reap(name)
+
+    def stop(self, name: str) -> None:
+        """Orderly stop (SIGTERM; SIGINT for PostgreSQL's fast shutdown), SIGKILL past the deadline."""
+        node = self.nodes[name]
+        if node.pid is None or not _runs(node.pid, node.argv[0]):
+            node.pid = None
+            return
+        self._signal(name, signal.SIGCONT)  # a paused server cannot handle SIGTERM
+        os.killpg(node.pid, signal.SIGINT if node.kind == "postgres" else signal.SIGTERM)
+        if not self._wait_gone(node.pid, STOP_DEADLINE):
+            with contextlib.suppress(ClusterError):  # it may exit between the wait and the kill
+                self._signal(name, signal.SIGKILL)
+        self._reap(name)
+
+    def restart(self, name: str, *, env: dict[str, str] | None = None) -> Node:
+        """Start a stopped or killed node again on the same port and data dir."""
+        node = self.nodes[name]
+        if node.pid is not None and _alive(node.pid):
+            self.kill(name)
+        if env is not None:
+            node.env = dict(env)
+        self._spawn(node)
+        self.wait_ready(name)
+        return node
+
+    def is_running(self, name: str) -> bool:
+        node = self.nodes[name]
+        return node.pid is not None and _runs(node.pid, node.argv[0])
+
+    def _wait_gone(self, pid: int, deadline: float) -> bool:
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            proc = next((p for p in self._procs.values() if p.pid == pid), None)
+            if proc is not None:
+                proc.poll()
+            if not _alive(pid):
+                return True
+            time.sleep(POLL)
+        return False
+
+    def _reap(self, name: str) -> None:
+        node = self.nodes[name]
+        proc = self._procs.pop(name, None)
+        if proc is not None:
+            proc.wait(timeout=STOP_DEADLINE)
+        elif node.pid is not None:
+            self._wait_gone(node.pid, STOP_DEADLINE)
+        node.pid = None
+        self._save()
+
+    # -- stopping everything --------------------------------------------------
+
+    def stop_all(self, *, remove: bool = True) -> None:
+        """Stop every node this cluster started, then remove its state."""
+        for name in reversed(list(self.nodes)):
+            self.stop(name)
+        if remove:
+            for path in [*self._extra_dirs, str(self.dir)]:
+                shutil.rmtree(path, ignore_errors=True)
+
+    # -- the state file -------------------------------------------------------
+
+    def _save(self) -> None:
+        state = {"nodes": [asdict(n) for n in self.nodes.values()], "extra_dirs": self._extra_dirs}
+        tmp = self.dir / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.dir / STATE_FILE)
+
+    @classmethod
+    def attach(cls, state_dir: Path | str) -> LocalCluster:
+        """The cluster recorded in `state_dir` (started by another process)."""
+        path = Path(state_dir) / STATE_FILE
+        try:
+            state = json.loads(path.read_text())
+        except FileNotFoundError as exc:
+            raise ClusterError(f"no cluster state at {path}: start one with `fencegate cluster up`") from exc
+        cluster = cls(state_dir)
+        cluster.nodes = {n["name"]: Node(**n) for n in state["nodes"]}
+        cluster._extra_dirs = list(state.get("extra_dirs", []))
+        return cluster
+
+    # -- context managers -----------------------------------------------------
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, spec: ClusterSpec, state_dir: Path | str | None = None) -> Iterator[LocalCluster]:
+        """Start `spec`, yield the cluster, stop it whatever happened."""
+        cluster = cls(state_dir)
+        try:
+            yield cluster.up(spec)
+        finally:
+            cluster.stop_all()
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running_async(
+        cls, spec: ClusterSpec, state_dir: Path | str | None = None
+    ) -> AsyncIterator[LocalCluster]:
+        """`running` for asyncio code: starting and stopping happen off the event loop."""
+        import asyncio
+
+        cluster = cls(state_dir)
+        try:
+            yield await asyncio.to_thread(cluster.up, spec)
+        finally:
+            await asyncio.shield(asyncio.to_thread(cluster.stop_all))

@@ -1,0 +1,143 @@
+"""The lab's results for people and machines: the terminal table and the JSON document.
+
+One `RunResult` per (scenario, mode, lock, token source, seed): its history
+and the checker's verdict. `table()` prints one row per run, `summary()` one
+row per (scenario, mode, lock, token source) over all seeds, with how many seeds were unsafe (lost
+updates or interleaved leases: the safety verdict; the other columns explain
+it). `token_trail()` tells a token-regress run's tokens and what the fence
+let through. `to_json()` carries the same numbers and, unless asked not to, every
+history. The HTML report with the timelines lives in `lab.timeline`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from fencegate.lab.checker import Verdict, check, lease_spans
+from fencegate.lab.history import History
+
+COLUMNS = (
+    ("ops", "ops"),
+    ("acknowledged", "acked"),
+    ("lost_updates", "lost"),
+    ("interleaved_leases", "interleaved"),
+    ("refused", "refused"),
+    ("zombie_requests", "zombies"),
+    ("overlaps", "overlaps"),
+)
+JSON_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run: what was recorded and what the checker found."""
+
+    history: History
+    verdict: Verdict
+
+    @classmethod
+    def of(cls, history: History) -> RunResult:
+        return cls(history, check(history))
+
+
+def _grid(header: Sequence[str], rows: Sequence[Sequence[str]], names: int) -> str:
+    """Aligned columns: the first `names` left-aligned, the numbers right-aligned."""
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            h.ljust(w) if i < names else h.rjust(w)
+            for i, (h, w) in enumerate(zip(header, widths, strict=True))
+        )
+    ]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        cells = zip(row, widths, strict=True)
+        lines.append("  ".join(c.ljust(w) if i < names else c.rjust(w) for i, (c, w) in enumerate(cells)))
+    return "\n".join(lines)
+
+
+def table(runs: Sequence[RunResult]) -> str:
+    """One row per run: scenario, mode, lock, token source, seed, the checker's numbers, SAFE or UNSAFE."""
+    header = ["scenario", "mode", "lock", "tokens", "seed", *(label for _, label in COLUMNS), "verdict"]
+    rows = [
+        [
+            run.history.meta.scenario,
+            run.history.meta.mode,
+            run.history.meta.lock,
+            run.history.meta.tokens or "-",
+            str(run.history.meta.seed),
+            *(str(getattr(run.verdict, field)) for field, _ in COLUMNS),
+            "SAFE" if run.verdict.safe else "UNSAFE",
+        ]
+        for run in runs
+    ]
+    return _grid(header, rows, 4) if rows else "(no runs)"
+
+
+def summary(runs: Sequence[RunResult]) -> str:
+    """One row per (scenario, mode, lock, tokens): numbers summed over seeds, and unsafe seeds of all."""
+    groups: dict[tuple[str, str, str, str], list[RunResult]] = {}
+    for run in runs:
+        meta = run.history.meta
+        groups.setdefault((meta.scenario, meta.mode, meta.lock, meta.tokens or "-"), []).append(run)
+    header = ["scenario", "mode", "lock", "tokens", *(label for _, label in COLUMNS), "unsafe seeds"]
+    rows = []
+    for (scenario, mode, lock, tokens), members in groups.items():
+        sums = [str(sum(getattr(m.verdict, field) for m in members)) for field, _ in COLUMNS]
+        unsafe = sum(1 for m in members if not m.verdict.safe)
+        rows.append([scenario, mode, lock, tokens, *sums, f"{unsafe}/{len(members)}"])
+    return _grid(header, rows, 4) if rows else "(no runs)"
+
+
+def token_trail(run: RunResult) -> str:
+    """The tokens in the order their leases began, where they went back, and what the store did next.
+
+    For token-regress: a token source that goes back hands the next holder a
+    token the fence cannot tell from the old one, so the old holder's write is
+    accepted; one that does not go back gets it refused.
+    """
+    spans = sorted(lease_spans(run.history.events).values(), key=lambda span: span.start)
+    drawn = [f"{span.lease}={span.token}" for span in spans if span.token is not None]
+    back = [
+        f"{later.lease} drew {later.token} after {earlier.lease} drew {earlier.token}"
+        for earlier, later in itertools.pairwise(spans)
+        if earlier.token is not None and later.token is not None and later.token <= earlier.token
+    ]
+    writes = [
+        f"{e.lease} (token {e.token}) {'accepted' if e.outcome == 'ok' else e.outcome}"
+        + (" OUT OF TURN" if e.seq is not None and e.seq in run.verdict.interleaved else "")
+        for e in run.history.events
+        if e.kind == "write" and e.outcome in ("ok", "refused")
+    ]
+    meta = run.history.meta
+    return "\n".join(
+        [
+            f"{meta.scenario} ({meta.tokens or 'no'} tokens, seed {meta.seed}):",
+            f"  tokens by lease start: {', '.join(drawn) or '-'}",
+            f"  went back: {'; '.join(back) if back else 'never'}",
+            f"  writes at the store: {', '.join(writes) or '-'}",
+        ]
+    )
+
+
+def to_json(runs: Sequence[RunResult], *, histories: bool = True) -> dict[str, Any]:
+    """The same numbers as the table, per run, and each run's history unless `histories=False`."""
+    out = []
+    for run in runs:
+        verdict = asdict(run.verdict)
+        verdict["safe"] = run.verdict.safe
+        entry: dict[str, Any] = {"meta": asdict(run.history.meta), "verdict": verdict}
+        if histories:
+            entry["history"] = {
+                "initial": run.history.initial,
+                "final": run.history.final,
+                "events": [e.to_json() for e in run.history.events],
+            }
+        out.append(entry)
+    return {"fencegate_lab": JSON_VERSION, "runs": out}
+
+
+__all__ = ["COLUMNS", "RunResult", "summary", "table", "to_json", "token_trail"]

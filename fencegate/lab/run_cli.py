@@ -1,0 +1,249 @@
+"""`fencegate lab run`, `lab all` and `lab headline`: run the comparison on real processes and faults.
+
+Each command opens a `LabSession` (the gateway, and ZooKeeper or PostgreSQL
+only when their tokens are asked for), runs every (scenario, mode) with the
+same seed and fault schedule, shows progress on stderr, then prints the
+table (or `--json`: the numbers and the histories) and writes the HTML
+report. Exit status: 0 when every verdict is what the seed documents predict
+(a lease alone unsafe under the fault, a fence safe; see
+`lab.session.expected_safe`), 1 when one is not, 2 when a run could not be
+made (bad option, a server that did not start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from fencegate.lab.cluster import TERMINATED, until_terminated
+from fencegate.lab.deployments import DESIGNS, MODES, Mode
+from fencegate.lab.errors import LabError
+from fencegate.lab.history import Meta
+from fencegate.lab.report import RunResult, summary, table, to_json, token_trail
+from fencegate.lab.scenarios import SCENARIOS, RunPlan
+from fencegate.lab.session import TOKEN_KINDS, LabSession, RunSpec, expected_safe, one_node_note, plan_runs
+from fencegate.lab.timeline import write_html, write_svg
+
+HEADLINE = ("pause", "restart", "token-regress")
+ALL = tuple(name for name in SCENARIOS if name != "none")  # "none" is the fault-free baseline
+DEFAULT_REPORT = Path(".state/lab/report.html")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def _ttl(text: str) -> float:
+    value = float(text)
+    if not 0.2 <= value <= 30:
+        raise argparse.ArgumentTypeError(f"TTL {value} s: use 0.2..30 seconds (the lab waits TTLs out)")
+    return value
+
+
+def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
+    if modes:
+        parser.add_argument(
+            "--mode",
+            choices=[*MODES, "all"],
+            default="all",
+            help="redis-only: lease, no token check; fenced: lease + token through the fence; fence-only: "
+            "tokens, no lock; all (default): the three, same seed and fault schedule (token-regress always "
+            "runs fenced)",
+        )
+    parser.add_argument(
+        "--lock",
+        choices=[*DESIGNS, "all"],
+        default="redlock",
+        help="lock design: redlock (default, 5 masters), single (SET NX PX on one node), setnx-getset "
+        "(the SETNX page's timestamp pattern on one node), all: the three, one after another",
+    )
+    parser.add_argument(
+        "--tokens",
+        choices=TOKEN_KINDS,
+        default="sqlite",
+        help="token source of the fenced and fence-only modes: sqlite (default, embedded), zookeeper or "
+        "postgres (started for the run), incr (redis INCR, unsafe); token-regress always adds incr",
+    )
+    parser.add_argument(
+        "--clients", type=_positive, default=3, help="client processes per run (>= 2; default 3)"
+    )
+    parser.add_argument(
+        "--ops", type=_positive, default=3, help="increments each client attempts (default 3)"
+    )
+    parser.add_argument(
+        "--ttl",
+        type=_ttl,
+        default=1.0,
+        help="lease TTL in seconds (default 1; x3 where "
+        "the fault eats into the lease: clock-jump, restart, failover, token-regress)",
+    )
+    parser.add_argument("--seed", type=int, default=1, help="seed of the clients' jitter (default 1)")
+    parser.add_argument("--seeds", type=_positive, default=1, help="run seeds SEED..SEED+N-1 (default 1)")
+    parser.add_argument("--json", action="store_true", help="print the numbers and histories as JSON")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=DEFAULT_REPORT,
+        metavar="PATH",
+        help=f"HTML timeline report (default {DEFAULT_REPORT})",
+    )
+    parser.add_argument(
+        "--svg",
+        type=Path,
+        metavar="DIR",
+        help="also write each run's timeline as DIR/lab-SCENARIO-MODE.svg (for docs)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        metavar="DIR",
+        help="keep every run's files here (default: a temporary dir, removed)",
+    )
+
+
+def register(commands: Any) -> None:
+    run = commands.add_parser(
+        "run",
+        help="run one scenario in each mode and print the table",
+        description="Run one scenario on real processes and real faults, Redis-only vs fenced vs fence-only.",
+    )
+    run.add_argument(
+        "--scenario", required=True, choices=list(SCENARIOS), help="see `fencegate lab scenarios`"
+    )
+    _options(run, modes=True)
+    run.set_defaults(func=lambda args: _command(args, [args.scenario]))
+    every = commands.add_parser(
+        "all",
+        help="run every scenario in every mode (a few minutes)",
+        description="Run every scenario in every mode asked for, with one seed and fault schedule per seed.",
+    )
+    _options(every, modes=True)
+    every.set_defaults(func=lambda args: _command(args, list(ALL)))
+    headline = commands.add_parser(
+        "headline",
+        help="the headline comparison: pause, restart, token-regress in every mode",
+        description="pause, restart and token-regress, in every mode, on the embedded default (Redlock over "
+        "5 local redis masters, SQLite tokens, the gateway on SQLite). Exits 0 when redis-only is unsafe "
+        "and the fence safe, as the seed documents predict.",
+    )
+    _options(headline, modes=False)
+    headline.set_defaults(func=lambda args: _command(args, list(HEADLINE)), mode="all")
+
+
+def _command(args: argparse.Namespace, scenarios: Sequence[str]) -> int:
+    if args.clients < 2:
+        print(
+            "fencegate lab: every scenario needs a holder and a challenger: use --clients 2 or more",
+            file=sys.stderr,
+        )
+        return 2
+    modes: tuple[Mode, ...] = MODES if args.mode == "all" else (args.mode,)
+    seeds = range(args.seed, args.seed + args.seeds)
+    designs = DESIGNS if args.lock == "all" else (args.lock,)
+    specs = [
+        spec
+        for design in designs
+        for spec in plan_runs(scenarios, modes, design=design, tokens=args.tokens, seeds=seeds)
+    ]
+    plan = RunPlan(clients=args.clients, ops=args.ops, ttl=args.ttl)
+    for design in designs:
+        note = one_node_note(scenarios, design)
+        if note is not None:
+            print(f"note: {note}", file=sys.stderr)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fencegate-lab-"))
+    started = time.monotonic()
+    try:
+        runs, failures = asyncio.run(until_terminated(_run_all(specs, plan, workdir, sys.stderr)))
+    except LabError as exc:
+        print(f"fencegate lab: {exc}", file=sys.stderr)
+        return 2
+    except asyncio.CancelledError:
+        print("fencegate lab: stopped by SIGTERM; its servers and clients were stopped", file=sys.stderr)
+        return TERMINATED
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    _print(runs, args, time.monotonic() - started)
+    if failures:
+        return 2
+    return 0 if all(run.verdict.safe == expected_safe(run.history.meta) for run in runs) else 1
+
+
+async def _run_all(
+    specs: Sequence[RunSpec], plan: RunPlan, workdir: Path, out: TextIO
+) -> tuple[list[RunResult], int]:
+    kinds = {spec.tokens for spec in specs if spec.tokens is not None}
+    runs: list[RunResult] = []
+    failures = 0
+    async with LabSession.open(workdir, token_kinds=kinds) as session:
+        for number, spec in enumerate(specs, start=1):
+            count = f"{number:>{len(str(len(specs)))}}/{len(specs)}"
+            label = (
+                f"[{count}] {spec.scenario} {spec.mode} {spec.design} {spec.tokens or '-'} seed {spec.seed}"
+            )
+            print(f"{label} ...", file=out, end="", flush=True)
+            started = time.monotonic()
+            try:
+                result = RunResult.of(await session.run(spec, plan))
+            except LabError as exc:
+                failures += 1
+                print(f" FAILED ({exc})", file=out, flush=True)
+                continue
+            runs.append(result)
+            verdict = "SAFE" if result.verdict.safe else "UNSAFE"
+            hint = "as predicted" if result.verdict.safe == expected_safe(spec) else "NOT as predicted"
+            print(f" {verdict}, {hint} ({time.monotonic() - started:.1f}s)", file=out, flush=True)
+    return runs, failures
+
+
+def svg_name(meta: Meta) -> str:
+    """token-regress runs are told apart by their token source, the others by their mode."""
+    which = meta.tokens if meta.scenario == "token-regress" else meta.mode
+    lock = "" if meta.lock == "redlock" else f"-{meta.lock}"
+    return f"lab-{meta.scenario}-{which}{lock}.svg"
+
+
+def _print(runs: Sequence[RunResult], args: argparse.Namespace, elapsed: float) -> None:
+    report = write_html(runs, _parent(args.report)) if runs else None
+    if args.svg is not None:
+        args.svg.mkdir(parents=True, exist_ok=True)
+        for run in runs:
+            write_svg(run, args.svg / svg_name(run.history.meta))
+    where = sys.stderr if args.json else sys.stdout
+    if args.json:
+        document = to_json(runs)
+        for entry, run in zip(document["runs"], runs, strict=True):
+            entry["expected_safe"] = expected_safe(run.history.meta)
+        print(json.dumps(document, indent=2))
+    else:
+        print(table(runs))
+        for run in runs:
+            if run.history.meta.scenario == "token-regress" and run.history.meta.seed == args.seed:
+                print()
+                print(token_trail(run))
+        if args.seeds > 1:
+            print()
+            print(summary(runs))
+    predicted = sum(1 for run in runs if run.verdict.safe == expected_safe(run.history.meta))
+    print(f"{predicted}/{len(runs)} verdicts as the seed documents predict; {elapsed:.0f}s", file=where)
+    if report is not None:
+        print(f"report: {report.resolve()}", file=where)
+
+
+def _parent(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+__all__ = ["ALL", "HEADLINE", "register", "svg_name"]

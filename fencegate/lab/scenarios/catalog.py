@@ -1,0 +1,134 @@
+"""The scenarios of DESIGN.md, each built as the seed documents describe it.
+
+Each hook runs at one of the holder's checkpoints; the holder waits there
+until the hook returns. `Stage.work_on_slowly` keeps the holder inside its own
+lease, so whatever goes wrong is the lock's fault, not the holder's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fencegate.lab.faults.nodes import crash_restart
+from fencegate.lab.runner import Checkpoint, ClientProcess
+from fencegate.lab.scenarios.stage import Scenario, Stage
+
+HOLD_LONG = 3600.0  # the delayed write is held until the challenger has written, then let through
+JUMP_TTLS = 10  # a clock jump of this many TTLs expires every key the node holds
+DOWN_TTLS = 1.5  # the delayed restart keeps the node out this many TTLs (longer than any lease it knew)
+
+
+class Pause(Scenario):
+    name = "pause"
+    summary = "the holder is SIGSTOPped after its read, past its TTL, and resumed once another client wrote"
+
+    async def after_read(self, stage: Stage, holder: ClientProcess, at: Checkpoint) -> None:
+        holder.stop()
+        stage.runner.note("pause", holder.name, "SIGSTOP (a stop-the-world pause)", lease=at.lease)
+        try:
+            await stage.challenger_wrote()
+        finally:
+            holder.cont()
+            stage.runner.note("resume", holder.name, "SIGCONT", lease=at.lease)
+
+
+class Delay(Scenario):
+    name = "delay"
+    summary = "the holder's write leaves in time, then sits in the network until another client wrote"
+    proxied = True
+
+    async def after_read(self, stage: Stage, holder: ClientProcess, at: Checkpoint) -> None:
+        proxy = stage.proxies[holder.name]
+        proxy.hold(HOLD_LONG)
+        stage.runner.note("fault", holder.name, "network holds the write", lease=at.lease)
+
+        async def deliver_late() -> None:
+            try:
+                await stage.challenger_wrote()
+            finally:
+                proxy.hold(0)
+                stage.runner.note("fault", holder.name, "held write delivered", lease=at.lease)
+
+        stage.runner.background(deliver_late())
+
+
+class ClockJump(Scenario):
+    name = "clock-jump"
+    summary = "the lock node's wall clock jumps forward past the TTL while the lease is held"
+    shifted = True
+    partitioned = True
+
+    async def after_read(self, stage: Stage, holder: ClientProcess, at: Checkpoint) -> None:
+        assert stage.shift is not None
+        stage.shift.jump(stage.ttl * JUMP_TTLS)
+        stage.runner.note(
+            "fault", holder.name, f"{stage.faulted} clock +{stage.ttl * JUMP_TTLS:g}s", lease=at.lease
+        )
+        await stage.work_on_slowly()
+
+
+class Restart(Scenario):
+    name = "restart"
+    summary = "the lock node crash-restarts without persistence while the lease is held"
+    partitioned = True
+
+    async def after_read(self, stage: Stage, holder: ClientProcess, at: Checkpoint) -> None:
+        await crash_restart(stage.cluster, stage.faulted)
+        stage.runner.note("fault", holder.name, f"{stage.faulted} restarted empty", lease=at.lease)
+        await stage.work_on_slowly()
+
+
+class TokenRegress(Restart):
+    name = "token-regress"
+    summary = "as restart, with a redis INCR token source on the restarted node: tokens go back"
+    tokens_on_lock_node = True
+    lone_challenger = True
+
+
+class RestartDelayed(Scenario):
+    name = "restart-delayed"
+    summary = "as restart, but the node stays down longer than the TTL (the Redlock page's fix)"
+    partitioned = True
+
+    async def after_read(self, stage: Stage, holder: ClientProcess, at: Checkpoint) -> None:
+        await asyncio.to_thread(stage.cluster.kill, stage.faulted)
+        stage.runner.note("fault", holder.name, f"{stage.faulted} killed", lease=at.lease)
+
+        async def come_back() -> None:
+            await asyncio.sleep(stage.ttl * DOWN_TTLS)  # the fault itself: the node stays out this long
+            await asyncio.to_thread(stage.cluster.restart, stage.faulted)
+            stage.runner.note("fault", holder.name, f"{stage.faulted} back, empty")
+
+        stage.runner.background(come_back())
+        await stage.work_on_slowly()
+
+
+class Failover(Scenario):
+    name = "failover"
+    summary = "the lock node's async replica misses the key; the master dies, the replica is promoted"
+    replicated = True
+    partitioned = True
+
+    async def before_acquire(self, stage: Stage, holder: ClientProcess) -> None:
+        assert stage.pair is not None
+        await stage.pair.lag()
+
+    async def after_acquire(self, stage: Stage, holder: ClientProcess, at: Checkpoint) -> None:
+        assert stage.pair is not None
+        await stage.pair.fail_over()
+        stage.runner.note("fault", holder.name, "master died, replica promoted", lease=at.lease)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(),
+        Pause(),
+        Delay(),
+        ClockJump(),
+        Restart(),
+        RestartDelayed(),
+        Failover(),
+        TokenRegress(),
+    )
+}

@@ -1,0 +1,196 @@
+"""A lab session: the servers a comparison needs, and its runs, one after another.
+
+`LabSession` starts what outlives one run: the gateway (`fencegate serve`,
+SQLite storage, the embedded default) and, only when asked for, ZooKeeper and
+PostgreSQL for their token sources. Each run (`RunSpec`) then gets its own
+redis nodes, proxies and client processes from `run_scenario`, a fresh
+counter key and resource on the shared gateway, and the same seed and fault
+schedule in every mode. Everything is stopped on the way out.
+
+`plan_runs` expands scenarios x modes into runs; `token-regress` always runs
+fenced, once with the redis INCR source on the restarting node and once with
+a source that does not go back (the one asked for, SQLite if that was INCR).
+`expected_safe` is the verdict the seed documents predict for a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from fencegate.lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.deployments import INCR, GatewayDeployment, Mode
+from fencegate.lab.errors import LabError
+from fencegate.lab.gateway_process import GatewayProcess, running
+from fencegate.lab.history import History, Meta
+from fencegate.lab.scenarios import SCENARIOS, RunPlan, run_scenario
+from fencegate.lab.scenarios.stage import PARTITION_NODES
+
+TOKEN_KINDS = ("sqlite", "zookeeper", "postgres", INCR)
+# Where the fault itself (a restart, a promotion, a jump, a partition) eats into the holder's lease, a
+# longer TTL keeps a loaded machine from closing the challenger's window; these never wait a TTL out.
+LONG_TTL = frozenset({"clock-jump", "restart", "failover", "token-regress"})
+LONG_TTL_FACTOR = 3.0
+REGRESS = "token-regress"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a comparison."""
+
+    scenario: str
+    mode: Mode
+    design: str
+    tokens: str | None  # one of TOKEN_KINDS; None in redis-only mode
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.scenario}-{self.mode}-{self.design}-{self.tokens or 'none'}-s{self.seed}"
+
+
+def plan_runs(
+    scenarios: Iterable[str], modes: Sequence[Mode], *, design: str, tokens: str, seeds: Iterable[int]
+) -> list[RunSpec]:
+    """Every run of a comparison, seed by seed, each scenario in every mode asked for."""
+    runs = []
+    for seed in seeds:
+        for scenario in scenarios:
+            if scenario not in SCENARIOS:
+                raise LabError(f"unknown scenario {scenario!r}: see `fencegate lab scenarios`")
+            if scenario == REGRESS:
+                stable = "sqlite" if tokens == INCR else tokens
+                runs += [RunSpec(scenario, "fenced", design, kind, seed) for kind in (INCR, stable)]
+                continue
+            runs += [
+                RunSpec(scenario, mode, design, None if mode == "redis-only" else tokens, seed)
+                for mode in modes
+            ]
+    return runs
+
+
+def expected_safe(spec: RunSpec | Meta) -> bool:
+    """What the seed documents predict: a lease alone fails under these faults, a fence does not."""
+    if spec.mode != "redis-only":
+        return not (spec.scenario == REGRESS and spec.tokens == INCR)
+    design = spec.design if isinstance(spec, RunSpec) else spec.lock
+    return spec.scenario in ("none", "restart-delayed") or (design, spec.scenario) == (
+        "setnx-getset",
+        "clock-jump",
+    )
+
+
+def one_node_note(scenarios: Iterable[str], design: str) -> str | None:
+    """What to tell a user who runs a five-node scenario on a one-node lock design (None: nothing)."""
+    if design == "redlock":
+        return None
+    partitioned = [name for name in scenarios if SCENARIOS[name].partitioned]
+    if not partitioned:
+        return None
+    return (
+        f"{', '.join(partitioned)} need {PARTITION_NODES} lock nodes for their five-node version (the holder "
+        f"reaches A, B, C, the next client C, D, E); --lock {design} has one node, so they run the one-node "
+        "version: the fault hits the only node"
+    )
+
+
+class LabSession:
+    """The gateway and the token servers of one comparison; `run` one spec at a time."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        gateway: GatewayProcess | None,
+        servers: LocalCluster,
+        token_urls: Mapping[str, str],
+        *,
+        address: tuple[str, int] | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.gateway = gateway  # None when the session writes to a deployment it did not start
+        if address is None:
+            if gateway is None:
+                raise LabError("a lab session needs its own gateway or the address of one")
+            address = gateway.address
+        self.address = address
+        self._servers = servers
+        self._token_urls = dict(token_urls)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(
+        cls,
+        workdir: Path,
+        *,
+        token_kinds: Iterable[str] = (),
+        token_urls: Mapping[str, str] | None = None,
+        gateway_url: str | None = None,
+    ) -> AsyncIterator[LabSession]:
+        """Start the gateway, and ZooKeeper or PostgreSQL for the `token_kinds` that need them.
+
+        `token_urls` names servers that already run for some kinds (kind -> source URL); those are not
+        started (the test suite shares its session-wide ZooKeeper and PostgreSQL this way).
+        `gateway_url` points the runs at a gateway that already runs (a deployment's load balancer)
+        instead of starting one.
+        """
+        given = dict(token_urls or {})
+        kinds = set(token_kinds) - set(given)
+        unknown = (kinds | set(given)) - set(TOKEN_KINDS)
+        if unknown:
+            raise LabError(f"unknown token source {sorted(unknown)}: use one of {', '.join(TOKEN_KINDS)}")
+        spec = ClusterSpec(redis=0, zookeeper="zookeeper" in kinds, postgres="postgres" in kinds)
+        async with LocalCluster.running_async(spec, workdir / "servers") as servers:
+            if gateway_url is not None:
+                yield cls(workdir, None, servers, given, address=_address(gateway_url))
+                return
+            async with running(workdir / "gateway") as gateway:
+                yield cls(workdir, gateway, servers, given)
+
+    def token_url(self, kind: str) -> str:
+        if kind in self._token_urls:
+            return self._token_urls[kind]
+        if kind == "sqlite":
+            return f"sqlite:///{(self.workdir / 'tokens.db').resolve()}"
+        if kind == "zookeeper":
+            return f"zookeeper://{self._servers.zookeeper}"  # the cluster says so if it was not started
+        if kind == "postgres":
+            return self._servers.postgres_dsn
+        if kind == INCR:
+            return INCR
+        raise LabError(f"unknown token source {kind!r}: use one of {', '.join(TOKEN_KINDS)}")
+
+    async def run(self, spec: RunSpec, plan: RunPlan) -> History:
+        """One run: its history, checked by the caller."""
+        run_id = f"{spec.name}-{time.monotonic_ns() % 10**9}"
+        deployment = GatewayDeployment(
+            mode=spec.mode,
+            design=spec.design,
+            gateway=self.address,
+            key=f"lab/{run_id}/counter",
+            resource=f"lab-{run_id}",
+            tokens=None if spec.tokens is None else self.token_url(spec.tokens),
+        )
+        await deployment.seed()
+        ttl = plan.ttl * LONG_TTL_FACTOR if spec.scenario in LONG_TTL else plan.ttl
+        run_plan = replace(plan, ttl=ttl, seed=spec.seed, resource=deployment.resource)
+        meta = Meta(
+            spec.scenario, spec.mode, spec.design, spec.seed, tokens=spec.tokens, clients=plan.clients
+        )
+        workdir = self.workdir / "runs" / run_id
+        return await run_scenario(
+            SCENARIOS[spec.scenario], deployment, plan=run_plan, meta=meta, workdir=workdir
+        )
+
+
+def _address(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.hostname is None or parts.port is None:
+        raise LabError(f"gateway URL {url!r} must look like http://HOST:PORT")
+    return parts.hostname, parts.port
+
+
+__all__ = ["TOKEN_KINDS", "LabSession", "RunSpec", "expected_safe", "one_node_note", "plan_runs"]

@@ -1,0 +1,237 @@
+"""`fencegate model check|doc`: run the spin model and report verdicts.
+
+`check` searches every state of the chosen configuration, one run per
+(variant, property), and prints a table (or JSON, or Markdown). Its exit
+status guards what fencegate ships: 1 when `fenced` or `fence-only` breaks a
+property fencing promises, 2 when a search hit its depth or memory bound, 0
+otherwise. The baseline (redis-only) and the rejected designs are expected
+to break properties, and reporting that is their purpose, not a failure.
+`doc` regenerates the tables of docs/model.md from the commands recorded in
+their markers (with `--check`, it only compares and fails on a difference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fencegate.lab.history import History
+from fencegate.lab.report import RunResult
+from fencegate.lab.timeline import write_html
+from fencegate.model.doc import regenerate
+from fencegate.model.errors import ModelError
+from fencegate.model.report import as_json, history_lines, markdown_table, text_table, trail_tables
+from fencegate.model.runner import DEFAULT_MAX_DEPTH, DEFAULT_MEMORY_MB, CheckResult, check_variant
+from fencegate.model.variants import PROPERTIES, VARIANTS, Sizes, pick
+
+log = logging.getLogger(__name__)
+DEFAULT_DOC = "docs/model.md"
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "model",
+        help="check the protocol exhaustively with spin",
+        description="Check fencegate's protocol over every interleaving of a small system (spin).",
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    checker = actions.add_parser(
+        "check",
+        help="search the model and print a verdict per variant",
+        description="Generate the verifier (spin -a), compile it (gcc -O2 -DSAFETY), search every "
+        "state (./pan -N PROPERTY) and print a verdict per variant and property. A counterexample "
+        "is replayed (spin -t -p) and translated into the lab's history events.",
+    )
+    add_check_arguments(checker)
+    out = checker.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the results, trails included, as JSON")
+    out.add_argument("--markdown", action="store_true", help="print the Markdown table of docs/model.md")
+    checker.add_argument(
+        "--trails", action="store_true", help="also print each counterexample as a timeline table"
+    )
+    checker.add_argument(
+        "--history-dir",
+        type=Path,
+        metavar="DIR",
+        help="write each counterexample as a lab history file DIR/VARIANT-PROPERTY.jsonl",
+    )
+    checker.add_argument(
+        "--report",
+        type=Path,
+        metavar="PATH",
+        help="write an HTML report drawing each counterexample as the lab's timeline",
+    )
+    checker.add_argument(
+        "--keep", type=Path, metavar="DIR", help="keep pan.c, pan, its output and trails under DIR"
+    )
+    checker.set_defaults(func=_check)
+
+    doc = actions.add_parser(
+        "doc",
+        help="regenerate the tables in docs/model.md",
+        description="Rerun the command recorded in each <!-- model-table: ARGS --> marker and "
+        "replace the table below it.",
+    )
+    doc.add_argument("path", nargs="?", default=DEFAULT_DOC, type=Path, help="default: %(default)s")
+    doc.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is stale")
+    doc.add_argument(
+        "--quick", action="store_true", help="only the blocks with 2 clients doing one acquisition each"
+    )
+    doc.set_defaults(func=_doc)
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--variant", default="all", metavar="V", help=f"{', '.join(VARIANTS)}, a comma list, or all"
+    )
+    parser.add_argument(
+        "--property", default="all", metavar="P", help=f"{', '.join(PROPERTIES)}, a comma list, or all"
+    )
+    parser.add_argument("--clients", type=int, default=2, metavar="K", help="clients (default: 2)")
+    parser.add_argument("--nodes", type=int, default=3, metavar="N", help="Redis masters (default: 3)")
+    parser.add_argument("--ops", type=int, default=1, help="acquisitions per client (default: 1)")
+    parser.add_argument("--pauses", type=int, default=1, help="times a whole TTL may pass (default: 1)")
+    parser.add_argument(
+        "--node-faults", type=int, default=1, help="node restarts or clock jumps (default: 1)"
+    )
+    parser.add_argument(
+        "--max-depth", type=int, default=DEFAULT_MAX_DEPTH, metavar="D", help="pan -m (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--memory",
+        type=int,
+        default=DEFAULT_MEMORY_MB,
+        metavar="MB",
+        help="pan's -DMEMLIM (default: %(default)s)",
+    )
+
+
+Cache = dict[tuple[str, str, Sizes, int, int], CheckResult]
+
+
+def run_checks(args: argparse.Namespace, cache: Cache | None = None) -> list[CheckResult]:
+    """Search each selected (variant, property); `cache` reuses searches already run with equal bounds."""
+    cache = {} if cache is None else cache
+    sizes = Sizes(
+        clients=args.clients, nodes=args.nodes, ops=args.ops, pauses=args.pauses, node_faults=args.node_faults
+    )
+    variants = pick(args.variant, VARIANTS, "variant")
+    props = pick(args.property, PROPERTIES, "property")
+    if args.max_depth < 1 or args.memory < 64:
+        raise ModelError("--max-depth must be >= 1 and --memory >= 64 (MB)")
+
+    def key(variant: str, prop: str) -> tuple[str, str, Sizes, int, int]:
+        return (variant, prop, sizes, args.max_depth, args.memory)
+
+    for variant in variants:
+        missing = [p for p in props if key(variant, p) not in cache]
+        if not missing:
+            continue
+        for result in check_variant(
+            variant, missing, sizes, max_depth=args.max_depth, memory_mb=args.memory,
+            keep=getattr(args, "keep", None),
+        ):  # fmt: skip
+            log.info(
+                "%s / %s: %s (%s states, depth %d, %.2f s)",
+                variant, result.prop, result.verdict, f"{result.report.states:,}", result.report.depth,
+                result.search_seconds,
+            )  # fmt: skip
+            cache[key(variant, result.prop)] = result
+    return [cache[key(v, p)] for v in variants for p in props]
+
+
+def _write_histories(results: list[CheckResult], directory: Path) -> list[Path]:
+    """Each counterexample as a lab history file DIR/VARIANT-PROPERTY.jsonl."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for r in results:
+        if r.trail is not None:
+            path = directory / f"{r.variant}-{r.prop}.jsonl"
+            path.write_text("".join(json.dumps(line) + "\n" for line in history_lines(r)))
+            paths.append(path)
+    return paths
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        results = run_checks(args)
+    except ModelError as exc:
+        print(f"fencegate model check: {exc}", file=sys.stderr)
+        return 2
+    if args.history_dir is not None:
+        _write_histories(results, args.history_dir)
+    if args.report is not None:
+        with tempfile.TemporaryDirectory(prefix="fencegate-model-") as tmp:
+            paths = _write_histories(results, Path(tmp))
+            runs = [RunResult.of(History.load(path)) for path in paths]
+        write_html(runs, args.report, title="fencegate model: counterexamples")
+        print(f"report: {args.report}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(as_json(results), indent=2))
+    elif args.markdown:
+        print(markdown_table(results))
+    else:
+        print(text_table(results))
+    if args.trails and not args.json and any(r.trail for r in results):
+        print()
+        print(trail_tables(results, markdown=args.markdown))
+    return exit_code(results)
+
+
+def exit_code(results: list[CheckResult]) -> int:
+    if any(r.verdict == "violated" and r.promised and VARIANTS[r.variant].shipped for r in results):
+        return 1
+    if any(r.verdict == "incomplete" for r in results):
+        return 2
+    return 0
+
+
+def render_block(argv: list[str], cache: Cache | None = None) -> str:
+    """The Markdown for the arguments recorded in a doc marker (`--trails`: the timelines instead)."""
+    parser = argparse.ArgumentParser(prog="fencegate model check", add_help=False)
+    add_check_arguments(parser)
+    parser.add_argument("--trails", action="store_true")
+    args = parser.parse_args(argv)
+    results = run_checks(args, cache)
+    if args.trails:
+        return trail_tables(results, markdown=True)
+    return markdown_table(results)
+
+
+def quick(argv: list[str]) -> bool:
+    """A block cheap enough for CI: 2 clients, one acquisition each (larger ones take minutes)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--ops", type=int, default=1)
+    known, _ = parser.parse_known_args(argv)
+    return bool(known.clients <= 2 and known.ops <= 1)
+
+
+def _doc(args: argparse.Namespace) -> int:
+    try:
+        text = args.path.read_text()
+        cache: Cache = {}  # blocks that share a configuration search it once
+        fresh = regenerate(
+            text, lambda argv: render_block(argv, cache), only=quick if args.quick else lambda _: True
+        )
+    except (OSError, ModelError) as exc:
+        print(f"fencegate model doc: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if fresh != text:
+            print(
+                f"{args.path}: a table differs from a fresh run; run `fencegate model doc`", file=sys.stderr
+            )
+            return 1
+        return 0
+    if fresh != text:
+        args.path.write_text(fresh)
+    return 0
+
+
+__all__ = ["Cache", "add_check_arguments", "exit_code", "quick", "register", "render_block", "run_checks"]

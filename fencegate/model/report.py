@@ -1,0 +1,191 @@
+"""Verdicts as a terminal table, a Markdown table (for docs/model.md) and JSON.
+
+The Markdown table holds only what a rerun reproduces exactly (verdicts,
+states, depth) so the doc can be regenerated and compared; time and memory,
+which vary run to run, appear in the terminal table and the JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from fencegate.model.runner import CheckResult
+from fencegate.model.variants import PROPERTIES, VARIANTS
+
+
+def variant_verdict(results: Sequence[CheckResult]) -> str:
+    """`unsafe` if a promised property is violated; `safe` only if every promised one holds."""
+    promised = [r for r in results if r.promised]
+    if any(r.verdict == "violated" for r in promised):
+        return "unsafe"
+    if any(r.verdict == "incomplete" for r in promised):
+        return "incomplete"
+    if {r.prop for r in promised} != {name for name, p in PROPERTIES.items() if p.promised}:
+        return "partial"
+    return "safe"
+
+
+def by_variant(results: Sequence[CheckResult]) -> dict[str, list[CheckResult]]:
+    grouped: dict[str, list[CheckResult]] = {}
+    for result in results:
+        grouped.setdefault(result.variant, []).append(result)
+    return grouped
+
+
+def text_table(results: Sequence[CheckResult]) -> str:
+    header = ("variant", "property", "verdict", "states", "transitions", "depth", "memory MB", "time s")
+    rows = [header]
+    for r in results:
+        rows.append(
+            (
+                r.variant,
+                r.prop + ("" if r.promised else " *"),
+                r.verdict,
+                f"{r.report.states:,}",
+                f"{r.report.transitions:,}",
+                str(r.report.depth),
+                f"{r.report.memory_mb:.0f}",
+                f"{r.search_seconds:.2f}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    if results:
+        lines.append("")
+        lines.append(f"sizes: {results[0].sizes.label()}   (* not promised by fencing: explains the verdict)")
+        for variant, group in by_variant(results).items():
+            lines.append(f"{variant}: {variant_verdict(group)}")
+            for r in group:
+                if r.verdict != "holds":
+                    lines.append(f"  {r.prop}: {r.report.first_error or r.report.limit}")
+    return "\n".join(lines)
+
+
+def markdown_table(results: Sequence[CheckResult]) -> str:
+    """One row per variant, one column per property; cells: verdict, states stored, depth."""
+    props = [p for p in PROPERTIES if any(r.prop == p for r in results)]
+    head = ["variant", *(_title(p) for p in props), "verdict"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for variant, group in by_variant(results).items():
+        cells = {r.prop: _cell(r) for r in group}
+        row = [f"`{variant}`", *(cells.get(p, "not run") for p in props), f"**{variant_verdict(group)}**"]
+        lines.append("| " + " | ".join(row) + " |")
+    if results:
+        lines.append("")
+        lines.append(f"Sizes: {results[0].sizes.label()}. Cells: verdict, states stored, depth reached.")
+    return "\n".join(lines)
+
+
+def trail_tables(results: Sequence[CheckResult], *, markdown: bool) -> str:
+    """Each counterexample as a timeline table, one row per event, in step order."""
+    blocks = []
+    for r in results:
+        if r.trail is None:
+            continue
+        head = ("step", "client", "kind", "lease", "token", "outcome", "value", "seq", "detail")
+        rows = [
+            (
+                f"{e['at']:g}",
+                e["client"],
+                e["kind"],
+                e["lease"] or "",
+                _opt(e["token"]),
+                e["outcome"],
+                _opt(e["value"]),
+                _opt(e["seq"]),
+                e["detail"],
+            )
+            for e in r.trail.events
+        ]
+        ending = f"final counter {r.trail.final}, acknowledged increments {r.trail.acknowledged}"
+        if markdown:
+            lines = [f"**{r.variant} / {r.prop}** ({ending}):", "", "| " + " | ".join(head) + " |"]
+            lines.append("|" + "---|" * len(head))
+            lines += ["| " + " | ".join(row) + " |" for row in rows]
+        else:
+            widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+            lines = [f"{r.variant} / {r.prop}: {ending}"]
+            lines += [
+                ("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))).rstrip()
+                for row in [head, *rows]
+            ]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def as_json(results: Sequence[CheckResult]) -> dict[str, Any]:
+    return {
+        "sizes": asdict(results[0].sizes) if results else None,
+        "verdicts": {v: variant_verdict(group) for v, group in by_variant(results).items()},
+        "results": [
+            {
+                "variant": r.variant,
+                "property": r.prop,
+                "promised": r.promised,
+                "verdict": r.verdict,
+                "build_seconds": round(r.build_seconds, 3),
+                "search_seconds": round(r.search_seconds, 3),
+                **asdict(r.report),
+                "trail": None
+                if r.trail is None
+                else {
+                    "final": r.trail.final,
+                    "acknowledged": r.trail.acknowledged,
+                    "assertion": r.trail.assertion,
+                    "steps": r.trail.steps,
+                    "events": r.trail.events,
+                },
+            }
+            for r in results
+        ],
+    }
+
+
+def history_lines(result: CheckResult) -> list[dict[str, Any]]:
+    """The counterexample as a lab history file: a header line, then one line per event."""
+    if result.trail is None:
+        return []
+    variant = VARIANTS[result.variant]
+    header = {
+        "history": 1,
+        "meta": {
+            "scenario": f"model:{result.prop}",
+            "mode": result.variant,
+            "lock": "redlock" if variant.lock else "none",
+            "seed": 0,
+            "tokens": "counter" if variant.fence else None,
+            "clients": result.sizes.clients,
+        },
+        "final": result.trail.final,
+        "initial": 0,
+    }
+    return [header, *result.trail.events]
+
+
+def _opt(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+def _title(prop: str) -> str:
+    return prop if PROPERTIES[prop].promised else f"{prop} (not promised)"
+
+
+def _cell(r: CheckResult) -> str:
+    word = {"holds": "holds", "violated": "**violated**", "incomplete": "incomplete"}[r.verdict]
+    return f"{word} · {r.report.states:,} · {r.report.depth}"
+
+
+__all__ = [
+    "as_json",
+    "by_variant",
+    "history_lines",
+    "markdown_table",
+    "text_table",
+    "trail_tables",
+    "variant_verdict",
+]

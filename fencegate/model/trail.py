@@ -1,0 +1,202 @@
+"""A spin counterexample, translated into the lab's history events.
+
+The model prints one structured line per protocol event (see the header of
+fencegate.pml); `spin -t -p` replays the trail and prints them, each followed
+by the step that executed it. This module turns that output into plain dicts
+with exactly the keys of `lab.history.Event` (`at` is the step number), so the
+lab's checker and timeline read a model trail like a recorded run.
+
+Translation choices, each so the lab's rules read the trail as the model meant it:
+- the moment a token is drawn is noted in the detail of the lease's acquire; a
+  token drawn after the quorum (token-after) is also written back onto the
+  acquire event: the lease carries that token, as the lab checker expects;
+- a TTL passing while a client is inside a lease is a `pause` of that client,
+  and its next event is preceded by a `resume`; while its request is in flight
+  it is a `fault` on that client (the message was delayed past the TTL);
+- node faults belong to client "lab", as the lab's own fault events do;
+- in split-fence, the separate fence check is noted in the detail of the
+  request's outcome (when it ran and against which mark);
+- a granted lease's `until` is the step its TTL passed, or one past the trail's
+  end if it never did (time in the model has no other measure); fence-only
+  "leases" are token epochs with no validity, so their `until` stays None.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from fencegate.model.errors import TrailError
+
+_EVENT = re.compile(
+    r"^\s*EV (?P<kind>\w+) (?P<client>-?\d+) (?P<it>\d+) (?P<token>\d+) (?P<outcome>\w+) "
+    r"(?P<value>-?\d+) (?P<seq>\d+) (?P<detail>\S+) (?P<arg>-?\d+)\s*$"
+)
+_STEP = re.compile(r"^\s*(\d+):\s+proc\s")
+_GLOBAL = re.compile(r"^\s+(\w+) = (-?\d+)\s*$")
+_ASSERTION = re.compile(r"^spin: text of failed assertion: (.*)$")
+_ENDS = re.compile(r"^spin: trail ends after (\d+) steps")
+
+EVENT_KEYS = ("at", "client", "kind", "lease", "token", "outcome", "value", "seq", "until", "detail")
+
+
+@dataclass
+class Trail:
+    """A replayed counterexample: the events, the counter at its end, and what failed."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    final: int = 0  # the counter when the trail ends
+    acknowledged: int = 0  # writes the store acknowledged by then
+    assertion: str | None = None  # the text of the failed assertion, None for other errors
+    steps: int = 0
+
+    def accepted(self) -> list[dict[str, Any]]:
+        """The store operations the store accepted, in its acceptance order."""
+        done = [e for e in self.events if e["kind"] in ("read", "write") and e["seq"] is not None]
+        return sorted(done, key=lambda e: e["seq"])
+
+
+def parse_replay(text: str) -> Trail:
+    """Read the output of `spin -t -p` on a trail of fencegate.pml."""
+    trail = Trail()
+    raw: list[tuple[re.Match[str], int | None]] = []
+    pending: list[int] = []
+    step = 0
+    for line in text.splitlines():
+        if match := _EVENT.match(line):
+            raw.append((match, None))
+            pending.append(len(raw) - 1)
+        elif match := _STEP.match(line):
+            step = int(match.group(1))
+            for index in pending:
+                raw[index] = (raw[index][0], step)
+            pending.clear()
+        elif match := _ASSERTION.match(line):
+            trail.assertion = match.group(1).strip()
+        elif match := _ENDS.match(line):
+            trail.steps = int(match.group(1))
+        elif match := _GLOBAL.match(line):
+            if match.group(1) == "counter":
+                trail.final = int(match.group(2))
+            elif match.group(1) == "acked":
+                trail.acknowledged = int(match.group(2))
+    if not raw and trail.steps == 0:
+        raise TrailError(
+            "no model events and no trail end in the replay: was it produced by `spin -t -p` "
+            "on fencegate.pml with the same -D flags as the search?"
+        )
+    _Translator(trail).run([(m, step if at is None else at) for m, at in raw])
+    _validity(trail, float(max(step, trail.steps) + 1))
+    return trail
+
+
+def _validity(trail: Trail, end: float) -> None:
+    """Give each granted lease the `until` of its validity: its expiry, or past the trail's end."""
+    expired: dict[str, float] = {}
+    for event in trail.events:
+        if event["kind"] == "expire" and event["lease"] is not None:
+            expired.setdefault(event["lease"], event["at"])
+    for event in trail.events:
+        if event["kind"] == "acquire" and event["outcome"] == "ok" and "no lock" not in event["detail"]:
+            event["until"] = expired.get(event["lease"], end)
+
+
+class _Translator:
+    def __init__(self, trail: Trail) -> None:
+        self.trail = trail
+        self.paused: set[str] = set()
+        self.acquires: dict[str, dict[str, Any]] = {}
+        self.drawn: dict[str, str] = {}  # lease -> when its token was drawn, before its acquire
+        self.checked: dict[str, str] = {}  # client -> its request's fence check (split-fence only)
+
+    def run(self, lines: list[tuple[re.Match[str], int]]) -> None:
+        for match, at in lines:
+            self.line(match, float(at))
+
+    def emit(self, **fields: Any) -> dict[str, Any]:
+        event = {key: fields.get(key) for key in EVENT_KEYS}
+        event["detail"] = fields.get("detail", "")
+        self.trail.events.append(event)
+        return event
+
+    def line(self, m: re.Match[str], at: float) -> None:
+        kind, outcome, detail = m["kind"], m["outcome"], m["detail"]
+        number, it, arg = int(m["client"]), int(m["it"]), int(m["arg"])
+        client = "lab" if number < 0 else f"c{number + 1}"
+        lease = f"{client}/{it}" if it > 0 else None
+        token = int(m["token"]) or None
+        value = None if int(m["value"]) < 0 else int(m["value"])
+        seq = int(m["seq"]) or None
+        if kind == "final":
+            self.trail.final, self.trail.acknowledged = value or 0, arg
+            return
+        if client in self.paused and kind not in ("expire", "pause", "fault"):
+            self.paused.discard(client)
+            self.emit(at=at, client=client, kind="resume", outcome="ok", detail="resumed after a TTL")
+        if kind == "check":
+            self.checked[client] = f"passed the fence at step {at:g}, against mark {arg}"
+            return
+        if kind == "token":
+            note = f"token {token} drawn {detail} the quorum, at step {at:g}"
+            acquire = self.acquires.get(lease or "")
+            if acquire is not None:
+                acquire["token"] = token
+                acquire["detail"] += f"; {note}"
+            else:
+                self.drawn[lease or ""] = note
+            return
+        if kind == "pause":
+            self.paused.add(client)
+            self.emit(at=at, client=client, kind="pause", outcome="ok", detail="a whole TTL passed")
+        elif kind == "fault":
+            self.emit(at=at, client=client, kind="fault", outcome="ok", detail=_fault_detail(detail, arg))
+        elif kind == "expire":
+            self.emit(at=at, client=client, kind="expire", lease=lease, outcome="ok", detail="TTL passed")
+        elif kind == "acquire":
+            notes = (_acquire_detail(detail, arg), self.drawn.pop(lease or "", ""))
+            event = self.emit(
+                at=at, client=client, kind="acquire", lease=lease, token=token, outcome=outcome,
+                detail="; ".join(n for n in notes if n),
+            )  # fmt: skip
+            if outcome == "ok":
+                self.acquires[lease or ""] = event
+        elif kind in ("read", "write"):
+            note = f"stale token: the mark is {arg}" if outcome == "refused" else ""
+            if outcome != "sent":
+                note = "; ".join(n for n in (note, self.checked.pop(client, "")) if n)
+            self.emit(
+                at=at, client=client, kind=kind, lease=lease, token=token, outcome=outcome,
+                value=value, seq=seq, detail=note,
+            )  # fmt: skip
+        elif kind == "release":
+            note = "the lease had already expired" if outcome == "error" else ""
+            self.emit(at=at, client=client, kind="release", lease=lease, token=token, outcome=outcome,
+                      detail=note)  # fmt: skip
+        else:
+            raise TrailError(f"unknown model event {kind!r}: fencegate.pml and model/trail.py disagree")
+
+
+def _fault_detail(detail: str, arg: int) -> str:
+    if detail == "delayed":
+        return "its request was delayed in flight past the TTL"
+    if detail == "restart":
+        return f"redis-{arg} restarted without its keys"
+    if detail == "clock-jump":
+        return f"redis-{arg}'s clock jumped forward: its key expired early"
+    raise TrailError(f"unknown fault {detail!r}: fencegate.pml and model/trail.py disagree")
+
+
+def _acquire_detail(detail: str, arg: int) -> str:
+    if detail == "quorum":
+        return f"SET NX won on {arg} nodes"
+    if detail == "no-quorum":
+        return f"no quorum: SET NX won on {arg} nodes only"
+    if detail == "validity":
+        return f"validity spent: a TTL passed during the attempt (SET NX won on {arg} nodes)"
+    if detail == "token-only":
+        return "token drawn, no lock (fence-only)"
+    raise TrailError(f"unknown acquire detail {detail!r}: fencegate.pml and model/trail.py disagree")
+
+
+__all__ = ["EVENT_KEYS", "Trail", "parse_replay"]

@@ -1,0 +1,146 @@
+"""What the model can be asked: the protocol variants, the properties, the sizes.
+
+The variants mirror the lab's modes, plus designs that DESIGN.md and
+STYLE.md reject, so the model can show what each allows: the token drawn
+after the quorum, the validity clock started after the token is drawn, a
+fence that compares and raises the mark in two steps, and reads that skip
+the fence. Each property is searched in a run of its own: pan stops at the
+first error, and one property's counterexample must not hide another's
+verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fencegate.model.errors import ModelError
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    macro: str  # the -D that selects it in fencegate.pml
+    lock: bool  # takes a Redlock lease
+    fence: bool  # requests carry a token and pass the fence
+    summary: str
+    shipped: bool = False  # a design fencegate implements (the others are baselines or rejected)
+
+
+@dataclass(frozen=True)
+class Property:
+    name: str
+    claim: str  # the ltl block in fencegate.pml, chosen with ./pan -N
+    promised: bool  # part of what fencing promises (DESIGN.md); the others explain
+    summary: str
+
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("redis-only", "REDIS_ONLY", True, False, "Redlock lease, then read and write unchecked"),
+        Variant(
+            "fenced", "FENCED", True, True, "token drawn before the quorum, requests fenced", shipped=True
+        ),
+        Variant(
+            "fenced-late-clock",
+            "FENCED_LATE_CLOCK",
+            True,
+            True,
+            "like fenced, but the lease's validity clock starts after the token is drawn",
+        ),
+        Variant(
+            "split-fence",
+            "SPLIT_FENCE",
+            True,
+            True,
+            "like fenced, but the gateway reads the mark, compares, then writes in a later step",
+        ),
+        Variant(
+            "unfenced-reads",
+            "UNFENCED_READS",
+            True,
+            True,
+            "like fenced, but reads carry no token: only writes pass the fence",
+        ),
+        Variant("fence-only", "FENCE_ONLY", False, True, "token and fence, no lock", shipped=True),
+        Variant("token-after", "TOKEN_AFTER", True, True, "like fenced, token drawn after the quorum"),
+    )
+}
+
+PROPERTIES: dict[str, Property] = {
+    p.name: p
+    for p in (
+        Property(
+            "interleave",
+            "interleave",
+            True,
+            "no request of lease A accepted after one of a later lease B (token order where "
+            "leases carry tokens, acquisition order otherwise: the lab checker's rule)",
+        ),
+        Property(
+            "lost-update",
+            "lost_update",
+            True,
+            "at the end, the counter equals the increments the store acknowledged",
+        ),
+        Property("mark", "mark_monotone", True, "the fence's high-water mark never decreases"),
+        Property(
+            "grant-order",
+            "grant_order",
+            False,
+            "the store accepts leases in the order the lock granted them (not promised: "
+            "it shows which party the fence sides with when two leases overlap)",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sizes:
+    """The bounds of one search; every state the bounds allow is explored."""
+
+    clients: int = 2
+    nodes: int = 3
+    ops: int = 1  # acquisitions per client
+    pauses: int = 1  # times a whole TTL may pass (pauses, delays)
+    node_faults: int = 1  # node restarts or clock jumps, in total
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.clients <= 3:
+            raise ModelError(f"--clients {self.clients}: the model is sized for 1 to 3 clients")
+        if self.nodes not in (1, 3, 5):
+            raise ModelError(f"--nodes {self.nodes}: use 1, 3 or 5 Redis masters (an odd quorum)")
+        if not 1 <= self.ops <= 3:
+            raise ModelError(f"--ops {self.ops}: use 1 to 3 acquisitions per client")
+        if not 0 <= self.pauses <= 3 or not 0 <= self.node_faults <= 3:
+            raise ModelError("--pauses and --node-faults take 0 to 3 (each adds a dimension to the search)")
+
+    def macros(self) -> list[str]:
+        return [
+            f"-DK={self.clients}",
+            f"-DN={self.nodes}",
+            f"-DOPS={self.ops}",
+            f"-DMAXT={self.pauses}",
+            f"-DMAXF={self.node_faults}",
+        ]
+
+    def label(self) -> str:
+        return (
+            f"K={self.clients} N={self.nodes} ops={self.ops} "
+            f"pauses={self.pauses} node-faults={self.node_faults}"
+        )
+
+
+def pick(names: str, table: Mapping[str, object], what: str) -> list[str]:
+    """Comma-separated names (or `all`) checked against a table, in the table's order."""
+    if names == "all":
+        return list(table)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in table]
+    if unknown or not wanted:
+        raise ModelError(f"unknown {what} {unknown or names!r}: choose from {', '.join(table)} or all")
+    return [n for n in table if n in wanted]
+
+
+__all__ = ["PROPERTIES", "VARIANTS", "Property", "Sizes", "Variant", "pick"]

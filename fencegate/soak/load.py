@@ -1,0 +1,332 @@
+"""The soak's load and faults: K leased clients against two gateway replicas on one PostgreSQL.
+
+Everything runs on loopback, on servers of its own (the cluster helper): five
+Redis masters for the leases, ZooKeeper for the tokens (clients draw from it
+and both gateways guard against tokens from the future with it), PostgreSQL
+for the store. While the clients loop (lease, fenced read, write + 1,
+release), the faults are injected one after the other, each at its share of
+the run: `kill -9` of one gateway and its restart on the same port,
+PostgreSQL stopped for a few seconds, a Redis master SIGSTOPped, ZooKeeper
+restarted. A poller reads the marks one after the other throughout. The run
+is bounded: `duration` plus the time to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import random
+import socket
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+from sqlalchemy import func, select
+
+from fencegate.cli import main as fencegate
+from fencegate.lab.cluster import ClusterSpec, LocalCluster
+from fencegate.soak.history import Call, Final, History
+from lockclient import LockClientError, Redlock, RetryPolicy, ZooKeeperTokens
+from storage import open_engine
+from storage.models import AuditEntry
+from storage.verify import AuditReport, verify_audit
+from tests.gateway.processes import GatewayProcess
+
+log = logging.getLogger("soak")
+
+SPEC = ClusterSpec(redis=5, zookeeper=True, postgres=True)
+PREFIX = "soak-"
+REQUEST_TIMEOUT = 10.0  # seconds a client waits for one answer
+LOCK_TIMEOUT = 5.0  # seconds a client tries to take a lease before counting a lock failure
+POLL_EVERY = 0.2  # seconds between mark polls
+PAUSE_TTLS = 1.5  # a paused holder sleeps this many TTLs between its read and its write
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoakConfig:
+    duration: float = 60.0
+    clients: int = 8
+    resources: int = 4
+    ttl: float = 3.0  # lease TTL, seconds
+    outage: float = 3.0  # seconds PostgreSQL stays stopped and the Redis master stays paused
+    faults: bool = True
+    pause_rate: float = 0.03  # share of leases whose holder pauses past the TTL before writing
+    seed: int = 1
+
+
+@dataclass
+class Fault:
+    what: str
+    start: float
+    end: float
+
+
+@dataclass
+class LoadResult:
+    history: History
+    finals: dict[str, Final]
+    audited: Counter[tuple[str, int]]
+    audit: AuditReport
+    faults: list[Fault] = field(default_factory=list)
+    elapsed: float = 0.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Soak:
+    """One run: `await Soak(config, state_dir).run(cluster)`."""
+
+    def __init__(self, config: SoakConfig, state_dir: Path) -> None:
+        self.config = config
+        self.dir = state_dir
+        self.history = History()
+        self.faults: list[Fault] = []
+        self.gateways: list[GatewayProcess] = []
+        self.urls: list[str] = []
+        self.secret = ""
+        self._stop = asyncio.Event()
+        self._rng = random.Random(config.seed)
+        self._t0 = time.monotonic()
+        # Faults and process control run on threads of their own: while ZooKeeper is down, the
+        # token sources' calls block the loop's default executor, and a restart queued behind
+        # them would never run.
+        self._ops = ThreadPoolExecutor(max_workers=2, thread_name_prefix="soak-ops")
+
+    async def _blocking(self, call: Callable[[], object]) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._ops, call)
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+    # -- set-up ---------------------------------------------------------------
+
+    def _start_gateways(self, cluster: LocalCluster) -> None:
+        keys = self.dir / "keys.json"
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            assert fencegate(["keys", "--file", str(keys), "add", "soak", "--prefix", PREFIX]) == 0
+        self.secret = printed.getvalue().strip()
+        assert cluster.postgres_dsn is not None
+        assert cluster.zookeeper is not None
+        for i in range(2):
+            port = free_port()
+            proc = GatewayProcess(
+                self.dir / f"gateway-{i}.log",
+                *("--port", str(port), "--storage", cluster.postgres_dsn, "--api-keys", str(keys)),
+                *("--tokens", f"zookeeper://{cluster.zookeeper}", "--storage-timeout", "3"),
+            )
+            self.urls.append(proc.start())
+            self.gateways.append(proc)
+
+    # -- the clients ----------------------------------------------------------
+
+    async def _call(
+        self,
+        session: aiohttp.ClientSession,
+        client: int,
+        method: str,
+        key: str,
+        token: int,
+        body: bytes = b"",
+    ) -> tuple[int | None, bytes, int | None]:
+        gateway = self._rng.randrange(len(self.urls))
+        headers = {"Authorization": f"Bearer {self.secret}", "Fencing-Token": str(token)}
+        start = self.now()
+        status: int | None = None
+        data, version = b"", None
+        try:
+            async with session.request(
+                method, f"{self.urls[gateway]}/v1/objects/{key}", data=body or None, headers=headers
+            ) as resp:
+                status, data = resp.status, await resp.read()
+                if resp.status in (200, 201):
+                    version = int(resp.headers.get("Object-Version", "0")) if method == "GET" else None
+                    if method == "PUT":
+                        version = int((await resp.json())["version"])
+        except (TimeoutError, aiohttp.ClientError):
+            status = None
+        self.history.calls.append(
+            Call(client, gateway, method, key, token, body, start, self.now(), status, version)
+        )
+        return status, data, version
+
+    async def _client(self, client: int, locker: Redlock[int], session: aiohttp.ClientSession) -> None:
+        rng = random.Random(self.config.seed * 1000 + client)
+        seq = 0
+        while not self._stop.is_set():
+            resource = f"{PREFIX}r{rng.randrange(self.config.resources)}"
+            try:
+                async with locker.lock(resource, ttl=self.config.ttl, timeout=LOCK_TIMEOUT) as lease:
+                    status, data, _ = await self._call(session, client, "GET", resource, lease.token)
+                    if status not in (200, 404):
+                        continue
+                    value = int(data.split()[0]) if status == 200 else 0
+                    if rng.random() < self.config.pause_rate:
+                        # A holder paused past its lease (a GC pause): a newer holder may write
+                        # meanwhile, and then this write must be refused.
+                        self.history.pauses += 1
+                        await asyncio.sleep(self.config.ttl * PAUSE_TTLS)
+                    seq += 1
+                    body = f"{value + 1} c{client} s{seq}".encode()
+                    await self._call(session, client, "PUT", resource, lease.token, body)
+            except LockClientError:
+                self.history.lock_failures += 1
+                await asyncio.sleep(0.05)
+
+    async def _poll_marks(self, session: aiohttp.ClientSession) -> None:
+        headers = {"Authorization": f"Bearer {self.secret}"}
+        turn = 0
+        while not self._stop.is_set():
+            resource = f"{PREFIX}r{turn % self.config.resources}"
+            url = self.urls[turn % len(self.urls)]
+            turn += 1
+            try:
+                async with session.get(f"{url}/v1/fences/{resource}", headers=headers) as resp:
+                    if resp.status == 200:
+                        self.history.marks.append((resource, int((await resp.json())["highest"])))
+            except (TimeoutError, aiohttp.ClientError):
+                pass
+            await asyncio.sleep(POLL_EVERY)
+
+    # -- faults ---------------------------------------------------------------
+
+    async def _fault(
+        self, what: str, begin: Callable[[], object], end: Callable[[], object], hold: float
+    ) -> Fault:
+        start = self.now()
+        log.warning("soak %.1f s: %s", start, what)
+        await self._blocking(begin)
+        down = self.now()
+        await asyncio.sleep(hold)
+        up = self.now()
+        await self._blocking(end)
+        fault = Fault(what, start, self.now())
+        log.warning("soak %.1f s: %s: back", fault.end, what)
+        self.faults.append(fault)
+        if what.startswith("PostgreSQL"):
+            self.history.outages.append((down, up))
+        return fault
+
+    async def _faults(self, cluster: LocalCluster) -> None:
+        cfg = self.config
+        steps: list[tuple[float, Callable[[], Awaitable[Fault]]]] = [
+            (
+                0.15,
+                lambda: self._fault(
+                    "kill -9 gateway-0, restart", self.gateways[0].kill9, self._restart_0, 1.0
+                ),
+            ),
+            (
+                0.35,
+                lambda: self._fault(
+                    f"PostgreSQL stopped {cfg.outage:g} s",
+                    lambda: cluster.stop("postgres-0"),
+                    lambda: cluster.restart("postgres-0"),
+                    cfg.outage,
+                ),
+            ),
+            (
+                0.55,
+                lambda: self._fault(
+                    f"SIGSTOP redis-0 {cfg.outage:g} s",
+                    lambda: cluster.pause("redis-0"),
+                    lambda: cluster.resume("redis-0"),
+                    cfg.outage,
+                ),
+            ),
+            (
+                0.75,
+                lambda: self._fault(
+                    "ZooKeeper restarted",
+                    lambda: cluster.stop("zookeeper-0"),
+                    lambda: cluster.restart("zookeeper-0"),
+                    0.5,
+                ),
+            ),
+        ]
+        for share, step in steps:
+            delay = share * cfg.duration - self.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await step()
+
+    def _restart_0(self) -> None:
+        self.gateways[0].start()
+
+    # -- the run --------------------------------------------------------------
+
+    async def run(self, cluster: LocalCluster) -> LoadResult:
+        await self._blocking(lambda: self._start_gateways(cluster))
+        assert cluster.zookeeper is not None
+        self._t0 = time.monotonic()
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
+        retry = RetryPolicy(delay=0.01, jitter=0.05, poll=0.2)
+        lockers = [
+            Redlock(cluster.redis_urls, tokens=ZooKeeperTokens(cluster.zookeeper), retry=retry)
+            for _ in range(self.config.clients)
+        ]
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                for locker in lockers:
+                    await locker.connect()
+                workers = [asyncio.create_task(self._client(i, lk, session)) for i, lk in enumerate(lockers)]
+                workers.append(asyncio.create_task(self._poll_marks(session)))
+                if self.config.faults:
+                    await self._faults(cluster)
+                await asyncio.sleep(max(0.0, self.config.duration - self.now()))
+                self._stop.set()
+                await asyncio.wait_for(asyncio.gather(*workers), LOCK_TIMEOUT + REQUEST_TIMEOUT * 2)
+                elapsed = self.now()
+                finals = await self._finals(session)
+        finally:
+            for locker in lockers:
+                await locker.aclose()
+            for proc in self.gateways:
+                await self._blocking(proc.stop)
+            self._ops.shutdown(wait=False)
+        audited, audit = await self._audit(cluster)
+        return LoadResult(self.history, finals, audited, audit, self.faults, elapsed)
+
+    async def _finals(self, session: aiohttp.ClientSession) -> dict[str, Final]:
+        headers = {"Authorization": f"Bearer {self.secret}"}
+        finals = {}
+        for r in range(self.config.resources):
+            key = f"{PREFIX}r{r}"
+            async with session.get(f"{self.urls[1]}/v1/objects/{key}", headers=headers) as resp:
+                body = await resp.read() if resp.status == 200 else None
+                version = int(resp.headers["Object-Version"]) if resp.status == 200 else None
+            async with session.get(f"{self.urls[0]}/v1/fences/{key}", headers=headers) as resp:
+                mark = int((await resp.json())["highest"])
+            finals[key] = Final(body, version, mark)
+        return finals
+
+    async def _audit(self, cluster: LocalCluster) -> tuple[Counter[tuple[str, int]], AuditReport]:
+        assert cluster.postgres_dsn is not None
+        engine = open_engine(cluster.postgres_dsn)
+        try:
+            async with engine.connect() as conn:
+                stmt = (
+                    select(AuditEntry.key, AuditEntry.token, func.count())
+                    .where(AuditEntry.method == "PUT", AuditEntry.outcome == "accepted")
+                    .group_by(AuditEntry.key, AuditEntry.token)
+                )
+                audited: Counter[tuple[str, int]] = Counter(
+                    {
+                        (str(key), int(token or 0)): count
+                        for key, token, count in (await conn.execute(stmt)).all()
+                    }
+                )
+            return audited, await verify_audit(engine)
+        finally:
+            await engine.dispose()

@@ -1,0 +1,54 @@
+"""pytest fixtures over `LocalCluster`, loaded by `tests/conftest.py`.
+
+Session-scoped clusters are started once per run and shared: tests that use
+them must leave every node running (use distinct resource names). A test that
+injects faults takes `cluster_factory` and gets servers of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from fencegate.lab.cluster.local import ClusterSpec, LocalCluster
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Five independent redis-server masters, shared by the session."""
+    with LocalCluster.running(ClusterSpec(redis=5), tmp_path_factory.mktemp("redis")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def zookeeper_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One standalone ZooKeeper, shared by the session."""
+    spec = ClusterSpec(redis=0, zookeeper=True)
+    with LocalCluster.running(spec, tmp_path_factory.mktemp("zookeeper")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One throwaway PostgreSQL, shared by the session."""
+    spec = ClusterSpec(redis=0, postgres=True)
+    with LocalCluster.running(spec, tmp_path_factory.mktemp("postgres")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[[ClusterSpec], LocalCluster]]:
+    """Start private clusters for fault tests; all of them stop when the test ends."""
+    started: list[LocalCluster] = []
+
+    def start(spec: ClusterSpec) -> LocalCluster:
+        cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
+        started.append(cluster)
+        return cluster.up(spec)
+
+    yield start
+    for cluster in reversed(started):
+        cluster.stop_all()
