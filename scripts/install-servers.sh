@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the Debian packages fencegate runs for real: Redis, ZooKeeper,
-# PostgreSQL, a C compiler (the lab's clock shim, spin models), spin, wrk,
+# PostgreSQL, etcd, a C compiler (the lab's clock shim, spin models), spin, wrk,
 # Chromium (the lab report test) and HAProxy (the native deployment's load
 # balancer). Idempotent: it installs only what is missing.
 set -euo pipefail
@@ -10,6 +10,7 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 command -v java >/dev/null || missing+=(default-jre-headless)
 [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
+command -v etcd >/dev/null || missing+=(etcd-server)
 command -v faketime >/dev/null || missing+=(faketime)
 command -v gcc >/dev/null || missing+=(gcc)
 command -v spin >/dev/null || missing+=(spin)
@@ -30,3 +31,9 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -q
 "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+# The package may start a system-wide etcd on the default ports where systemd runs; the project
+# starts its own members on free loopback ports, so that service is not wanted.
+if [[ " ${missing[*]} " == *" etcd-server "* ]] && command -v systemctl >/dev/null \
+    && systemctl is-active --quiet etcd 2>/dev/null; then
+    "${sudo[@]}" systemctl disable --now etcd
+fi

@@ -37,6 +37,14 @@ def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A 3-member etcd cluster, shared by the session (`cluster.etcd` is its token source URL)."""
+    spec = ClusterSpec(redis=0, etcd=3)
+    with LocalCluster.running(spec, tmp_path_factory.mktemp("etcd")) as cluster:
+        yield cluster
+
+
 @pytest.fixture
 def cluster_factory(
     tmp_path_factory: pytest.TempPathFactory,

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster, MissingServerError
 from fencegate.lab.cluster.servers import probe
+from tests.waiting import eventually_sync
 
 
 def _alive(pid: int | None) -> bool:
@@ -165,3 +169,53 @@ async def test_pausing_postgres_hangs_open_connections_too(
     conn = await asyncpg.connect(cluster.postgres_dsn)
     assert await conn.fetchval("SELECT 3") == 3
     await conn.close()
+
+
+def _etcd(node_port: int, op: str, **body: str) -> dict[str, Any]:
+    """One call to etcd's v3 JSON gateway (keys and values are base64 there)."""
+    data = json.dumps({k: base64.b64encode(v.encode()).decode() for k, v in body.items()}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{node_port}/v3/kv/{op}", data=data, method="POST")
+    with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 (an http URL built here)
+        reply: dict[str, Any] = json.loads(response.read())
+    return reply
+
+
+def test_etcd_cluster_elects_a_leader_survives_its_kill_and_restarts_with_its_data(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster],
+) -> None:
+    cluster = cluster_factory(ClusterSpec(redis=0, etcd=3))
+    members = [n for n in cluster.nodes.values() if n.kind == "etcd"]
+    assert [n.name for n in members] == ["etcd-0", "etcd-1", "etcd-2"]
+    assert cluster.etcd == "etcd://" + ",".join(f"127.0.0.1:{n.port}" for n in members)
+    assert cluster.endpoints()["etcd"] == cluster.etcd
+    written = int(_etcd(members[0].port, "put", key="k", value="v")["header"]["revision"])
+
+    leader = cluster.etcd_leader()
+    cluster.kill(leader)
+    assert not cluster.is_running(leader)
+    survivors = [n for n in members if n.name != leader]
+    eventually_sync(lambda: all(probe(n) for n in survivors), within=30, what="a new leader")
+    assert cluster.etcd_leader() != leader
+    cluster.restart(leader)
+    assert probe(cluster.nodes[leader])
+
+    cluster.restart_all("etcd")  # every member killed with -9 and started again on its data
+    assert all(probe(n) for n in members)
+    kv = _etcd(members[2].port, "range", key="k")["kvs"][0]
+    assert base64.b64decode(kv["value"]) == b"v"
+    assert int(kv["mod_revision"]) == written
+
+
+def test_cli_up_with_etcd_prints_its_url_and_down_stops_it(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    cli = [sys.executable, "-m", "fencegate.cli", "cluster"]
+    up = subprocess.run([*cli, "up", "--redis", "0", "--etcd", "3", "--dir", str(state)],
+                        capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    endpoints = json.loads(up.stdout)
+    pids = list(endpoints["pids"].values())
+    assert endpoints["etcd"].startswith("etcd://127.0.0.1:")
+    assert len(endpoints["etcd"].split(",")) == 3
+    assert len(pids) == 3
+    assert all(_alive(pid) for pid in pids)
+    subprocess.run([*cli, "down", "--dir", str(state)], capture_output=True, check=True, timeout=120)
+    assert not any(_alive(pid) for pid in pids)

@@ -20,8 +20,8 @@ def register(sub: Any) -> None:
         "cluster",
         help="start or stop a local cluster of real servers",
         description=(
-            "Start real redis-server masters, ZooKeeper, PostgreSQL and gateways behind HAProxy on loopback "
-            "on free ports, record their PIDs and endpoints in DIR/cluster.json, "
+            "Start real redis-server masters, ZooKeeper, PostgreSQL, etcd and gateways behind HAProxy "
+            "on loopback on free ports, record their PIDs and endpoints in DIR/cluster.json, "
             "and stop exactly those processes again."
         ),
     )
@@ -55,6 +55,14 @@ def register(sub: Any) -> None:
         "--postgres",
         action="store_true",
         help="also start a throwaway PostgreSQL cluster (token source, storage)",
+    )
+    up.add_argument(
+        "--etcd",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also start an etcd cluster of N members (token source; its URL is `etcd` in the endpoints, "
+        "etcd://127.0.0.1:PORT,...) (default: %(default)s, none)",
     )
     up.add_argument(
         "--gateways",
@@ -119,6 +127,7 @@ def _up(args: argparse.Namespace) -> int:
         zookeeper=args.zookeeper,
         zookeeper_ensemble=args.zookeeper_ensemble,
         postgres=args.postgres,
+        etcd=args.etcd,
         aof=args.aof,
         gateways=args.gateways,
     )

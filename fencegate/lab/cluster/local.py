@@ -1,6 +1,6 @@
 """A cluster of real servers on loopback, owned by one object.
 
-`LocalCluster` starts redis-server masters, ZooKeeper and PostgreSQL (and the
+`LocalCluster` starts redis-server masters, ZooKeeper, PostgreSQL and etcd (and the
 deployment's gateway replicas behind HAProxy, see `topology`) on free
 ports, waits until each answers, and records every PID in `cluster.json` in
 its state dir. It stops exactly those PIDs (checking that each still runs the
@@ -31,8 +31,11 @@ from typing import Any
 from fencegate.lab.cluster.errors import ClusterError, ServerStartError
 from fencegate.lab.cluster.servers import (
     HOST,
+    EtcdPeer,
     Node,
     ZooKeeperPeer,
+    etcd_is_leader,
+    etcd_node,
     free_port,
     postgres_node,
     probe,
@@ -56,6 +59,7 @@ class ClusterSpec:
     zookeeper: bool = False
     zookeeper_ensemble: int = 0  # > 0: an ensemble of this many members instead of one standalone
     postgres: bool = False
+    etcd: int = 0  # > 0: an etcd cluster of this many members
     aof: bool = False
     gateways: int = 0  # > 0: this many `fencegate serve` replicas behind one HAProxy, started last
 
@@ -148,6 +152,19 @@ class LocalCluster:
         return self._one("postgres").url
 
     @property
+    def etcd(self) -> str:
+        """The etcd token source URL: `etcd://` and every member's client address, comma-separated."""
+        self._one("etcd")
+        return "etcd://" + ",".join(n.address for n in self.nodes.values() if n.kind == "etcd")
+
+    def etcd_leader(self) -> str:
+        """The name of the etcd member that is the leader now (a running one that says so)."""
+        for node in self.nodes.values():
+            if node.kind == "etcd" and self.is_running(node.name) and etcd_is_leader(node):
+                return node.name
+        raise ClusterError("no running etcd member is the leader (no quorum, or an election under way)")
+
+    @property
     def gateway_urls(self) -> list[str]:
         return [n.url for n in self.nodes.values() if n.kind == "gateway"]
 
@@ -170,6 +187,7 @@ class LocalCluster:
             "redis": self.redis_urls,
             "zookeeper": self.zookeeper if "zookeeper" in kinds else None,
             "postgres": self.postgres_dsn if "postgres" in kinds else None,
+            "etcd": self.etcd if "etcd" in kinds else None,
             "gateways": self.gateway_urls,
             "load_balancer": self.load_balancer if "haproxy" in kinds else None,
             "pids": {name: node.pid for name, node in self.nodes.items()},
@@ -186,6 +204,8 @@ class LocalCluster:
             names.append(self.add_zookeeper(wait=False).name)
         if spec.postgres:
             names.append(self.add_postgres(wait=False).name)
+        if spec.etcd:
+            names += [n.name for n in self.add_etcd_cluster(spec.etcd, wait=False)]
         for name in names:
             self.wait_ready(name)
         if spec.gateways:
@@ -217,6 +237,21 @@ class LocalCluster:
             node = zookeeper_node(name, self._node_dir(name), peers=peers, myid=peer.myid)
             self.nodes[name] = node  # recorded before the next member is named
             nodes.append(node)
+        for node in nodes:
+            self._launch(node, wait=False)
+        if wait:
+            for node in nodes:
+                self.wait_ready(node.name)
+        return nodes
+
+    def add_etcd_cluster(self, size: int = 3, *, wait: bool = True) -> list[Node]:
+        """Start `size` etcd members that form one cluster (ready once each is part of a quorum)."""
+        if size < 1:
+            raise ClusterError(f"an etcd cluster needs at least 1 member, not {size}")
+        first = sum(1 for n in self.nodes.values() if n.kind == "etcd")
+        peers = tuple(EtcdPeer(f"etcd-{first + i}", free_port(), free_port()) for i in range(size))
+        token = f"fencegate-{os.getpid()}-{peers[0].peer_port}"  # one cluster's members never join another
+        nodes = [etcd_node(p.name, self._node_dir(p.name), peers=peers, me=p, token=token) for p in peers]
         for node in nodes:
             self._launch(node, wait=False)
         if wait:
@@ -313,6 +348,8 @@ class LocalCluster:
         if node.kind == "zookeeper":
             cfg = Path(node.data_dir) / "conf" / "zoo.cfg"
             cfg.write_text(cfg.read_text().replace(f"clientPort={old}", f"clientPort={node.port}"))
+        if node.kind == "etcd":  # the client port sits inside the listen and advertise URLs
+            node.argv = [arg.replace(f"{HOST}:{old}", node.address) for arg in node.argv]
         if node.kind == "haproxy":
             cfg = Path(node.data_dir) / HAPROXY_CFG
             cfg.write_text(cfg.read_text().replace(f"bind {HOST}:{old}", f"bind {node.address}"))
@@ -363,6 +400,24 @@ class LocalCluster:
         self._spawn(node)
         self.wait_ready(name)
         return node
+
+    def restart_all(self, kind: str) -> list[Node]:
+        """Kill every node of `kind` that still runs, start them all again with their data, then wait.
+
+        The members of a quorum (ZooKeeper, etcd) are started together: none of
+        them is ready alone, so restarting them one by one would never finish.
+        """
+        nodes = [n for n in self.nodes.values() if n.kind == kind]
+        if not nodes:
+            raise ClusterError(f"this cluster has no {kind}")
+        for node in nodes:
+            if node.pid is not None and _alive(node.pid):
+                self.kill(node.name)
+        for node in nodes:
+            self._spawn(node)
+        for node in nodes:
+            self.wait_ready(node.name)
+        return nodes
 
     def is_running(self, name: str) -> bool:
         node = self.nodes[name]

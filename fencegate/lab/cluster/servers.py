@@ -23,6 +23,12 @@ PROBE_TIMEOUT = 0.5
 # HTTP servers are ready when this path answers 200: a gateway once its storage answers,
 # HAProxy once it routes to at least one ready gateway
 HTTP_PROBES = {"gateway": "/readyz", "haproxy": "/readyz"}
+# an etcd member answers 200 on /health once it is part of a quorum with a leader (503 before and
+# while the cluster has no quorum): ready means it can serve a write
+ETCD_HEALTH = "/health"
+ETCD_ELECTION_MS = 1000  # etcd's default; a loaded 2-core machine needs the slack against needless elections
+ETCD_HEARTBEAT_MS = 100
+ETCD_COMPACTION_RETENTION = 10_000  # revisions of history kept: each token is one, the database stays small
 
 
 @dataclass
@@ -30,7 +36,7 @@ class Node:
     """One server process of the cluster, as recorded in the state file."""
 
     name: str
-    kind: str  # "redis" | "zookeeper" | "postgres" | "gateway" | "haproxy"
+    kind: str  # "redis" | "zookeeper" | "postgres" | "etcd" | "gateway" | "haproxy"
     port: int
     argv: list[str]
     data_dir: str
@@ -49,6 +55,8 @@ class Node:
             return f"redis://{HOST}:{self.port}"
         if self.kind == "postgres":
             return f"postgresql://postgres@{HOST}:{self.port}/postgres"
+        if self.kind == "etcd":
+            return f"etcd://{HOST}:{self.port}"
         if self.kind in HTTP_PROBES:
             return f"http://{HOST}:{self.port}"
         return self.address
@@ -139,6 +147,45 @@ def zookeeper_node(
     return Node(name, "zookeeper", port, argv, str(data_dir), str(data_dir / "server.log"))
 
 
+@dataclass(frozen=True)
+class EtcdPeer:
+    """One member of an etcd cluster: its name and its client and peer ports."""
+
+    name: str
+    client_port: int
+    peer_port: int
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{HOST}:{self.peer_port}"
+
+
+def etcd_node(name: str, data_dir: Path, *, peers: tuple[EtcdPeer, ...], me: EtcdPeer, token: str) -> Node:
+    """One etcd member of the cluster `peers` (plain HTTP on loopback); its data survives a restart.
+
+    `--initial-cluster*` only matter for the first start: a member that finds
+    its data dir again rejoins from its own write-ahead log.
+    """
+    binary = _require("etcd", "etcd-server")
+    client = f"http://{HOST}:{me.client_port}"
+    argv = [
+        binary, "--name", me.name, "--data-dir", str(data_dir / "data"),
+        "--listen-client-urls", client, "--advertise-client-urls", client,
+        "--listen-peer-urls", me.peer_url, "--initial-advertise-peer-urls", me.peer_url,
+        "--initial-cluster", ",".join(f"{p.name}={p.peer_url}" for p in peers),
+        "--initial-cluster-state", "new", "--initial-cluster-token", token,
+        "--heartbeat-interval", str(ETCD_HEARTBEAT_MS), "--election-timeout", str(ETCD_ELECTION_MS),
+        "--auto-compaction-mode", "revision", "--auto-compaction-retention", str(ETCD_COMPACTION_RETENTION),
+        "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
+    ]  # fmt: skip
+    return Node(name, "etcd", me.client_port, argv, str(data_dir), str(data_dir / "server.log"))
+
+
+def etcd_is_leader(node: Node) -> bool:
+    """True if this member says it is the leader (its `etcd_server_is_leader` metric)."""
+    return b"\netcd_server_is_leader 1" in _http_get(node.port, "/metrics", limit=1 << 20)[1]
+
+
 def postgres_node(name: str, data_dir: Path, *, user: str | None) -> Node:
     """A throwaway PostgreSQL cluster; initdb runs here, as `user` when given."""
     bindir = postgres_bindir()
@@ -167,7 +214,9 @@ def probe(node: Node) -> bool:
         )
         return result.returncode == 0
     if node.kind in HTTP_PROBES:
-        return _http_ok(node.port, HTTP_PROBES[node.kind])
+        return _http_get(node.port, HTTP_PROBES[node.kind])[0] == 200
+    if node.kind == "etcd":
+        return _http_get(node.port, ETCD_HEALTH)[0] == 200
     question, answer = {
         "redis": (b"PING\r\n", b"+PONG"),
         "zookeeper": (b"srvr", b"Mode: "),
@@ -187,12 +236,16 @@ def probe(node: Node) -> bool:
     return answer in reply
 
 
-def _http_ok(port: int, path: str) -> bool:
+def _http_get(port: int, path: str, *, limit: int = 64) -> tuple[int, bytes]:
+    """(status, up to `limit` bytes of the response) of one GET; (0, b"") if nothing answered."""
     request = f"GET {path} HTTP/1.0\r\nHost: {HOST}\r\n\r\n".encode()
+    reply = b""
     try:
         with socket.create_connection((HOST, port), timeout=PROBE_TIMEOUT) as sock:
             sock.sendall(request)
-            status_line = sock.recv(64).split(b"\r\n", 1)[0]
+            while len(reply) < limit and (chunk := sock.recv(65536)):
+                reply += chunk
     except OSError:
-        return False
-    return status_line.split(b" ")[1:2] == [b"200"]
+        return 0, b""
+    status = reply.split(b"\r\n", 1)[0].split(b" ")[1:2]
+    return (int(status[0]) if status and status[0].isdigit() else 0), reply
