@@ -9,6 +9,10 @@ durable before it is handed out, so a power cut cannot make the counter go
 back. The file must live on a local disk: SQLite's locking is not safe over
 network file systems, and the counter is only as monotonic as the file.
 
+Draws waiting at the same moment share one transaction (`Batcher`): one
+`BEGIN IMMEDIATE`, one raise per draw in arrival order, one commit and one
+fsync for all of them.
+
 sqlite3 blocks, so each source runs its one connection on one private thread.
 """
 
@@ -17,14 +21,20 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from lockclient.tokens._base import ClosingSource, check_resource, map_errors
+from lockclient.tokens._batch import Batcher
+
+A = TypeVar("A")
+R = TypeVar("R")
 
 __all__ = ["SQLiteTokens"]
 
 DEFAULT_BUSY_TIMEOUT = 5.0  # seconds a process waits for another's write transaction to finish
+MAX_BATCH = 256  # draws that share one transaction at most
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS fencegate_tokens (
@@ -49,6 +59,7 @@ class SQLiteTokens(ClosingSource):
         self.busy_timeout = busy_timeout
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockclient-sqlite")
         self._conn: sqlite3.Connection | None = None
+        self._batch = Batcher(self._issue, max_batch=MAX_BATCH)
 
     def _open(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -63,16 +74,16 @@ class SQLiteTokens(ClosingSource):
             self._conn = conn
         return self._conn
 
-    def _next(self, resource: str) -> int:
+    def _next(self, resources: Sequence[str]) -> list[int]:
         conn = self._open()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            (value,) = conn.execute(NEXT, (resource,)).fetchone()
+            values = [int(conn.execute(NEXT, (resource,)).fetchone()[0]) for resource in resources]
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return int(value)
+        return values
 
     def _bound(self, resource: str) -> int:
         row = self._open().execute(BOUND, (resource,)).fetchone()
@@ -83,19 +94,22 @@ class SQLiteTokens(ClosingSource):
             self._conn.close()
             self._conn = None
 
-    async def _run(self, doing: str, call: Callable[[str], int], resource: str) -> int:
+    async def _run(self, doing: str, call: Callable[[A], R], arg: A) -> R:
         loop = asyncio.get_running_loop()
         with map_errors("sqlite", f"{doing} in {self.path}", sqlite3.Error, OSError, fix=FIX):
-            result: int = await loop.run_in_executor(self._executor, call, resource)
-        return result
+            return await loop.run_in_executor(self._executor, call, arg)
+
+    async def _issue(self, resources: Sequence[str]) -> list[int]:
+        return await self._run("issue a token", self._next, resources)
 
     async def next_token(self, resource: str) -> int:
-        return await self._run("issue a token", self._next, check_resource(resource))
+        return await self._batch.draw(check_resource(resource))
 
     async def upper_bound(self, resource: str) -> int:
         return await self._run("read the highest token", self._bound, check_resource(resource))
 
     async def aclose(self) -> None:
+        await self._batch.aclose()
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
         self._executor.shutdown(wait=False)
 
