@@ -18,7 +18,7 @@ venv: $(VENV_STAMP)
 $(VENV_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/pip install -q -e '.[dev,bench,postgresql,zookeeper,etcd]'
 	@touch $@
 
 demo: setup

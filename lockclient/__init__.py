@@ -9,6 +9,8 @@ What keeps storage safe is the token, checked by the fence (the gateway).
 `lockclient.sync` offers the same for code without an event loop.
 """
 
+from typing import TYPE_CHECKING
+
 from lockclient.config import DEFAULT_RETRY, RedlockSettings, RetryPolicy
 from lockclient.errors import (
     ConfigurationError,
@@ -17,6 +19,7 @@ from lockclient.errors import (
     LockClientError,
     LockLost,
     LockNotAcquired,
+    MissingExtra,
     StaleToken,
     TokenSourceError,
 )
@@ -24,18 +27,16 @@ from lockclient.http import FetchedObject, GatewayClient, ObjectInfo
 from lockclient.lease import Lease, token_of
 from lockclient.protocols import Clock, Fenced, TokenSource
 from lockclient.redlock import Redlock
-from lockclient.tokens import (
-    PostgresTokens,
-    RedisIncrTokens,
-    SQLiteTokens,
-    ZooKeeperTokens,
-    open_token_source,
-)
+from lockclient.tokens import SOURCES, open_token_source
+
+if TYPE_CHECKING:
+    from lockclient.tokens import EtcdTokens, PostgresTokens, RedisIncrTokens, SQLiteTokens, ZooKeeperTokens
 
 __all__ = [
     "DEFAULT_RETRY",
     "Clock",
     "ConfigurationError",
+    "EtcdTokens",
     "ExtensionLimitReached",
     "Fenced",
     "FetchedObject",
@@ -45,6 +46,7 @@ __all__ = [
     "LockClientError",
     "LockLost",
     "LockNotAcquired",
+    "MissingExtra",
     "ObjectInfo",
     "PostgresTokens",
     "RedisIncrTokens",
@@ -59,3 +61,13 @@ __all__ = [
     "open_token_source",
     "token_of",
 ]
+
+
+def __getattr__(name: str) -> type:
+    """Token sources load on first use, with their drivers (kazoo, SQLAlchemy and asyncpg, aetcd)."""
+    if name in SOURCES:
+        from lockclient import tokens
+
+        source: type = getattr(tokens, name)
+        return source
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

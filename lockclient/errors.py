@@ -6,6 +6,7 @@ LockClientError
  ├── LockLost                          the lease expired or was taken away
  ├── ExtensionLimitReached             a lease was extended as often as allowed
  ├── TokenSourceError                  the token source failed or is unreachable
+ ├── MissingExtra (ImportError)        a token source's driver is not installed; names the extra
  └── GatewayError                      the gateway answered with an error
       └── StaleToken                   409: a newer token has already written
 """
@@ -56,6 +57,14 @@ class TokenSourceError(LockClientError):
     def __init__(self, message: str, *, source: str) -> None:
         super().__init__(message)
         self.source = source
+
+
+class MissingExtra(LockClientError, ImportError):
+    """A token source needs a driver that is not installed; the message names the extra to install."""
+
+    def __init__(self, message: str, *, extra: str, package: str | None) -> None:
+        super().__init__(message, name=package)
+        self.extra = extra
 
 
 class GatewayError(LockClientError):

@@ -5,21 +5,33 @@
 | `sqlite:///relative.db`, `sqlite:////abs/path.db` | `SQLiteTokens` | one file, one machine, fsynced |
 | `postgresql://user@host:port/db` | `PostgresTokens` | a `CACHE 1` sequence on one primary |
 | `zookeeper://host:port[,host:port...][/chroot]` | `ZooKeeperTokens` | zxids are totally ordered |
+| `etcd://host:port[,host:port...]` | `EtcdTokens` | revisions are ordered by Raft |
 | `redis://host:port?unsafe=1` | `RedisIncrTokens` | it is NOT: lab only |
+
+Each source's module, and its driver, is imported on first use (`open_token_source`
+or the class name): a program that never draws from ZooKeeper never loads kazoo.
+A driver that is not installed is a `MissingExtra` naming the extra to install
+(`pip install 'fencegate[zookeeper]'`, `[postgresql]`, `[etcd]`).
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from lockclient.errors import ConfigurationError
 from lockclient.protocols import TokenSource
-from lockclient.tokens.postgres import PostgresTokens
-from lockclient.tokens.redis_incr import RedisIncrTokens
-from lockclient.tokens.sqlite import SQLiteTokens
-from lockclient.tokens.zookeeper import ZooKeeperTokens
+
+if TYPE_CHECKING:
+    from lockclient.tokens.etcd import EtcdTokens
+    from lockclient.tokens.postgres import PostgresTokens
+    from lockclient.tokens.redis_incr import RedisIncrTokens
+    from lockclient.tokens.sqlite import SQLiteTokens
+    from lockclient.tokens.zookeeper import ZooKeeperTokens
 
 __all__ = [
+    "EtcdTokens",
     "PostgresTokens",
     "RedisIncrTokens",
     "SQLiteTokens",
@@ -27,10 +39,28 @@ __all__ = [
     "open_token_source",
 ]
 
+# each source's class and the module that defines it, imported (with its driver) on first use
+SOURCES = {
+    "EtcdTokens": "lockclient.tokens.etcd",
+    "PostgresTokens": "lockclient.tokens.postgres",
+    "RedisIncrTokens": "lockclient.tokens.redis_incr",
+    "SQLiteTokens": "lockclient.tokens.sqlite",
+    "ZooKeeperTokens": "lockclient.tokens.zookeeper",
+}
+
 SUPPORTED = (
     "sqlite:///path/to/file.db, postgresql://user@host:port/db, "
-    "zookeeper://host:port[,host:port][/chroot], redis://host:port?unsafe=1 (unsafe, lab only)"
+    "zookeeper://host:port[,host:port][/chroot], etcd://host:port[,host:port], "
+    "redis://host:port?unsafe=1 (unsafe, lab only)"
 )
+
+
+def __getattr__(name: str) -> type:
+    module = SOURCES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    source: type = getattr(importlib.import_module(module), name)
+    return source
 
 
 def _sqlite_path(url: str) -> str:
@@ -52,12 +82,24 @@ def open_token_source(url: str, *, allow_unsafe: bool = False) -> TokenSource:
     """
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
+        from lockclient.tokens.sqlite import SQLiteTokens
+
         return SQLiteTokens(_sqlite_path(url))
     if scheme in ("postgresql", "postgres", "postgresql+asyncpg"):
+        from lockclient.tokens.postgres import PostgresTokens
+
         return PostgresTokens(url)
     if scheme == "zookeeper":
+        from lockclient.tokens.zookeeper import ZooKeeperTokens
+
         hosts, slash, chroot = url[len("zookeeper://") :].partition("/")
         return ZooKeeperTokens(hosts, chroot=(slash + chroot).rstrip("/"))
+    if scheme == "etcd":
+        from lockclient.tokens.etcd import EtcdTokens
+
+        return EtcdTokens(url[len("etcd://") :])
     if scheme in ("redis", "rediss"):
+        from lockclient.tokens.redis_incr import RedisIncrTokens
+
         return RedisIncrTokens(url, unsafe=allow_unsafe)
     raise ConfigurationError(f"unknown token source URL {url!r}: use one of {SUPPORTED}")

@@ -7,9 +7,20 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Self
 
-from lockclient.errors import ConfigurationError, TokenSourceError
+from lockclient.errors import ConfigurationError, MissingExtra, TokenSourceError
 
-__all__ = ["ClosingSource", "check_resource", "map_errors"]
+__all__ = ["ClosingSource", "check_resource", "map_errors", "missing_extra"]
+
+
+def missing_extra(source: str, extra: str, exc: ImportError) -> MissingExtra:
+    """The error for a source whose driver is not installed: it says which extra installs it."""
+    package = exc.name.partition(".")[0] if exc.name else None
+    return MissingExtra(
+        f"{source} tokens need the {package or str(exc)!r} package, which is not installed: "
+        f"pip install 'fencegate[{extra}]'",
+        extra=extra,
+        package=package,
+    )
 
 
 def check_resource(resource: str) -> str:

@@ -7,6 +7,11 @@ out values out of order (session A's 21 after session B's 40). The source
 creates the sequence if it is absent, under an advisory lock so two
 processes starting at once do not race, and refuses one with a larger cache.
 
+Draws waiting at the same moment share one statement (`Batcher`): it takes
+as many values as there are draws, and they are handed out in ascending
+order to the draws in arrival order. 16 draws in flight cost about one round
+trip each round instead of 16.
+
 Caveat: a replica promoted after the primary crashed may not have the last
 increments (asynchronous replication), and the sequence would go back. Run
 the token database with synchronous replication, or accept that a failover
@@ -17,19 +22,27 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from sqlalchemy import TextClause, text
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-
 from lockclient.errors import ConfigurationError
-from lockclient.tokens._base import ClosingSource, check_resource, map_errors
+from lockclient.tokens._base import ClosingSource, check_resource, map_errors, missing_extra
+from lockclient.tokens._batch import Batcher
+
+try:
+    import asyncpg  # noqa: F401 (SQLAlchemy loads it by name; a missing one is reported here, with its extra)
+    from sqlalchemy import TextClause, text
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+    from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+except ImportError as exc:
+    raise missing_extra("PostgreSQL", "postgresql", exc) from exc
 
 __all__ = ["DEFAULT_SEQUENCE", "PostgresTokens", "asyncpg_url"]
 
 DEFAULT_SEQUENCE = "fencegate_tokens"
 DEFAULT_TIMEOUT = 5.0  # seconds for one token, connecting included
+MAX_BATCH = 256  # draws that share one statement at most
 # pg_advisory_lock key that serialises sequence creation across processes ("fenceseq" as bytes)
 CREATE_LOCK = 0x66656E6365736571
 SCHEMES = {"postgresql", "postgres", "postgresql+asyncpg"}
@@ -65,11 +78,13 @@ class PostgresTokens(ClosingSource):
         self._engine: AsyncEngine = create_async_engine(
             asyncpg_url(dsn), isolation_level="AUTOCOMMIT", pool_size=pool_size
         )
-        self._next = text(f"SELECT nextval('{sequence}')")
-        # the name passed IDENTIFIER above; identifiers cannot be bound parameters
+        # the name passed IDENTIFIER above; identifiers cannot be bound parameters.
+        # One value per draw of the batch; sorted by `_issue`, whatever order the rows come in.
+        self._next = text(f"SELECT nextval('{sequence}') FROM generate_series(1, :n)")  # noqa: S608
         self._bound = text(f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {sequence}")  # noqa: S608
         self._ready = False
         self._ready_lock = asyncio.Lock()
+        self._batch = Batcher(self._issue, max_batch=MAX_BATCH)
 
     async def _ensure_sequence(self) -> None:
         async with self._ready_lock:
@@ -99,33 +114,37 @@ class PostgresTokens(ClosingSource):
                 )
             self._ready = True
 
-    async def _once(self, query: TextClause) -> int:
+    async def _once(self, query: TextClause, params: Mapping[str, Any]) -> list[int]:
         async with self._engine.connect() as conn:
-            return int((await conn.execute(query)).scalar_one())
+            return [int(v) for v in (await conn.execute(query, params)).scalars()]
 
-    async def _scalar(self, doing: str, query: TextClause) -> int:
+    async def _fetch(self, doing: str, query: TextClause, params: Mapping[str, Any]) -> list[int]:
         with map_errors("postgres", doing, SQLAlchemyError, OSError, TimeoutError, fix=FIX):
             async with asyncio.timeout(self.timeout):
                 await self._ensure_sequence()
                 try:
-                    return await self._once(query)
+                    return await self._once(query, params)
                 except DBAPIError as exc:
                     # A pooled connection the server closed (say, it restarted) is dropped by the
                     # pool: one fresh try, rather than a ping before every token.
                     if not exc.connection_invalidated:
                         raise
-                return await self._once(query)
+                return await self._once(query, params)
+
+    async def _issue(self, resources: Sequence[str]) -> list[int]:
+        return sorted(await self._fetch("issue a token", self._next, {"n": len(resources)}))
 
     async def next_token(self, resource: str) -> int:
-        check_resource(resource)
-        return await self._scalar("issue a token", self._next)
+        return await self._batch.draw(check_resource(resource))
 
     async def upper_bound(self, resource: str) -> int:
         """The sequence's last value (0 before the first token): >= every token of every resource."""
         check_resource(resource)
-        return await self._scalar("read the highest token", self._bound)
+        (bound,) = await self._fetch("read the highest token", self._bound, {})
+        return bound
 
     async def aclose(self) -> None:
+        await self._batch.aclose()
         await self._engine.dispose()
 
     def __repr__(self) -> str:

@@ -8,6 +8,18 @@ bounds every token issued for it. Tokens survive a ZooKeeper restart as long
 as its data directory (the transaction log) survives; a wiped ensemble starts
 again low, which the gateway reports as `token_source_regressed`.
 
+Draws waiting at the same moment share one multi-op transaction (`Batcher`),
+one `set` per resource. Every op of a multi gets the same zxid, so a multi
+never holds two draws for one resource: the later one goes in the next
+request. Up to IN_FLIGHT requests are out at once (kazoo pipelines them on
+its one connection), so draws for one resource still overlap.
+
+Bounded: the first connection gives up after `connect_timeout`, a draw after
+`timeout` (reconnects included), each with a `TokenSourceError`. kazoo's own
+connection chatter ("Connection dropped", once per retry while ZooKeeper is
+down) goes to the logger `lockclient.tokens.zookeeper.kazoo`, which passes on
+only errors unless the application sets its level.
+
 This is the only module that imports kazoo. Kazoo blocks on its own threads,
 so every call runs on this source's own small thread pool; the event loop never
 waits on it, and a ZooKeeper outage (calls blocked in retries until their
@@ -19,29 +31,41 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionClosedError, KazooException, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KeeperState
-from kazoo.retry import ForceRetryError, KazooRetry
+from lockclient.errors import ConfigurationError, TokenSourceError
+from lockclient.tokens._base import ClosingSource, check_resource, map_errors, missing_extra
+from lockclient.tokens._batch import Batcher
 
-from lockclient.errors import ConfigurationError
-from lockclient.tokens._base import ClosingSource, check_resource, map_errors
+try:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import ConnectionClosedError, KazooException, NoNodeError
+    from kazoo.handlers.threading import KazooTimeoutError
+    from kazoo.protocol.states import KeeperState
+    from kazoo.retry import ForceRetryError, KazooRetry
+except ImportError as exc:
+    raise missing_extra("ZooKeeper", "zookeeper", exc) from exc
 
-__all__ = ["DEFAULT_ROOT", "ZooKeeperTokens"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_ROOT", "DEFAULT_TIMEOUT", "KAZOO_LOG", "ZooKeeperTokens"]
 
 T = TypeVar("T")
 
 DEFAULT_ROOT = "/fencegate/tokens"
-DEFAULT_TIMEOUT = 10.0  # seconds to connect, and for one token across reconnects
+DEFAULT_CONNECT_TIMEOUT = 3.0  # seconds for the first connection to the ensemble
+DEFAULT_TIMEOUT = 10.0  # seconds for one token across reconnects; also the session timeout
 WORKERS = 16  # kazoo calls in flight at once; each holds a thread until its answer or deadline
+IN_FLIGHT = 8  # token requests out at once; the rest of the draws wait to share the next ones
+MAX_BATCH = 64  # resources in one multi at most
 FIX = "check that ZooKeeper is running and reachable at the given hosts"
+
+KAZOO_LOG = logging.getLogger(__name__ + ".kazoo")
+if KAZOO_LOG.level == logging.NOTSET:  # an application that set a level keeps it
+    KAZOO_LOG.setLevel(logging.ERROR)
 
 
 def znode_name(resource: str) -> str:
@@ -54,7 +78,13 @@ class ZooKeeperTokens(ClosingSource):
     """Tokens that are ZooKeeper zxids; connects on first use and reconnects by itself."""
 
     def __init__(
-        self, hosts: str, *, chroot: str = "", root: str = DEFAULT_ROOT, timeout: float = DEFAULT_TIMEOUT
+        self,
+        hosts: str,
+        *,
+        chroot: str = "",
+        root: str = DEFAULT_ROOT,
+        timeout: float = DEFAULT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         if not hosts or "/" in hosts:
             raise ConfigurationError(
@@ -69,7 +99,13 @@ class ZooKeeperTokens(ClosingSource):
         self.hosts = hosts
         self.chroot = chroot
         self.root = root
+        if timeout <= 0 or connect_timeout <= 0:
+            raise ConfigurationError(
+                f"timeout and connect_timeout must be positive seconds, got {timeout} and {connect_timeout}"
+            )
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._batch = Batcher(self._issue, max_batch=MAX_BATCH, in_flight=IN_FLIGHT, distinct=True)
         self._client: Any = None  # KazooClient once started (kazoo is untyped)
         self._start_lock = asyncio.Lock()
         self._revive_lock = threading.Lock()  # kazoo calls run on worker threads
@@ -89,12 +125,19 @@ class ZooKeeperTokens(ClosingSource):
                     hosts=self.hosts,
                     timeout=self.timeout,
                     connection_retry={"max_tries": -1, "max_delay": 1.0},
+                    logger=KAZOO_LOG,
                 )
                 try:
-                    await self._blocking(client.start, self.timeout)
-                except BaseException:
+                    await self._blocking(client.start, self.connect_timeout)
+                except BaseException as exc:
                     await self._blocking(client.stop)
                     await self._blocking(client.close)
+                    if isinstance(exc, KazooTimeoutError):
+                        raise TokenSourceError(
+                            f"zookeeper token source could not connect to {self.hosts} within "
+                            f"connect_timeout={self.connect_timeout:g} s; {FIX}",
+                            source="zookeeper",
+                        ) from exc
                     raise
                 self._client = client
         return self._client
@@ -120,15 +163,26 @@ class ZooKeeperTokens(ClosingSource):
         with self._revive_lock:
             if client.client_state == KeeperState.CLOSED and self._client is client:
                 client.stop()
-                client.start(self.timeout)
+                client.start(self.connect_timeout)
 
-    def _set(self, client: KazooClient, path: str) -> int:
-        def write() -> int:
-            try:
-                return int(client.set(path, b"").mzxid)
-            except NoNodeError:
-                client.ensure_path(path)
-                return int(client.set(path, b"").mzxid)
+    def _set(self, client: KazooClient, paths: Sequence[str]) -> list[int]:
+        """One multi that writes every path (distinct, see the module docstring); each one's new mzxid."""
+
+        def write() -> list[int]:
+            while True:
+                transaction = client.transaction()
+                for path in paths:
+                    transaction.set_data(path, b"")
+                results = transaction.commit()
+                missing = [path for path, r in zip(paths, results, strict=True) if isinstance(r, NoNodeError)]
+                if not missing:
+                    break
+                for path in missing:  # a resource's first token: create its znode, then write them all
+                    client.ensure_path(path)
+            failed = [r for r in results if isinstance(r, Exception)]
+            if failed:
+                raise failed[0]
+            return [int(stat.mzxid) for stat in results]
 
         return self._retrying(client, write)
 
@@ -142,19 +196,27 @@ class ZooKeeperTokens(ClosingSource):
         stat = self._retrying(client, read)
         return 0 if stat is None else int(stat.mzxid)
 
-    async def _call(self, doing: str, op: Callable[[KazooClient, str], int], resource: str) -> int:
-        path = f"{self.chroot}{self.root}/{znode_name(check_resource(resource))}"
+    def _path(self, resource: str) -> str:
+        return f"{self.chroot}{self.root}/{znode_name(check_resource(resource))}"
+
+    async def _call(self, doing: str, op: Callable[[KazooClient, T], Any], arg: T) -> Any:
         with map_errors("zookeeper", doing, KazooException, KazooTimeoutError, OSError, fix=FIX):
             client = await self._started()
-            return await self._blocking(op, client, path)
+            return await self._blocking(op, client, arg)
+
+    async def _issue(self, resources: Sequence[str]) -> list[int]:
+        tokens: list[int] = await self._call("issue a token", self._set, [self._path(r) for r in resources])
+        return tokens
 
     async def next_token(self, resource: str) -> int:
-        return await self._call("issue a token", self._set, resource)
+        return await self._batch.draw(check_resource(resource))
 
     async def upper_bound(self, resource: str) -> int:
-        return await self._call("read the highest token", self._bound, resource)
+        bound: int = await self._call("read the highest token", self._bound, self._path(resource))
+        return bound
 
     async def aclose(self) -> None:
+        await self._batch.aclose()
         client, self._client = self._client, None
         if client is not None:
             await self._blocking(client.stop)

@@ -25,6 +25,8 @@ from tests.lockclient.processes import run_all
 
 PROCESSES = 3
 DRAWS = 40
+TASKS = 16  # concurrent draws in each process
+BATCHED_DRAWS = 10  # per task
 
 
 @pytest.fixture
@@ -40,26 +42,35 @@ async def pg_dsn(postgres_cluster: LocalCluster) -> str:
 
 
 def assert_issue_order(recorded: list[list[list[int]]]) -> list[int]:
-    """Unique tokens; and whenever one draw finished before another began, its token is lower."""
-    draws = sorted((d for per_process in recorded for d in per_process), key=lambda d: d[1])
-    tokens = [token for _, _, token in draws]
-    assert len(set(tokens)) == len(tokens), "a token was issued twice"
-    assert all(0 < t < 2**63 for t in tokens)
-    finished = [after for _, after, _ in draws]
-    highest_so_far: list[int] = []
-    for _, _, token in draws:
-        highest_so_far.append(max(token, highest_so_far[-1]) if highest_so_far else token)
-    for before, _, token in draws:
-        done = bisect.bisect_left(finished, before)  # draws that finished before this one began
-        if done:
-            assert highest_so_far[done - 1] < token, "a later draw got a lower token"
-    for per_process in recorded:
-        own = [token for _, _, token in per_process]
-        assert own == sorted(own)
-    return tokens
+    """Per resource: unique tokens; whenever one draw finished before another began, its token is
+    lower; each task's own tokens increase. Records are `[before_ns, after_ns, token, task, resource]`."""
+    per_resource: dict[int, list[tuple[int, int, int, tuple[int, int]]]] = {}
+    for process, records in enumerate(recorded):
+        for before, after, token, task, index in records:
+            per_resource.setdefault(index, []).append((before, after, token, (process, task)))
+    everything = []
+    for draws in per_resource.values():
+        draws.sort(key=lambda d: d[1])  # by the time each draw finished
+        tokens = [token for _, _, token, _ in draws]
+        assert len(set(tokens)) == len(tokens), "a token was issued twice for one resource"
+        assert all(0 < t < 2**63 for t in tokens)
+        finished = [after for _, after, _, _ in draws]
+        highest_so_far: list[int] = []
+        for token in tokens:
+            highest_so_far.append(max(token, highest_so_far[-1]) if highest_so_far else token)
+        for before, _, token, _ in draws:
+            done = bisect.bisect_left(finished, before)  # draws that finished before this one began
+            if done:
+                assert highest_so_far[done - 1] < token, "a later draw got a lower token"
+        by_task: dict[tuple[int, int], list[int]] = {}
+        for _, _, token, owner in sorted(draws):  # by the time each draw began
+            by_task.setdefault(owner, []).append(token)
+        assert all(own == sorted(own) for own in by_task.values())
+        everything += tokens
+    return everything
 
 
-@pytest.fixture(params=["sqlite", "postgres", "zookeeper", "redis-incr"])
+@pytest.fixture(params=["sqlite", "postgres", "zookeeper", "etcd", "redis-incr"])
 def source_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'tokens.db'}"
@@ -67,6 +78,8 @@ def source_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return str(request.getfixturevalue("pg_dsn"))
     if request.param == "zookeeper":
         return f"zookeeper://{request.getfixturevalue('zookeeper_cluster').zookeeper}/fencegate-tests"
+    if request.param == "etcd":
+        return str(request.getfixturevalue("etcd_cluster").etcd)
     return f"{request.getfixturevalue('redis_cluster').redis_urls[0]}?unsafe=1"
 
 
@@ -77,12 +90,33 @@ async def test_tokens_from_concurrent_processes_are_unique_and_in_issue_order(
     recorded = await run_all("tests.lockclient._draw_tokens", outs, source_url, resource, str(DRAWS))
     tokens = assert_issue_order(recorded)
     assert len(tokens) == PROCESSES * DRAWS
+    assert all(len(process) == DRAWS for process in recorded)
     source = open_token_source(source_url, allow_unsafe=True)
     try:
         assert await source.upper_bound(resource) >= max(tokens)
         newest = await source.next_token(resource)
         assert newest > max(tokens)
         assert await source.upper_bound(resource) >= newest
+    finally:
+        await source.aclose()
+
+
+@pytest.mark.parametrize("resources", [1, 3])
+async def test_concurrent_draws_share_requests_yet_stay_unique_and_in_issue_order(
+    source_url: str, resource: str, tmp_path: Path, resources: int
+) -> None:
+    """Many tasks in several processes: draws share round trips, for one resource or several."""
+    outs = [tmp_path / f"draws-{i}.jsonl" for i in range(PROCESSES)]
+    args = (source_url, resource, str(BATCHED_DRAWS), str(TASKS), str(resources))
+    recorded = await run_all("tests.lockclient._draw_tokens", outs, *args)
+    tokens = assert_issue_order(recorded)
+    assert len(tokens) == PROCESSES * TASKS * BATCHED_DRAWS
+    source = open_token_source(source_url, allow_unsafe=True)
+    try:
+        for index in range(resources):
+            name = resource if resources == 1 else f"{resource}-{index}"
+            mine = [d[2] for process in recorded for d in process if d[4] == index]
+            assert await source.upper_bound(name) >= max(mine)
     finally:
         await source.aclose()
 
