@@ -41,7 +41,7 @@ def register(sub: Any) -> None:
         "bench",
         help="benchmark fencegate against its peers, side by side in one run",
         description=(
-            "Start 7 redis-server masters, ZooKeeper and PostgreSQL on loopback, run each "
+            "Start 7 redis-server masters, ZooKeeper, PostgreSQL and 3 etcd members on loopback, run each "
             "benchmark with fencegate and its peers alternately (several runs each), and "
             "print medians, p50/p99 and same-run ratios against the goals. Peers come from "
             "the `bench` extra: pip install -e '.[bench]'."

@@ -14,11 +14,12 @@ from lockclient import open_token_source
 from lockclient.protocols import TokenSource
 
 MAX_MASTERS = 7
+ETCD_MEMBERS = 3
 
 
 @dataclass
 class BenchEnv:
-    """A cluster of 7 masters, ZooKeeper and PostgreSQL, and the run's sizes."""
+    """A cluster of 7 masters, ZooKeeper, PostgreSQL and 3 etcd members, and the run's sizes."""
 
     cluster: LocalCluster
     workdir: Path
@@ -38,7 +39,9 @@ class BenchEnv:
             return self.cluster.postgres_dsn
         if kind == "zookeeper":
             return f"zookeeper://{self.cluster.zookeeper}"
-        raise ValueError(f"unknown token source kind {kind!r}: use sqlite, postgres or zookeeper")
+        if kind == "etcd":
+            return self.cluster.etcd
+        raise ValueError(f"unknown token source kind {kind!r}: use sqlite, postgres, zookeeper or etcd")
 
     def tokens(self, kind: str) -> TokenSource:
         return open_token_source(self.token_url(kind))
@@ -54,7 +57,7 @@ async def bench_env(*, quick: bool, quiet: bool = False, smoke: bool = False) ->
 
     `smoke` is the tests' size: one tiny run per case, numbers without meaning.
     """
-    spec = ClusterSpec(redis=MAX_MASTERS, zookeeper=True, postgres=True)
+    spec = ClusterSpec(redis=MAX_MASTERS, zookeeper=True, postgres=True, etcd=ETCD_MEMBERS)
     with tempfile.TemporaryDirectory(prefix="fencegate-bench-") as workdir:
         async with LocalCluster.running_async(spec, Path(workdir) / "cluster") as cluster:
             if smoke:

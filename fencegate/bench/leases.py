@@ -32,6 +32,8 @@ async def leases(env: BenchEnv) -> Section:
              f(fencegate_ops.fencegate_lease, five, _key("fp"), env.tokens("postgres"))),
         Case("leases N=5", "fencegate + zookeeper tokens",
              f(fencegate_ops.fencegate_lease, five, _key("fz"), env.tokens("zookeeper"))),
+        Case("leases N=5", "fencegate + etcd tokens",
+             f(fencegate_ops.fencegate_lease, five, _key("fe"), env.tokens("etcd"))),
         Case("leases N=5", "minimal asyncio Redlock", f(peers.minimal_redlock, five, _key("m5"))),
         Case("leases N=5", "aioredlock", f(peers.aioredlock, five, _key("a5"))),
         Case("leases N=5", "pottery AIORedlock", f(peers.pottery_aioredlock, five, _key("pa5"))),

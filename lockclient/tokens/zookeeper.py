@@ -59,7 +59,7 @@ DEFAULT_ROOT = "/fencegate/tokens"
 DEFAULT_CONNECT_TIMEOUT = 3.0  # seconds for the first connection to the ensemble
 DEFAULT_TIMEOUT = 10.0  # seconds for one token across reconnects; also the session timeout
 WORKERS = 16  # kazoo calls in flight at once; each holds a thread until its answer or deadline
-IN_FLIGHT = 8  # token requests out at once; the rest of the draws wait to share the next ones
+IN_FLIGHT = 4  # token requests out at once; the rest of the draws wait to share the next ones
 MAX_BATCH = 64  # resources in one multi at most
 FIX = "check that ZooKeeper is running and reachable at the given hosts"
 
