@@ -163,7 +163,10 @@ class ZooKeeperTokens(ClosingSource):
         with self._revive_lock:
             if client.client_state == KeeperState.CLOSED and self._client is client:
                 client.stop()
-                client.start(self.connect_timeout)
+                try:
+                    client.start(self.connect_timeout)
+                except KazooTimeoutError as exc:  # the draw's deadline decides, not one attempt
+                    raise ForceRetryError(str(exc)) from exc
 
     def _set(self, client: KazooClient, paths: Sequence[str]) -> list[int]:
         """One multi that writes every path (distinct, see the module docstring); each one's new mzxid."""
