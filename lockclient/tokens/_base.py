@@ -9,7 +9,7 @@ from typing import Self
 
 from lockclient.errors import ConfigurationError, MissingExtra, TokenSourceError
 
-__all__ = ["ClosingSource", "check_resource", "map_errors", "missing_extra"]
+__all__ = ["ClosingSource", "check_resource", "check_seconds", "map_errors", "missing_extra"]
 
 
 def missing_extra(source: str, extra: str, exc: ImportError) -> MissingExtra:
@@ -27,6 +27,14 @@ def check_resource(resource: str) -> str:
     if not resource:
         raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
     return resource
+
+
+def check_seconds(**settings: float) -> None:
+    """Every timeout a source is given must be a positive number of seconds."""
+    bad = {name: value for name, value in settings.items() if not value > 0}
+    if bad:
+        listed = ", ".join(f"{name}={value!r}" for name, value in bad.items())
+        raise ConfigurationError(f"timeouts must be positive seconds, got {listed}")
 
 
 @contextlib.contextmanager

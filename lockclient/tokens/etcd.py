@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from lockclient.errors import ConfigurationError, TokenSourceError
-from lockclient.tokens._base import ClosingSource, check_resource, map_errors, missing_extra
+from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors, missing_extra
 from lockclient.tokens._batch import Batcher
 
 try:
@@ -83,10 +83,7 @@ class EtcdTokens(ClosingSource):
         self.endpoints = parse_endpoints(hosts)
         if not prefix:
             raise ConfigurationError("prefix must not be empty: use e.g. /fencegate/tokens/")
-        if timeout <= 0 or request_timeout <= 0:
-            raise ConfigurationError(
-                f"timeout and request_timeout must be positive seconds, got {timeout} and {request_timeout}"
-            )
+        check_seconds(timeout=timeout, request_timeout=request_timeout)
         self.prefix = prefix
         self.timeout = timeout
         self.request_timeout = request_timeout

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from lockclient.errors import ConfigurationError, TokenSourceError
-from lockclient.tokens._base import ClosingSource, check_resource, map_errors, missing_extra
+from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors, missing_extra
 from lockclient.tokens._batch import Batcher
 
 try:
@@ -99,10 +99,7 @@ class ZooKeeperTokens(ClosingSource):
         self.hosts = hosts
         self.chroot = chroot
         self.root = root
-        if timeout <= 0 or connect_timeout <= 0:
-            raise ConfigurationError(
-                f"timeout and connect_timeout must be positive seconds, got {timeout} and {connect_timeout}"
-            )
+        check_seconds(timeout=timeout, connect_timeout=connect_timeout)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self._batch = Batcher(self._issue, max_batch=MAX_BATCH, in_flight=IN_FLIGHT, distinct=True)

@@ -14,6 +14,7 @@ import pytest
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from lockclient import (
     ConfigurationError,
+    EtcdTokens,
     PostgresTokens,
     RedisIncrTokens,
     SQLiteTokens,
@@ -239,3 +240,16 @@ async def test_a_zookeeper_source_revives_a_client_whose_connection_loop_stopped
         # leaves the client in the same CLOSED state
         await asyncio.to_thread(source._client.stop)
         assert await source.next_token(resource) > first
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: ZooKeeperTokens("127.0.0.1:2181", connect_timeout=0),
+        lambda: ZooKeeperTokens("127.0.0.1:2181", timeout=-1.0),
+        lambda: EtcdTokens("127.0.0.1:2379", request_timeout=0),
+    ],
+)
+def test_timeouts_that_are_not_positive_are_refused(build: Callable[[], object]) -> None:
+    with pytest.raises(ConfigurationError, match="timeouts must be positive seconds"):
+        build()
