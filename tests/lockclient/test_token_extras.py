@@ -12,9 +12,13 @@ import importlib.metadata
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import lockclient
+import lockclient.tokens
+from lockclient import TokenSource
 from tests.lockclient.processes import ROOT
 
 DRIVERS = {"kazoo", "sqlalchemy", "asyncpg", "aetcd", "grpc", "aiosqlite"}
@@ -109,3 +113,22 @@ def test_an_unreachable_zookeeper_fails_within_connect_timeout_and_prints_nothin
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "zookeeper"
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("driver", "module"),
+    [("kazoo", "zookeeper"), ("aetcd", "etcd"), ("asyncpg", "postgres"), ("sqlalchemy", "postgres")],
+)
+def test_each_driver_is_imported_by_its_source_module_only(driver: str, module: str) -> None:
+    root = Path(lockclient.__file__).parent
+    users = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if re.search(rf"^\s*(import|from) {driver}\b", p.read_text(), re.MULTILINE)
+    ]
+    assert users == [f"tokens/{module}.py"]
+
+
+def test_every_source_class_is_a_token_source() -> None:
+    for name in lockclient.tokens.SOURCES:
+        assert issubclass(getattr(lockclient, name), TokenSource), name
