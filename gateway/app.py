@@ -12,6 +12,7 @@ from gateway.metrics import Metrics
 from gateway.middlewares import deadline_middleware, error_middleware
 from gateway.routes import setup_routes
 from lockclient.protocols import TokenSource
+from storage.fenced import FENCED, Policy
 
 # Requests are small values plus headers; aiohttp's own 1 MiB default would
 # answer 413 before our limit, so the body limit is passed through here.
@@ -19,8 +20,14 @@ HEADER_LIMIT = 8190  # bytes per header line (aiohttp's default); Fencing-* valu
 MAX_HEADERS = 64  # header lines per request; a client needs a handful
 
 
-def create_app(settings: Settings, *, tokens: TokenSource | None = None) -> web.Application:
-    """The gateway app. `tokens` enables the token-from-the-future guard; the app closes it."""
+def create_app(
+    settings: Settings, *, tokens: TokenSource | None = None, policy: Policy = FENCED
+) -> web.Application:
+    """The gateway app. `tokens` enables the token-from-the-future guard; the app closes it.
+
+    `policy` is the fenced unit's (`storage.fenced.Policy`); only the benchmark's fence-off
+    yardstick passes another one, and no flag or environment variable reaches it.
+    """
     app = web.Application(
         middlewares=[error_middleware, client_middleware, deadline_middleware],
         client_max_size=max(settings.max_body, 1),
@@ -34,6 +41,7 @@ def create_app(settings: Settings, *, tokens: TokenSource | None = None) -> web.
         },
     )
     app[AppKeys.settings] = settings
+    app[AppKeys.policy] = policy
     app[AppKeys.metrics] = Metrics()
     app[AppKeys.tokens] = tokens
     app[AppKeys.limiter] = ClientLimiter(limit=settings.max_client_requests)

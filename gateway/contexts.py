@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import aiohttp
 from aiohttp import web
@@ -32,17 +33,23 @@ KEY_RELOAD_INTERVAL = 1.0  # seconds between looks at the key file: a revoked ke
 
 async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
     """The engine (migrated), the store over it, and in proxy mode the upstream session."""
-    settings = app[AppKeys.settings]
+    settings, policy = app[AppKeys.settings], app[AppKeys.policy]
     if settings.storage is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = open_engine(settings.storage_url, command_timeout=settings.storage_timeout)
     try:
         version = await migrate(engine)
         log.info("storage %s ready (schema version %d)", engine.url.render_as_string(), version)
-        fences = SqlObjectStore(engine)
+        if not policy.fence:
+            log.warning("THE FENCE IS OFF: a benchmark yardstick; every token is accepted")
+        if settings.upstream is not None:
+            policy = replace(policy, objects=False)  # the bytes live upstream
+        fences = SqlObjectStore(engine, policy=policy)
         if settings.upstream is None and engine.dialect.name == "sqlite" and settings.group_commit > 0:
             assert engine.url.database is not None
-            batching = GroupCommitStore(fences, path=engine.url.database, max_batch=settings.group_commit)
+            batching = GroupCommitStore(
+                fences, path=engine.url.database, max_batch=settings.group_commit, policy=policy
+            )
             await batching.start()
             log.info("SQLite group commit on: up to %d fenced requests per fsync", settings.group_commit)
             app[AppKeys.store] = batching

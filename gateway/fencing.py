@@ -27,6 +27,7 @@ from gateway.metrics import Metrics
 from lockclient.errors import LockClientError
 from lockclient.protocols import TokenSource
 from storage.errors import StaleTokenError
+from storage.models import DEFAULT_CONTENT_TYPE
 from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -108,10 +109,21 @@ class Fencer:
         self._metrics = metrics
 
     async def put(
-        self, key: str, data: bytes, *, resource: str, token: int, caller: Caller = ANONYMOUS
+        self,
+        key: str,
+        data: bytes,
+        *,
+        resource: str,
+        token: int,
+        caller: Caller = ANONYMOUS,
+        content_type: str = DEFAULT_CONTENT_TYPE,
     ) -> ObjectMeta:
         return await self._fenced(
-            resource, token, lambda: self._store.put(key, data, resource=resource, token=token, caller=caller)
+            resource,
+            token,
+            lambda: self._store.put(
+                key, data, resource=resource, token=token, caller=caller, content_type=content_type
+            ),
         )
 
     async def get(

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from gateway.config import Settings
     from gateway.fencing import Fencer
     from gateway.metrics import Metrics
+    from storage.fenced import Policy
     from storage.protocols import ObjectStore
 
 
@@ -22,6 +23,7 @@ class AppKeys:
     """The keys of the gateway's `web.Application` state."""
 
     settings: web.AppKey[Settings] = web.AppKey("settings")
+    policy: web.AppKey[Policy] = web.AppKey("policy")
     metrics: web.AppKey[Metrics] = web.AppKey("metrics")
     api_keys: web.AppKey[ApiKeys | None] = web.AppKey("api_keys")
     tokens: web.AppKey[TokenSource | None] = web.AppKey("tokens")

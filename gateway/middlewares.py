@@ -20,6 +20,7 @@ from gateway.keys import AppKeys, RequestKeys
 from storage.errors import (
     IdempotencyKeyReused,
     ObjectNotFound,
+    ResourceMismatch,
     StaleTokenError,
     StorageError,
     StorageUnavailable,
@@ -67,6 +68,14 @@ def _answer(exc: BaseException) -> tuple[int, dict[str, object]]:
             "resource": exc.resource,
             "token": exc.token,
             "highest": exc.highest,
+            "detail": str(exc),
+        }
+    if isinstance(exc, ResourceMismatch):
+        return 409, {
+            "error": "resource_mismatch",
+            "key": exc.key,
+            "resource": exc.resource,
+            "object_resource": exc.bound,
             "detail": str(exc),
         }
     if isinstance(exc, IdempotencyKeyReused):

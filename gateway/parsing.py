@@ -11,7 +11,13 @@ from __future__ import annotations
 import re
 
 from gateway.errors import BadRequest, TokenRequired
-from storage.models import MAX_IDEMPOTENCY_KEY_LENGTH, MAX_KEY_LENGTH, MAX_RESOURCE_LENGTH
+from storage.models import (
+    DEFAULT_CONTENT_TYPE,
+    MAX_CONTENT_TYPE_LENGTH,
+    MAX_IDEMPOTENCY_KEY_LENGTH,
+    MAX_KEY_LENGTH,
+    MAX_RESOURCE_LENGTH,
+)
 
 MAX_TOKEN = 2**63 - 1
 MAX_LIST_LIMIT = 1000
@@ -54,6 +60,18 @@ def parse_idempotency_key(raw: str | None) -> str | None:
             "characters without spaces; a UUID is a good choice"
         )
     return raw
+
+
+def parse_content_type(raw: str | None) -> str:
+    """The `Content-Type` a writer sent, kept with the object and sent back on GET; default octet-stream."""
+    if raw is None or not raw.strip():
+        return DEFAULT_CONTENT_TYPE
+    if len(raw) > MAX_CONTENT_TYPE_LENGTH or not (raw.isascii() and raw.isprintable()) or "/" not in raw:
+        raise BadRequest(
+            f"Content-Type {raw[:40]!r} must be a media type (type/subtype, optional parameters) of at most "
+            f"{MAX_CONTENT_TYPE_LENGTH} printable ASCII characters"
+        )
+    return raw.strip()
 
 
 def _check_name(what: str, value: str, limit: int) -> str:

@@ -30,6 +30,7 @@ from gateway.eventloop import runner
 from gateway.keys import AppKeys
 from lockclient import LockClientError, open_token_source
 from storage.errors import StorageError
+from storage.fenced import FENCED, Policy
 
 log = logging.getLogger("gateway")
 
@@ -51,9 +52,9 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
-async def _serve(settings: Settings) -> None:
+async def _serve(settings: Settings, policy: Policy) -> None:
     tokens = open_token_source(settings.tokens) if settings.tokens else None
-    app = create_app(settings, tokens=tokens)
+    app = create_app(settings, tokens=tokens, policy=policy)
     # Requests are drained first (below); what is left when the runner shuts down gets a short grace.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=CLOSE_GRACE)
     await runner.setup()
@@ -80,10 +81,11 @@ async def _serve(settings: Settings) -> None:
     log.info("stopped")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, *, policy: Policy = FENCED) -> int:
+    """Serve until SIGTERM or SIGINT; `policy` is the fenced unit's (only the benchmark changes it)."""
     try:
         settings = settings_from(args, os.environ)
-        runner(settings.event_loop)(_serve(settings))
+        runner(settings.event_loop)(_serve(settings, policy))
     except (GatewayServerError, StorageError, LockClientError) as exc:
         print(f"fencegate serve: {exc}", file=sys.stderr)
         return 2

@@ -1,8 +1,9 @@
 """Upstream proxy mode: the fence in front of another HTTP service.
 
 For each fenced request the gateway takes the resource's in-process lock,
-commits the raised mark in its own database, and only then forwards the
-request; the lock is held until the upstream answered, so one gateway sends
+runs the fenced unit in its own database (the key's binding, the raised
+mark and the audit entry; the bytes are upstream), commits, and only then
+forwards the request; the lock is held until the upstream answered, so one gateway sends
 a resource's requests to the upstream one at a time, in fence order.
 
 The limit, stated at start-up and in docs/gateway.md: this is safe only if
@@ -28,8 +29,10 @@ import aiohttp
 
 from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
 from storage.errors import ObjectNotFound
+from storage.fenced import FencedRequest, digest_of
+from storage.models import DEFAULT_CONTENT_TYPE
 from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
-from storage.sql import SqlObjectStore, digest_of
+from storage.sql import SqlObjectStore
 
 PROXY_LIMIT = (
     "proxy mode is safe only if the path from this gateway to the upstream cannot delay or reorder "
@@ -78,11 +81,15 @@ def _no_idempotency(caller: Caller) -> None:
 
 
 class UpstreamStore:
-    """`ObjectStore` that fences in SQL and keeps the bytes in an upstream HTTP service."""
+    """`ObjectStore` that fences in SQL and keeps the bytes in an upstream HTTP service.
+
+    `fences` runs the fenced unit without objects (`Policy(objects=False)`).
+    """
 
     def __init__(
         self, *, fences: SqlObjectStore, session: aiohttp.ClientSession, base_url: str, timeout: float
     ) -> None:
+        assert not fences.policy.objects, "proxy mode keeps no objects in its own database"
         self._fences = fences
         self._session = session
         self._base = base_url.rstrip("/")
@@ -90,11 +97,20 @@ class UpstreamStore:
         self.locks = ResourceLocks()
 
     async def _forward(
-        self, method: str, key: str, *, resource: str, token: int | None, data: bytes | None = None
+        self,
+        method: str,
+        key: str,
+        *,
+        resource: str,
+        token: int | None,
+        data: bytes | None = None,
+        content_type: str | None = None,
     ) -> _Answer:
         headers = {"Fencing-Resource": resource}
         if token is not None:
             headers["Fencing-Token"] = str(token)
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         url = f"{self._base}/{quote(key, safe='/')}"
         fields = {"upstream": self._base, "key": key}
         try:
@@ -128,12 +144,21 @@ class UpstreamStore:
         raise UpstreamFailed(f"the upstream answered {method} {key!r} with {answer.status}", fields=fields)
 
     async def put(
-        self, key: str, data: bytes, *, resource: str, token: int, caller: Caller = ANONYMOUS
+        self,
+        key: str,
+        data: bytes,
+        *,
+        resource: str,
+        token: int,
+        caller: Caller = ANONYMOUS,
+        content_type: str = DEFAULT_CONTENT_TYPE,
     ) -> ObjectMeta:
         _no_idempotency(caller)
         async with self.locks.hold(resource):
-            await self._fences.fence(resource, token, method="PUT", caller=caller)
-            answer = await self._forward("PUT", key, resource=resource, token=token, data=data)
+            await self._fences.fenced(FencedRequest("PUT", key, resource, token, data, content_type, caller))
+            answer = await self._forward(
+                "PUT", key, resource=resource, token=token, data=data, content_type=content_type
+            )
         return ObjectMeta(
             key=key,
             resource=resource,
@@ -151,7 +176,7 @@ class UpstreamStore:
             answer = await self._forward("GET", key, resource=resource, token=None)
         else:
             async with self.locks.hold(resource):
-                await self._fences.fence(resource, token, method="GET", caller=caller)
+                await self._fences.fenced(FencedRequest("GET", key, resource, token, caller=caller))
                 answer = await self._forward("GET", key, resource=resource, token=token)
         written_by = answer.headers.get("Fencing-Token", "")
         meta = ObjectMeta(
@@ -168,7 +193,7 @@ class UpstreamStore:
     async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
         _no_idempotency(caller)
         async with self.locks.hold(resource):
-            await self._fences.fence(resource, token, method="DELETE", caller=caller)
+            await self._fences.fenced(FencedRequest("DELETE", key, resource, token, caller=caller))
             await self._forward("DELETE", key, resource=resource, token=token)
         return ObjectMeta(key=key, resource=resource, token=token, version=None, size=0, digest=None)
 

@@ -13,6 +13,7 @@ from gateway.errors import PayloadTooLarge, RequestTimeout, Unavailable
 from gateway.keys import AppKeys, RequestKeys
 from gateway.openapi import OPENAPI
 from gateway.parsing import (
+    parse_content_type,
     parse_idempotency_key,
     parse_key,
     parse_limit,
@@ -21,8 +22,8 @@ from gateway.parsing import (
     parse_token,
 )
 from storage.errors import StorageError
+from storage.fenced import digest_of
 from storage.protocols import Caller, ObjectMeta
-from storage.sql import digest_of
 
 
 def _authorize(request: web.Request, *names: str, access: Access) -> None:
@@ -97,9 +98,12 @@ def _fenced_target(request: web.Request, *, required: bool) -> tuple[str, str, i
 async def put_object(request: web.Request) -> web.Response:
     key, resource, token = _fenced_target(request, required=True)
     assert token is not None
+    content_type = parse_content_type(request.headers.get("Content-Type"))
     data = await _read_body(request)
     caller = _caller(request, key=key, resource=resource, token=token, data=data)
-    meta = await request.app[AppKeys.fencer].put(key, data, resource=resource, token=token, caller=caller)
+    meta = await request.app[AppKeys.fencer].put(
+        key, data, resource=resource, token=token, caller=caller, content_type=content_type
+    )
     return web.json_response(
         _meta_body(meta), status=201 if meta.created else 200, headers=_accepted_headers(meta)
     )
@@ -112,7 +116,8 @@ async def get_object(request: web.Request) -> web.Response:
     headers = _accepted_headers(found.meta)
     if found.meta.version is not None:
         headers["Object-Version"] = str(found.meta.version)
-    return web.Response(body=found.data, content_type=found.content_type, headers=headers)
+    headers["Content-Type"] = found.content_type  # as the writer sent it, parameters included
+    return web.Response(body=found.data, headers=headers)
 
 
 async def delete_object(request: web.Request) -> web.Response:

@@ -4,11 +4,13 @@ from storage.engine import normalize_url, open_engine
 from storage.errors import (
     IdempotencyKeyReused,
     ObjectNotFound,
+    ResourceMismatch,
     SchemaError,
     StaleTokenError,
     StorageError,
     StorageUnavailable,
 )
+from storage.fenced import FencedRequest, Policy
 from storage.protocols import Caller, ObjectData, ObjectMeta, ObjectStore, Refused
 from storage.schema import SCHEMA_VERSION, migrate
 from storage.sql import SqlObjectStore
@@ -18,12 +20,15 @@ __all__ = [
     "SCHEMA_VERSION",
     "AuditReport",
     "Caller",
+    "FencedRequest",
     "IdempotencyKeyReused",
     "ObjectData",
     "ObjectMeta",
     "ObjectNotFound",
     "ObjectStore",
+    "Policy",
     "Refused",
+    "ResourceMismatch",
     "SchemaError",
     "SqlObjectStore",
     "StaleTokenError",

@@ -5,8 +5,8 @@ holds the lock at a time, so one transaction per request spends its time on
 the disk, the write lock and a thread hop per statement. Here requests queue
 up; when the previous batch has settled, everything pending (up to
 `max_batch`) becomes one transaction (`writer.py`): `BEGIN IMMEDIATE`, then
-for each request in queue order the fence upsert and the change, then one
-`COMMIT`.
+for each request in queue order the fenced unit (`fenced.py`: binding, fence
+upsert, change), then one `COMMIT`.
 
 Where each part runs is chosen for the GIL, which profiling showed to be the
 bound: each sqlite3 call releases and retakes it, and on a second thread
@@ -27,9 +27,9 @@ record if it has a key, in the same transaction (`records.py`); a retry
 found in that record is answered from it without a fence check. Refusals
 recorded by the gateway ride along as one more entry of the next batch.
 
-A stale request needs no savepoint: the fence upsert is its first
-fenced statement and, refused, it changed nothing; the request is answered 409 and its
-neighbours go on. No request is answered before the COMMIT that holds it
+A refused request needs no savepoint: the unit refuses before it writes
+(a stale token or another resource's key), so the request is answered 409
+and its neighbours go on. No request is answered before the COMMIT that holds it
 returned; if any statement or the commit fails, the batch rolls back and every
 request in it gets `StorageUnavailable` (outcome unknown: 503), never 2xx.
 Reads without a token do not queue: WAL readers run beside the writer.
@@ -49,6 +49,8 @@ from typing import Any
 
 from storage.engine import SQLITE_BUSY_TIMEOUT
 from storage.errors import StorageError, StorageUnavailable
+from storage.fenced import FENCED, FencedRequest, Policy
+from storage.models import DEFAULT_CONTENT_TYPE
 from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
 from storage.sql import SqlObjectStore
 from storage.writer import BatchWriter, Op, inline
@@ -63,8 +65,6 @@ _Job = tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]
 class GroupCommitStore:
     """`ObjectStore` for SQLite that batches fenced operations; `await start()`, then `aclose()`."""
 
-    writer_type: type[BatchWriter] = BatchWriter  # the thread's side; `bench.fenceoff` puts a yardstick here
-
     def __init__(
         self,
         store: SqlObjectStore,
@@ -72,9 +72,10 @@ class GroupCommitStore:
         path: str,
         max_batch: int = DEFAULT_MAX_BATCH,
         busy_timeout: float = SQLITE_BUSY_TIMEOUT,
+        policy: Policy = FENCED,
     ) -> None:
         self._store = store
-        self._writer = self.writer_type(path, busy_timeout=busy_timeout)
+        self._writer = BatchWriter(path, busy_timeout=busy_timeout, policy=policy)
         self._max_batch = max(1, max_batch)
         self._pending: deque[Op] = deque()  # submitted, not yet in a batch
         self._busy = False  # a batch is being applied or committed
@@ -168,11 +169,7 @@ class GroupCommitStore:
                 outcomes = writer.apply(batch)
                 self._jobs.put((writer.commit, lambda _none, error: self._finish(batch, outcomes, error)))
                 return
-        except _EXPECTED as exc:
-            self._finish(batch, None, exc, later=True)
-            return
-        except Exception as exc:  # the writer must outlive any one batch; its callers get 503
-            log.exception("group commit of %d requests failed", len(batch))
+        except Exception as exc:  # noqa: BLE001 - the writer outlives any one batch; _fail logs it, 503s
             self._finish(batch, None, exc, later=True)
             return
         self._jobs.put(
@@ -195,10 +192,11 @@ class GroupCommitStore:
             self._next_batch()
 
     def _fail(self, batch: list[Op], exc: BaseException) -> None:
+        log.error(
+            "a group commit of %d requests was not committed; each is answered 503", len(batch), exc_info=exc
+        )
         for op in batch:
-            failure = StorageUnavailable(
-                f"the batch holding this request was not committed ({type(exc).__name__}: {exc}); retry"
-            )
+            failure = StorageUnavailable("the batch holding this request was not committed; retry")
             failure.__cause__ = exc
             self._settle(op.future, False, failure)
 
@@ -214,9 +212,17 @@ class GroupCommitStore:
     # -- ObjectStore ---------------------------------------------------------
 
     async def put(
-        self, key: str, data: bytes, *, resource: str, token: int, caller: Caller = ANONYMOUS
+        self,
+        key: str,
+        data: bytes,
+        *,
+        resource: str,
+        token: int,
+        caller: Caller = ANONYMOUS,
+        content_type: str = DEFAULT_CONTENT_TYPE,
     ) -> ObjectMeta:
-        meta: ObjectMeta = await self._submit(Op("put", key, resource, token, data, caller=caller))
+        request = FencedRequest("PUT", key, resource, token, data, content_type, caller)
+        meta: ObjectMeta = await self._submit(Op(request))
         return meta
 
     async def get(
@@ -224,17 +230,19 @@ class GroupCommitStore:
     ) -> ObjectData:
         if token is None:
             return await self._store.get(key, resource=resource, token=None)
-        found: ObjectData = await self._submit(Op("get", key, resource, token, caller=caller))
+        found: ObjectData = await self._submit(Op(FencedRequest("GET", key, resource, token, caller=caller)))
         return found
 
     async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
-        meta: ObjectMeta = await self._submit(Op("delete", key, resource, token, caller=caller))
+        meta: ObjectMeta = await self._submit(
+            Op(FencedRequest("DELETE", key, resource, token, caller=caller))
+        )
         return meta
 
     async def record_refusals(self, entries: Sequence[Refused]) -> None:
         """Refusals ride along in the next batch: no fsync of their own."""
         if entries:
-            await self._submit(Op("refusals", "", "", 0, refusals=tuple(entries)))
+            await self._submit(Op(None, refusals=tuple(entries)))
 
     async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]:
         return await self._store.list(prefix, after=after, limit=limit)

@@ -1,7 +1,8 @@
 """Every error the storage layer raises; driver errors are translated here.
 
 StorageError
- ├── StaleTokenError          the resource's mark is above the token; the transaction rolled back
+ ├── StaleTokenError          the resource's mark is above the token; nothing was written
+ ├── ResourceMismatch         the key belongs to another resource than the request named; nothing was written
  ├── ObjectNotFound (KeyError) no object under that key (the fence check itself passed)
  ├── IdempotencyKeyReused      an Idempotency-Key already recorded a different request; nothing changed
  ├── StorageUnavailable        the database failed or did not answer: the outcome is unknown,
@@ -29,6 +30,16 @@ class StaleTokenError(StorageError):
         self.resource = resource
         self.token = token
         self.highest = highest
+
+
+class ResourceMismatch(StorageError):
+    """The key belongs to another resource than the one the request named; nothing was written."""
+
+    def __init__(self, message: str, *, key: str, resource: str, bound: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.resource = resource  # what the request named
+        self.bound = bound  # the resource the key belongs to
 
 
 class ObjectNotFound(StorageError, KeyError):
@@ -64,7 +75,9 @@ def map_storage_errors(what: str) -> Iterator[None]:
     """Translate driver failures into `StorageUnavailable`, keeping our own errors as they are.
 
     Any failure of the driver, the socket or a deadline leaves the outcome of a
-    commit unknown; the caller answers 503 and never 2xx.
+    commit unknown; the caller answers 503 and never 2xx. The message names
+    what failed, never the driver's text (it carries SQL, parameters and
+    paths): that stays on `__cause__` and goes to the log.
     """
     try:
         yield
@@ -72,6 +85,5 @@ def map_storage_errors(what: str) -> Iterator[None]:
         raise
     except (sa_exc.SQLAlchemyError, OSError, TimeoutError) as exc:
         raise StorageUnavailable(
-            f"storage failed during {what}: {type(exc).__name__}: {exc}; check that the database "
-            "is running and reachable, then retry"
+            f"storage failed during {what}; check that the database is running and reachable, then retry"
         ) from exc

@@ -1,9 +1,12 @@
-"""The two tables: fence marks and objects.
+"""The tables: fence marks, key bindings, objects, the audit trail, idempotency records.
 
 A fence row holds the highest token ever accepted for a resource; it only
-goes up (the conditional upsert in `sql.py` is the only writer). An object
-row records the token that wrote it, so a reader can see which epoch a value
-belongs to.
+goes up (the conditional upsert of `statements.py` is the only writer). A
+binding row says which resource a key belongs to: written with the key's
+first accepted write and never removed, not even by a delete, so no request
+can reach an object, or recreate its key, through another resource's mark.
+An object row records the token that wrote it, so a reader can see which
+epoch a value belongs to.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ MAX_KEY_LENGTH = 512
 MAX_RESOURCE_LENGTH = 256
 MAX_CLIENT_LENGTH = 128  # an API key's name, or a peer address
 MAX_IDEMPOTENCY_KEY_LENGTH = 128
+MAX_CONTENT_TYPE_LENGTH = 255
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
 
 # SQLite gives an autoincrement rowid only to an INTEGER PRIMARY KEY; PostgreSQL gets a BIGSERIAL.
 _ROW_ID = BigInteger().with_variant(Integer(), "sqlite")
@@ -36,6 +41,16 @@ class Fence(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
+class Binding(Base):
+    """The resource a key belongs to, from its first accepted write on, for as long as the database lives."""
+
+    __tablename__ = "fencegate_bindings"
+
+    key: Mapped[str] = mapped_column(String(MAX_KEY_LENGTH), primary_key=True)
+    resource: Mapped[str] = mapped_column(String(MAX_RESOURCE_LENGTH), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
 class StoredObject(Base):
     """One object: its bytes and the token that wrote them."""
 
@@ -48,6 +63,9 @@ class StoredObject(Base):
     version: Mapped[int] = mapped_column(BigInteger, nullable=False)
     token: Mapped[int] = mapped_column(BigInteger, nullable=False)
     resource: Mapped[str] = mapped_column(String(MAX_RESOURCE_LENGTH), nullable=False)
+    content_type: Mapped[str] = mapped_column(
+        String(MAX_CONTENT_TYPE_LENGTH), nullable=False, server_default=DEFAULT_CONTENT_TYPE
+    )
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 

@@ -2,7 +2,8 @@
 
 Every fenced method takes `resource` and `token`, checks and raises the
 resource's mark in the same transaction as the change, and raises
-`StaleTokenError` (having changed nothing) when the mark is higher.
+`StaleTokenError` (having changed nothing) when the mark is higher, or
+`ResourceMismatch` when the key belongs to another resource.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
+
+from storage.models import DEFAULT_CONTENT_TYPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,7 @@ class ObjectData:
 
     meta: ObjectMeta
     data: bytes
-    content_type: str = "application/octet-stream"
+    content_type: str = DEFAULT_CONTENT_TYPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +80,14 @@ class ObjectStore(Protocol):
     """A key-value store behind a fence."""
 
     async def put(
-        self, key: str, data: bytes, *, resource: str, token: int, caller: Caller = ANONYMOUS
+        self,
+        key: str,
+        data: bytes,
+        *,
+        resource: str,
+        token: int,
+        caller: Caller = ANONYMOUS,
+        content_type: str = DEFAULT_CONTENT_TYPE,
     ) -> ObjectMeta: ...
 
     async def get(

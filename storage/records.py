@@ -1,8 +1,7 @@
 """The rows a fenced transaction writes beside its change: the audit entry and the idempotency record.
 
-Both store paths (`sql.py`, one transaction per request, and `writer.py`,
-SQLite group commit) build their parameters here and decide a retry here, so
-the two paths cannot drift apart:
+The fenced unit (`fenced.py`) builds their parameters here and decides a
+retry here:
 
 - A write with an `Idempotency-Key` first looks up the client's record. If
   it exists and stands for the same request (method, key, resource, token,

@@ -11,11 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Connection, insert, select, text, update
+from sqlalchemy import Connection, exists, func, insert, inspect, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.orm import aliased
 
 from storage.errors import SchemaError, map_storage_errors
-from storage.models import AuditEntry, Base, Fence, IdempotencyRecord, SchemaVersion, StoredObject
+from storage.models import (
+    DEFAULT_CONTENT_TYPE,
+    AuditEntry,
+    Base,
+    Binding,
+    Fence,
+    IdempotencyRecord,
+    SchemaVersion,
+    StoredObject,
+)
 
 MIGRATION_LOCK = 0x66656E6365  # "fence": the PostgreSQL advisory lock key for migrations
 
@@ -32,8 +42,47 @@ def _v2_audit_and_idempotency(conn: Connection) -> None:
     )
 
 
+def _v3_bindings_and_content_type(conn: Connection) -> None:
+    """Bind every key the database knows to its resource; objects keep a Content-Type.
+
+    A stored object's key is bound to the resource it was written under. A key
+    deleted before this step is bound to the resource of its last accepted
+    write or delete in the audit trail, so a delete made before the upgrade
+    does not free it either. (Proxy mode's audit entries before this step
+    named no key: those keys are bound by their next write.) A fresh database
+    got `content_type` from step 1, which creates today's table; an older one
+    gets it here.
+    """
+    Base.metadata.tables[Binding.__tablename__].create(conn)
+    written = select(StoredObject.key, StoredObject.resource, StoredObject.updated_at)
+    conn.execute(insert(Binding).from_select(["key", "resource", "created_at"], written))
+    trail = aliased(AuditEntry)
+    last_writes = (
+        select(func.max(trail.id))
+        .where(trail.outcome == "accepted", trail.method.in_(("PUT", "DELETE")))
+        .where(trail.key.is_not(None), trail.resource.is_not(None))
+        .group_by(trail.key)
+    )
+    deleted = select(AuditEntry.key, AuditEntry.resource, AuditEntry.at).where(
+        AuditEntry.id.in_(last_writes), ~exists().where(Binding.key == AuditEntry.key)
+    )
+    conn.execute(insert(Binding).from_select(["key", "resource", "created_at"], deleted))
+    columns = {column["name"] for column in inspect(conn).get_columns(StoredObject.__tablename__)}
+    if "content_type" not in columns:
+        conn.execute(
+            text(
+                f"ALTER TABLE {StoredObject.__tablename__} ADD COLUMN content_type VARCHAR(255) "
+                f"NOT NULL DEFAULT '{DEFAULT_CONTENT_TYPE}'"
+            )
+        )
+
+
 # Step N turns a version N-1 database into version N. Append, never edit.
-MIGRATIONS: tuple[Callable[[Connection], None], ...] = (_v1_tables, _v2_audit_and_idempotency)
+MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
+    _v1_tables,
+    _v2_audit_and_idempotency,
+    _v3_bindings_and_content_type,
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

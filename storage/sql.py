@@ -1,13 +1,14 @@
-"""The fenced object store on SQLAlchemy: check and change in one transaction.
+"""The fenced object store on SQLAlchemy: one transaction per request, SQLite or PostgreSQL.
 
-The fence is one conditional upsert (`statements.py`), `INSERT ... ON CONFLICT
-(resource) DO UPDATE SET token = excluded.token WHERE fence.token <=
-excluded.token RETURNING token`. No row back means the mark is higher: the transaction rolls
-back and nothing changes. On PostgreSQL the upsert locks the fence row until
-commit, so two gateways on one database accept a resource's tokens in commit
-order (invariant 1); on SQLite the write lock does the same. The mark is never
-read, compared and then written. On PostgreSQL a PUT sends the fence upsert as
-a CTE of the object upsert: one statement, the same decision and row lock.
+Each fenced request is the unit of `fenced.py` run on an async connection
+(`AsyncTx`), in a transaction of its own: committed when the unit accepts it
+(or answers a fenced read or delete of a missing key, whose raised mark
+stands), rolled back when it refuses, and run again when it reports a
+concurrent claim (`Retry`). On PostgreSQL the fence upsert locks the
+resource's row until commit, so two gateways on one database accept a
+resource's tokens in commit order (invariant 1); on SQLite the write lock
+(`BEGIN IMMEDIATE`) does the same. The mark is never read, compared and
+then written.
 
 A method returns only after its commit returned; any failure on the way is
 `StorageUnavailable` (outcome unknown), never a success.
@@ -15,66 +16,31 @@ A method returns only after its commit returned; any failure on the way is
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from storage.engine import READ_ONLY
-from storage.errors import ObjectNotFound, StaleTokenError, map_storage_errors
-from storage.models import Fence, StoredObject
+from storage.errors import ObjectNotFound, StorageError, StorageUnavailable, map_storage_errors
+from storage.fenced import FENCED, FencedRequest, Policy, Retry, apply, object_data
+from storage.models import DEFAULT_CONTENT_TYPE, Fence, StoredObject
 from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
-from storage.records import (
-    ACCEPTED,
-    FENCE_PASSED,
-    NOT_FOUND,
-    REPLAYED,
-    audit_params,
-    idempotency_params,
-    refused_params,
-    replay,
-    status_of,
-)
+from storage.records import refused_params
 from storage.statements import Statements
+
+# A request that lost a race for a claim (a new key's binding, an idempotency record) runs again and
+# then meets the winner's committed row; more attempts than this means something else is wrong.
+MAX_ATTEMPTS = 3
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def digest_of(data: bytes) -> str:
-    """The content digest used as the ETag."""
-    return hashlib.sha256(data).hexdigest()
-
-
-def stale_token(resource: str, token: int, highest: int) -> StaleTokenError:
-    """The refusal of `token` by the mark `highest`."""
-    return StaleTokenError(
-        f"token {token} is below the mark {highest} of resource {resource!r}: a newer lease has "
-        "written; take the lock again to get a fresh token",
-        resource=resource,
-        token=token,
-        highest=highest,
-    )
-
-
-def object_params(key: str, data: bytes, *, resource: str, token: int, now: datetime) -> dict[str, Any]:
-    """The bound parameters of `Statements.object_upsert`."""
-    return {
-        "key": key,
-        "data": data,
-        "size": len(data),
-        "digest": digest_of(data),
-        "token": token,
-        "resource": resource,
-        "updated_at": now,
-    }
-
-
-def _meta(row: Any, *, created: bool = False) -> ObjectMeta:
+def _meta(row: Any) -> ObjectMeta:
     return ObjectMeta(
         key=row.key,
         resource=row.resource,
@@ -82,225 +48,98 @@ def _meta(row: Any, *, created: bool = False) -> ObjectMeta:
         version=row.version,
         size=row.size,
         digest=row.digest,
-        created=created,
     )
+
+
+class AsyncTx:
+    """The unit's `Tx` over an open SQLAlchemy async connection."""
+
+    def __init__(self, conn: AsyncConnection, sql: Statements) -> None:
+        self._conn = conn
+        self._sql = sql
+
+    async def row(self, statement: str, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        found = (await self._conn.execute(getattr(self._sql, statement), dict(params))).first()
+        return None if found is None else cast(Mapping[str, Any], found._mapping)
+
+    async def audit(self, params: Mapping[str, Any]) -> None:
+        await self._conn.execute(self._sql.audit_insert, dict(params))
 
 
 class SqlObjectStore:
     """`ObjectStore` over one SQLAlchemy async engine (SQLite or PostgreSQL).
 
     The engine is owned by the caller (a cleanup context), not by the store.
+    `policy` is the fenced unit's (`fenced.Policy`): proxy mode keeps no
+    objects here.
     """
 
-    def __init__(self, engine: AsyncEngine, *, now: Callable[[], datetime] = _now) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, now: Callable[[], datetime] = _now, policy: Policy = FENCED
+    ) -> None:
         self._engine = engine
         self._now = now
         self._sql = Statements.for_dialect(engine.dialect.name)
+        self.policy = policy
 
     @property
     def engine(self) -> AsyncEngine:
         return self._engine
 
-    # -- the fence ------------------------------------------------------------
-
-    async def raise_mark_in(self, conn: AsyncConnection, resource: str, token: int) -> None:
-        """Raise the mark to `token` if `token` >= mark, in `conn`'s transaction; else StaleTokenError."""
-        params = {"resource": resource, "token": token, "updated_at": self._now()}
-        if (await conn.execute(self._sql.fence_upsert, params)).first() is not None:
-            return
-        # Only for the message: the decision was the upsert above.
-        highest = (await conn.execute(self._sql.mark_select, {"resource": resource})).scalar_one()
-        raise stale_token(resource, token, highest)
-
-    async def _audit_in(
-        self,
-        conn: AsyncConnection,
-        caller: Caller,
-        *,
-        method: str,
-        key: str | None,
-        resource: str,
-        token: int,
-        status: int,
-        outcome: str,
-    ) -> None:
-        mark = token if outcome in FENCE_PASSED else None
-        params = audit_params(
-            caller,
-            method=method,
-            key=key,
-            resource=resource,
-            token=token,
-            mark=mark,
-            status=status,
-            outcome=outcome,
-            now=self._now(),
+    async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
+        """Run the fenced unit for `request` in a transaction of its own; raise its refusal."""
+        with map_storage_errors(f"fenced {request.method}"):
+            for _ in range(MAX_ATTEMPTS):
+                try:
+                    async with self._engine.begin() as conn:
+                        outcome = await apply(
+                            AsyncTx(conn, self._sql), request, now=self._now(), policy=self.policy
+                        )
+                        if isinstance(outcome, StorageError) and not isinstance(outcome, ObjectNotFound):
+                            raise outcome  # rolls back: a refusal keeps nothing, a Retry starts over
+                except Retry:
+                    continue
+                if isinstance(outcome, StorageError):
+                    raise outcome  # ObjectNotFound, after the commit of its raised mark
+                return outcome
+        raise StorageUnavailable(
+            f"{request.method} {request.key!r} kept conflicting with concurrent requests; retry"
         )
-        await conn.execute(self._sql.audit_insert, params)
-
-    async def _replayed_in(self, conn: AsyncConnection, caller: Caller, method: str) -> ObjectMeta | None:
-        """The first outcome of this retry (recorded as replayed), or None if this is the first try."""
-        if caller.idempotency_key is None:
-            return None
-        params = {"client": caller.client, "idempotency_key": caller.idempotency_key}
-        row = (await conn.execute(self._sql.idempotency_select, params)).first()
-        if row is None:
-            return None
-        meta = replay(caller, dict(row._mapping))
-        await self._audit_outcome_in(conn, caller, method, meta, REPLAYED)
-        return meta
-
-    async def _audit_outcome_in(
-        self, conn: AsyncConnection, caller: Caller, method: str, meta: ObjectMeta, outcome: str
-    ) -> None:
-        """Audit a request the fence let through (accepted, or a replayed first outcome)."""
-        assert meta.token is not None
-        await self._audit_in(
-            conn,
-            caller,
-            method=method,
-            key=meta.key,
-            resource=meta.resource,
-            token=meta.token,
-            status=status_of(method, meta),
-            outcome=outcome,
-        )
-
-    async def _accepted_in(
-        self, conn: AsyncConnection, caller: Caller, method: str, meta: ObjectMeta
-    ) -> None:
-        await self._audit_outcome_in(conn, caller, method, meta, ACCEPTED)
-        if caller.idempotency_key is not None:
-            await conn.execute(
-                self._sql.idempotency_insert, idempotency_params(caller, meta, now=self._now())
-            )
-
-    async def fence(
-        self, resource: str, token: int, *, method: str = "PUT", caller: Caller = ANONYMOUS
-    ) -> None:
-        """Raise the mark alone and commit, with its audit entry (the upstream proxy forwards after this)."""
-        with map_storage_errors("fence check"):
-            async with self._engine.begin() as conn:
-                await self.raise_mark_in(conn, resource, token)
-                await self._audit_in(
-                    conn,
-                    caller,
-                    method=method,
-                    key=None,
-                    resource=resource,
-                    token=token,
-                    status=200,
-                    outcome=ACCEPTED,
-                )
-
-    # -- fenced operations ----------------------------------------------------
 
     async def put(
-        self, key: str, data: bytes, *, resource: str, token: int, caller: Caller = ANONYMOUS
+        self,
+        key: str,
+        data: bytes,
+        *,
+        resource: str,
+        token: int,
+        caller: Caller = ANONYMOUS,
+        content_type: str = DEFAULT_CONTENT_TYPE,
     ) -> ObjectMeta:
-        with map_storage_errors("fenced put"):
-            async with self._engine.begin() as conn:
-                replayed = await self._replayed_in(conn, caller, "PUT")
-                if replayed is not None:
-                    return replayed
-                meta = await self.fenced_put_in(conn, key, data, resource=resource, token=token)
-                await self._accepted_in(conn, caller, "PUT", meta)
-                return meta
-
-    async def fenced_put_in(
-        self, conn: AsyncConnection, key: str, data: bytes, *, resource: str, token: int
-    ) -> ObjectMeta:
-        """Raise the mark and write the object in `conn`'s open transaction; StaleTokenError if refused.
-
-        On PostgreSQL the two are one statement (the fence upsert as a CTE the write selects from):
-        a round trip and a statement's client-side cost fewer, the same decision.
-        """
-        if self._sql.fenced_object_upsert is None:
-            await self.raise_mark_in(conn, resource, token)
-            return await self.put_in(conn, key, data, resource=resource, token=token)
-        params = object_params(key, data, resource=resource, token=token, now=self._now())
-        row = (await conn.execute(self._sql.fenced_object_upsert, params)).first()
-        if row is None:
-            # Only for the message: the decision was the fence upsert in the statement above.
-            highest = (await conn.execute(self._sql.mark_select, {"resource": resource})).scalar_one()
-            raise stale_token(resource, token, highest)
-        return _meta(row, created=row.version == 1)
-
-    async def put_in(
-        self, conn: AsyncConnection, key: str, data: bytes, *, resource: str, token: int
-    ) -> ObjectMeta:
-        """Write the object inside an open transaction whose fence check passed."""
-        params = object_params(key, data, resource=resource, token=token, now=self._now())
-        row = (await conn.execute(self._sql.object_upsert, params)).one()
-        return _meta(row, created=row.version == 1)
+        request = FencedRequest("PUT", key, resource, token, data, content_type, caller)
+        meta = await self.fenced(request)
+        assert isinstance(meta, ObjectMeta)
+        return meta
 
     async def get(
         self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
     ) -> ObjectData:
-        with map_storage_errors("fenced get" if token is not None else "get"):
-            if token is None:
-                async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
-                    found = await self.find_in(conn, key)
-            else:
-                # A fenced read raises the mark, and the raised mark is committed
-                # before the read is answered, even when the key is absent.
-                async with self._engine.begin() as conn:
-                    await self.raise_mark_in(conn, resource, token)
-                    found = await self.find_in(conn, key)
-                    await self._audit_in(
-                        conn,
-                        caller,
-                        method="GET",
-                        key=key,
-                        resource=resource,
-                        token=token,
-                        status=200 if found else 404,
-                        outcome=ACCEPTED if found else NOT_FOUND,
-                    )
-        if found is None:
-            raise ObjectNotFound(f"no object under key {key!r}", key=key, audited=token is not None)
-        return found
-
-    async def find_in(self, conn: AsyncConnection, key: str) -> ObjectData | None:
-        """The object under `key` as `conn`'s transaction sees it, or None."""
-        row = (await conn.execute(self._sql.object_select, {"key": key})).first()
-        return None if row is None else ObjectData(meta=_meta(row), data=row.data)
+        if token is not None:
+            found = await self.fenced(FencedRequest("GET", key, resource, token, caller=caller))
+            assert isinstance(found, ObjectData)
+            return found
+        sql = self._sql.object_select
+        with map_storage_errors("get"):
+            async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+                row = (await conn.execute(sql, {"key": key})).first()
+        if row is None:
+            raise ObjectNotFound(f"no object under key {key!r}", key=key)
+        return object_data(cast(Mapping[str, Any], row._mapping))
 
     async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
-        with map_storage_errors("fenced delete"):
-            async with self._engine.begin() as conn:
-                replayed = await self._replayed_in(conn, caller, "DELETE")
-                if replayed is not None:
-                    return replayed
-                await self.raise_mark_in(conn, resource, token)
-                meta = await self.delete_in(conn, key, resource=resource, token=token)
-                if meta is None:
-                    await self._audit_in(
-                        conn,
-                        caller,
-                        method="DELETE",
-                        key=key,
-                        resource=resource,
-                        token=token,
-                        status=404,
-                        outcome=NOT_FOUND,
-                    )
-                else:
-                    await self._accepted_in(conn, caller, "DELETE", meta)
-            if meta is None:
-                raise ObjectNotFound(f"no object under key {key!r}", key=key, audited=True)
-            return meta
-
-    async def delete_in(
-        self, conn: AsyncConnection, key: str, *, resource: str, token: int
-    ) -> ObjectMeta | None:
-        """Delete inside an open transaction whose fence check passed; None if absent."""
-        row = (await conn.execute(self._sql.object_delete, {"key": key})).first()
-        if row is None:
-            return None
-        return ObjectMeta(
-            key=key, resource=resource, token=token, version=row.version, size=row.size, digest=row.digest
-        )
+        meta = await self.fenced(FencedRequest("DELETE", key, resource, token, caller=caller))
+        assert isinstance(meta, ObjectMeta)
+        return meta
 
     async def record_refusals(self, entries: Sequence[Refused]) -> None:
         """Append refused requests to the audit trail in one transaction (they changed nothing)."""

@@ -2,23 +2,37 @@
 
 The fence is `INSERT ... ON CONFLICT (resource) DO UPDATE SET token =
 excluded.token WHERE fence.token <= excluded.token RETURNING token`: no row
-back means the mark is higher and the statement changed nothing. Both the
-async store (`sql.py`) and the SQLite group-commit writer (`writer.py`)
-run these same constructs, so the decision has one definition.
+back means the mark is higher and the statement changed nothing. The key's
+binding and the idempotency record are claimed with `ON CONFLICT DO NOTHING
+RETURNING`: no row back means another transaction got there first (on
+PostgreSQL the statement waited for it to commit). The fenced unit
+(`fenced.py`) names these statements; both drivers (SQLAlchemy's async
+connection in `sql.py`, stdlib sqlite3 in `writer.py`) run these same
+constructs, so each decision has one definition.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import Executable, bindparam, delete, literal, select
+from sqlalchemy import Executable, bindparam, delete, select
 from sqlalchemy import insert as plain_insert
 from sqlalchemy.dialects import postgresql, sqlite
 
-from storage.models import AuditEntry, Fence, IdempotencyRecord, StoredObject
+from storage.models import AuditEntry, Binding, Fence, IdempotencyRecord, StoredObject
 
-OBJECT_COLUMNS = ("key", "data", "size", "digest", "version", "token", "resource", "updated_at")
+OBJECT_COLUMNS = (
+    "key",
+    "data",
+    "size",
+    "digest",
+    "version",
+    "token",
+    "resource",
+    "content_type",
+    "updated_at",
+)
 META_COLUMNS = ("key", "resource", "token", "version", "size", "digest")
 AUDIT_COLUMNS = ("at", "client", "method", "key", "resource", "token", "mark", "status", "outcome")
 IDEMPOTENCY_COLUMNS = (
@@ -40,14 +54,18 @@ def _param(name: str, column: Any) -> Any:
     return bindparam(name, type_=column.type)
 
 
+def _values(model: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: _param(name, getattr(model, name)) for name in names}
+
+
 @dataclass(frozen=True, slots=True)
 class Statements:
-    """Every statement of the fenced store, for one dialect."""
+    """Every statement of the fenced store, for one dialect; the unit names them by field."""
 
     fence_upsert: Executable
     mark_select: Executable
-    # PostgreSQL only: the fence upsert as a CTE and the object upsert selecting from it, one round trip.
-    fenced_object_upsert: Executable | None
+    binding_select: Executable
+    binding_insert: Executable
     object_upsert: Executable
     object_delete: Executable
     object_select: Executable
@@ -56,51 +74,36 @@ class Statements:
     idempotency_insert: Executable
 
     @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
     def for_dialect(cls, dialect: str) -> Statements:
         insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
 
-        fence = insert(Fence).values(
-            resource=_param("resource", Fence.resource),
-            token=_param("token", Fence.token),
-            updated_at=_param("updated_at", Fence.updated_at),
-        )
+        fence = insert(Fence).values(_values(Fence, ("resource", "token", "updated_at")))
         fence = fence.on_conflict_do_update(
             index_elements=[Fence.resource],
             set_={"token": fence.excluded.token, "updated_at": fence.excluded.updated_at},
             where=Fence.token <= fence.excluded.token,
         ).returning(Fence.token)
 
-        columns = {name: getattr(StoredObject, name) for name in OBJECT_COLUMNS}
-        written = [name for name in OBJECT_COLUMNS if name != "version"]
-
-        def upsert_object(stmt: Any) -> Any:
-            return stmt.on_conflict_do_update(
-                index_elements=[StoredObject.key],
-                set_={name: stmt.excluded[name] for name in OBJECT_COLUMNS if name not in ("key", "version")}
-                | {"version": StoredObject.version + 1},
-            ).returning(*(getattr(StoredObject, name) for name in META_COLUMNS))
-
-        obj = upsert_object(
-            insert(StoredObject).values(
-                {name: _param(name, columns[name]) for name in written} | {"version": 1}
-            )
-        )
-        fenced_obj = None
-        if dialect == "postgresql":
-            # A data-modifying CTE: no row from the fence upsert (the mark is higher) means no row to
-            # write and nothing returned; the fence row stays locked until commit, as on its own.
-            passed = fence.cte("fence_passed")
-            row = select(
-                *(_param(name, columns[name]) for name in written), literal(1, StoredObject.version.type)
-            )
-            fenced_obj = upsert_object(
-                insert(StoredObject).from_select([*written, "version"], row.select_from(passed))
-            )
+        written = tuple(name for name in OBJECT_COLUMNS if name != "version")
+        obj = insert(StoredObject).values(_values(StoredObject, written) | {"version": 1})
+        obj = obj.on_conflict_do_update(
+            index_elements=[StoredObject.key],
+            set_={name: obj.excluded[name] for name in written if name != "key"}
+            | {"version": StoredObject.version + 1},
+        ).returning(*(getattr(StoredObject, name) for name in META_COLUMNS))
 
         return cls(
             fence_upsert=fence,
             mark_select=select(Fence.token).where(Fence.resource == _param("resource", Fence.resource)),
-            fenced_object_upsert=fenced_obj,
+            binding_select=select(Binding.resource).where(Binding.key == _param("key", Binding.key)),
+            binding_insert=insert(Binding)
+            .values(_values(Binding, ("key", "resource", "created_at")))
+            .on_conflict_do_nothing(index_elements=[Binding.key])
+            .returning(Binding.resource),
             object_upsert=obj,
             object_delete=delete(StoredObject)
             .where(StoredObject.key == _param("key", StoredObject.key))
@@ -108,9 +111,7 @@ class Statements:
             object_select=select(*(getattr(StoredObject, name) for name in OBJECT_COLUMNS)).where(
                 StoredObject.key == _param("key", StoredObject.key)
             ),
-            audit_insert=plain_insert(AuditEntry).values(
-                {name: _param(name, getattr(AuditEntry, name)) for name in AUDIT_COLUMNS}
-            ),
+            audit_insert=plain_insert(AuditEntry).values(_values(AuditEntry, AUDIT_COLUMNS)),
             idempotency_select=select(
                 *(getattr(IdempotencyRecord, name) for name in IDEMPOTENCY_COLUMNS)
             ).where(
@@ -118,7 +119,10 @@ class Statements:
                 IdempotencyRecord.idempotency_key
                 == _param("idempotency_key", IdempotencyRecord.idempotency_key),
             ),
-            idempotency_insert=plain_insert(IdempotencyRecord).values(
-                {name: _param(name, getattr(IdempotencyRecord, name)) for name in IDEMPOTENCY_COLUMNS}
-            ),
+            idempotency_insert=insert(IdempotencyRecord)
+            .values(_values(IdempotencyRecord, IDEMPOTENCY_COLUMNS))
+            .on_conflict_do_nothing(
+                index_elements=[IdempotencyRecord.client, IdempotencyRecord.idempotency_key]
+            )
+            .returning(IdempotencyRecord.client),
         )

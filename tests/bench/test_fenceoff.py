@@ -11,10 +11,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import aiohttp
-import asyncpg
 import pytest
 from sqlalchemy import func, select
 
@@ -22,6 +20,7 @@ from fencegate.bench.servers import http_server
 from fencegate.lab.cluster import LocalCluster
 from storage import open_engine
 from storage.models import AuditEntry, StoredObject
+from tests.databases import fresh_database
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -32,14 +31,8 @@ async def storage_args(request: pytest.FixtureRequest) -> AsyncIterator[list[str
     # A database of its own: the accepted lower token is a fence violation by design, and the
     # shared database's audit trail is verified whole by the storage tests.
     cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
-    name = f"fenceoff_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(cluster.postgres_dsn)
-    try:
-        await admin.execute(f"CREATE DATABASE {name}")
-        yield ["--storage", urlsplit(cluster.postgres_dsn)._replace(path=f"/{name}").geturl()]
-        await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
-    finally:
-        await admin.close()
+    async with fresh_database(cluster, "fenceoff") as url:
+        yield ["--storage", url]
 
 
 def _storage_url(args: list[str], data_dir: Path) -> str:

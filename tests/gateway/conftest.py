@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from fencegate.lab.cluster import LocalCluster
 from gateway import Settings, create_app
 from lockclient.protocols import TokenSource
 
@@ -52,3 +53,15 @@ async def client(make_client: MakeClient) -> AppClient:
 @pytest.fixture
 def unique() -> str:
     return f"u{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(params=["sqlite-group-commit", "sqlite-per-request", "postgresql"])
+async def engine_client(request: pytest.FixtureRequest, make_client: MakeClient) -> AppClient:
+    """A test client on each engine and mode: SQLite with group commit, SQLite with one transaction
+    per request, the suite's shared PostgreSQL (use unique names there)."""
+    if request.param == "sqlite-group-commit":
+        return await make_client()
+    if request.param == "sqlite-per-request":
+        return await make_client(group_commit=0)
+    cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
+    return await make_client(storage=cluster.postgres_dsn)

@@ -179,3 +179,23 @@ async def test_the_start_log_states_the_limit(
     with caplog.at_level("WARNING", logger="gateway"):
         await make_client(upstream=str(server.make_url("/store")))
     assert any("cannot delay or reorder" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_key_belongs_to_one_resource_in_proxy_mode_too(
+    proxy: AppClient, upstream: tuple[Upstream, TestServer]
+) -> None:
+    up, _ = upstream
+    lease = {"Fencing-Token": "1000", "Fencing-Resource": "mix"}
+    assert (await proxy.put("/v1/objects/mix/42", data=b"by 1000", headers=lease)).status == 201
+    for stale in ({"Fencing-Token": "999"}, {"Fencing-Token": "5", "Fencing-Resource": "other"}):
+        refused = await proxy.put("/v1/objects/mix/42", data=b"stale", headers=stale)
+        body = await refused.json()
+        assert (refused.status, body["error"], body["object_resource"]) == (409, "resource_mismatch", "mix")
+    fenced_read = await proxy.get("/v1/objects/mix/42", headers={"Fencing-Token": "2000"})
+    assert (fenced_read.status, (await fenced_read.json())["error"]) == (409, "resource_mismatch")
+    assert (await proxy.delete("/v1/objects/mix/42", headers=lease)).status == 200
+    recreate = await proxy.put("/v1/objects/mix/42", data=b"x", headers={"Fencing-Token": "3000"})
+    assert (recreate.status, (await recreate.json())["error"]) == (409, "resource_mismatch")
+    assert up.received == [("PUT", "mix/42", 1000), ("DELETE", "mix/42", 1000)]  # no refusal reached it
+    for resource in ("mix/42", "other"):
+        assert (await (await proxy.get(f"/v1/fences/{resource}")).json())["highest"] == 0

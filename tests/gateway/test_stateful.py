@@ -1,9 +1,14 @@
 """A hypothesis state machine: random PUT/GET/DELETE with random tokens from several clients
 against a real `fencegate serve`, checked step by step against a model of the fence.
 
-The model is the whole contract: per resource a mark that only rises; a request
-with a token below it is refused 409 and changes nothing; otherwise the mark
-becomes the token and the change applies.
+The model is the whole contract: a key belongs to the resource of its first
+accepted write, for good (a delete keeps the binding); a change or fenced
+read naming another resource is refused 409 `resource_mismatch` and changes
+nothing, no mark included; per resource a mark that only rises; a request
+with a token below it is refused 409 `stale_token` and changes nothing;
+otherwise the mark becomes the token and the change applies. Writers name
+the shared lock's resource or none (the key), so the two client styles meet
+on every key.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class FenceMachine(RuleBasedStateMachine):
         self.ns = f"sm{uuid.uuid4().hex[:10]}"
         self.marks: dict[str, int] = {}
         self.objects: dict[str, Stored] = {}
+        self.bound: dict[str, str] = {}  # key -> the resource it belongs to
 
     def _name(self, name: str) -> str:
         return f"{self.ns}/{name}"
@@ -83,6 +89,19 @@ class FenceMachine(RuleBasedStateMachine):
         self.marks[resource] = token
         return True
 
+    def _mismatch(self, key: str, resource: str, status: int, body: bytes) -> bool:
+        """True (and the refusal checked) if `key` belongs to another resource than `resource`."""
+        bound = self.bound.get(key)
+        if bound is None or bound == resource:
+            return False
+        document = json.loads(body)
+        assert (status, document["error"]) == (409, "resource_mismatch"), body
+        assert (document["resource"], document["object_resource"]) == (
+            self._name(resource),
+            self._name(bound),
+        )
+        return True
+
     @rule(
         client=st.integers(0, 2),
         key=st.sampled_from(KEYS),
@@ -93,12 +112,15 @@ class FenceMachine(RuleBasedStateMachine):
     def put(self, client: int, key: str, shared: bool, token: int, data: bytes) -> None:
         resource = SHARED if shared else key
         status, body, _ = self._request("PUT", key, SHARED if shared else None, token, data)
+        if self._mismatch(key, resource, status, body):
+            return
         if not self._admit(resource, token):
             assert status == 409, (client, body)
             document = json.loads(body)
             assert (document["token"], document["highest"]) == (token, self.marks[resource])
             return
         before = self.objects.get(key)
+        self.bound[key] = resource
         self.objects[key] = Stored(data, token, before.version + 1 if before else 1)
         assert status == (200 if before else 201), body
         assert json.loads(body)["version"] == self.objects[key].version
@@ -107,6 +129,8 @@ class FenceMachine(RuleBasedStateMachine):
     def get(self, key: str, shared: bool, token: int | None) -> None:
         resource = SHARED if shared else key
         status, body, headers = self._request("GET", key, SHARED if shared else None, token)
+        if token is not None and self._mismatch(key, resource, status, body):
+            return
         if token is not None and not self._admit(resource, token):
             assert status == 409
             return
@@ -123,7 +147,9 @@ class FenceMachine(RuleBasedStateMachine):
     @rule(key=st.sampled_from(KEYS), shared=st.booleans(), token=st.integers(1, 12))
     def delete(self, key: str, shared: bool, token: int) -> None:
         resource = SHARED if shared else key
-        status, _, _ = self._request("DELETE", key, SHARED if shared else None, token)
+        status, body, _ = self._request("DELETE", key, SHARED if shared else None, token)
+        if self._mismatch(key, resource, status, body):
+            return
         if not self._admit(resource, token):
             assert status == 409
             return

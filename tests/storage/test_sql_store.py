@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from storage import ObjectNotFound, SqlObjectStore, StaleTokenError
-from storage.sql import digest_of
+from storage.fenced import digest_of
 
 Names = Callable[[str], str]
 

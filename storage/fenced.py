@@ -1,0 +1,273 @@
+"""THE fenced write: one request in, inside an open transaction; one outcome out.
+
+Every engine and mode runs this one algorithm: the per-request store on
+SQLAlchemy (`sql.py`, SQLite and PostgreSQL), the SQLite group-commit writer
+on stdlib sqlite3 (`writer.py`) and the upstream proxy (`gateway/upstream.py`,
+`objects=False`). The drivers differ only in how a named statement runs:
+`apply` is a coroutine over a `Tx`, awaited on an async connection, or run
+to completion at once on a synchronous one (`run_now`: its statements never
+suspend).
+
+The order is the safety argument:
+
+1. A write with an `Idempotency-Key` whose record exists is answered from
+   it (`records.replay`), before any check: the write already happened.
+2. The key's binding is read: a request naming another resource than the
+   one the key belongs to is refused (`ResourceMismatch`) before anything
+   is written, so no mark of either resource moves.
+3. The fence: the conditional upsert raises the resource's mark or refuses
+   (`StaleTokenError`, nothing written).
+4. A new key is bound to the request's resource, claimed with `ON CONFLICT
+   DO NOTHING`; the change; its audit entry; the idempotency record, claimed
+   the same way.
+
+Refusals of steps 1-3 wrote nothing. A claim that finds another
+transaction's row (PostgreSQL: two replicas racing for one new key, or two
+retries of one write) returns `Retry`: the driver rolls back and runs the
+request again, which then meets that row in step 1 or 2. A serial writer
+(SQLite) never gets `Retry`: its reads in steps 1 and 2 already see every
+earlier write. `ObjectNotFound` from a fenced read or delete of a missing key
+is the one refusal that commits: the raised mark and the audit entry stand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from storage.errors import (
+    IdempotencyKeyReused,
+    ObjectNotFound,
+    ResourceMismatch,
+    StaleTokenError,
+    StorageError,
+)
+from storage.models import DEFAULT_CONTENT_TYPE
+from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta
+from storage.records import (
+    ACCEPTED,
+    NOT_FOUND,
+    REPLAYED,
+    audit_params,
+    idempotency_params,
+    replay,
+    status_of,
+)
+from storage.statements import META_COLUMNS
+
+__all__ = [
+    "FENCED",
+    "FencedRequest",
+    "Outcome",
+    "Policy",
+    "Retry",
+    "Tx",
+    "apply",
+    "digest_of",
+    "run_now",
+    "stale_token",
+]
+
+Method = Literal["PUT", "GET", "DELETE"]
+Row = Mapping[str, Any]
+Outcome = ObjectMeta | ObjectData | StorageError
+
+
+class Tx(Protocol):
+    """An open transaction as the unit sees it: named statements of `Statements`, one row back."""
+
+    async def row(self, statement: str, params: Mapping[str, Any]) -> Row | None: ...
+
+    async def audit(self, params: Mapping[str, Any]) -> None:
+        """Insert an audit entry in this transaction (a batch may defer it to just before its commit)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How the unit runs.
+
+    `objects=False` in proxy mode: the bytes live upstream, the unit keeps
+    the mark, the binding and the audit trail. `fence=False` exists only for
+    the benchmark's yardstick (everything but the fence, to measure what the
+    fence costs); nothing in the product builds it.
+    """
+
+    fence: bool = True
+    objects: bool = True
+
+
+FENCED = Policy()
+
+
+@dataclass(frozen=True, slots=True)
+class FencedRequest:
+    """One fenced request: `token` checked against `resource`'s mark, `key` bound to `resource`."""
+
+    method: Method
+    key: str
+    resource: str
+    token: int
+    data: bytes = b""
+    content_type: str = DEFAULT_CONTENT_TYPE
+    caller: Caller = ANONYMOUS
+
+
+class Retry(StorageError):
+    """A concurrent transaction committed the row this one claimed: roll back and run the request again."""
+
+
+def digest_of(data: bytes) -> str:
+    """The content digest used as the ETag."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def stale_token(resource: str, token: int, highest: int) -> StaleTokenError:
+    """The refusal of `token` by the mark `highest`."""
+    return StaleTokenError(
+        f"token {token} is below the mark {highest} of resource {resource!r}: a newer lease has "
+        "written; take the lock again to get a fresh token",
+        resource=resource,
+        token=token,
+        highest=highest,
+    )
+
+
+def resource_mismatch(key: str, resource: str, bound: str) -> ResourceMismatch:
+    """The refusal of a request that names `resource` for a key that belongs to `bound`."""
+    return ResourceMismatch(
+        f"key {key!r} belongs to resource {bound!r}, and this request named {resource!r}: a key is fenced "
+        f"by the mark of its own resource only; send Fencing-Resource: {bound} with a token of that "
+        "resource's lock (a key never moves to another resource, not even after a delete)",
+        key=key,
+        resource=resource,
+        bound=bound,
+    )
+
+
+def run_now(step: Coroutine[Any, Any, Outcome]) -> Outcome:
+    """Run `apply` on a synchronous `Tx` to its end at once; its statements never suspend."""
+    try:
+        step.send(None)
+    except StopIteration as done:
+        outcome: Outcome = done.value
+        return outcome
+    step.close()
+    raise RuntimeError("the fenced unit suspended on a synchronous transaction")
+
+
+async def apply(tx: Tx, request: FencedRequest, *, now: datetime, policy: Policy = FENCED) -> Outcome:
+    """Decide and apply `request` in `tx`'s open transaction; see the module docstring for the order."""
+    caller = request.caller
+    if request.method != "GET" and caller.idempotency_key is not None:
+        params = {"client": caller.client, "idempotency_key": caller.idempotency_key}
+        record = await tx.row("idempotency_select", params)
+        if record is not None:
+            return await _replayed(tx, request, record, now)
+    bound = await tx.row("binding_select", {"key": request.key})
+    if bound is not None and bound["resource"] != request.resource:
+        return resource_mismatch(request.key, request.resource, bound["resource"])
+    if policy.fence:
+        mark = {"resource": request.resource, "token": request.token, "updated_at": now}
+        if await tx.row("fence_upsert", mark) is None:
+            highest = await tx.row("mark_select", {"resource": request.resource})
+            assert highest is not None  # the upsert found a row it would not raise
+            return stale_token(request.resource, request.token, highest["token"])
+    if bound is None and request.method == "PUT":
+        binding = {"key": request.key, "resource": request.resource, "created_at": now}
+        if await tx.row("binding_insert", binding) is None:
+            return Retry(f"key {request.key!r} was bound by a concurrent request")
+    found = await (_change(tx, request, now) if policy.objects else _passed(request, created=bound is None))
+    if found is None:
+        await _audit(tx, request, now, status=404, outcome=NOT_FOUND)
+        return ObjectNotFound(f"no object under key {request.key!r}", key=request.key, audited=True)
+    meta = found.meta if isinstance(found, ObjectData) else found
+    await _audit(tx, request, now, status=status_of(request.method, meta), outcome=ACCEPTED)
+    if request.method == "GET" or caller.idempotency_key is None:
+        return found
+    if await tx.row("idempotency_insert", idempotency_params(caller, meta, now=now)) is None:
+        return Retry(f"Idempotency-Key {caller.idempotency_key!r} was recorded by a concurrent retry")
+    return found
+
+
+async def _replayed(tx: Tx, request: FencedRequest, record: Row, now: datetime) -> Outcome:
+    try:
+        meta = replay(request.caller, record)
+    except IdempotencyKeyReused as exc:
+        return exc
+    await _audit(tx, request, now, status=status_of(request.method, meta), outcome=REPLAYED, mark=False)
+    return meta
+
+
+async def _change(tx: Tx, request: FencedRequest, now: datetime) -> ObjectMeta | ObjectData | None:
+    """The object's change (or read); None when a read or delete finds no object."""
+    key = request.key
+    if request.method == "PUT":
+        data = request.data
+        params = {
+            "key": key,
+            "data": data,
+            "size": len(data),
+            "digest": digest_of(data),
+            "token": request.token,
+            "resource": request.resource,
+            "content_type": request.content_type,
+            "updated_at": now,
+        }
+        row = await tx.row("object_upsert", params)
+        assert row is not None  # an upsert always returns its row
+        return ObjectMeta(**{name: row[name] for name in META_COLUMNS}, created=row["version"] == 1)
+    if request.method == "DELETE":
+        row = await tx.row("object_delete", {"key": key})
+        if row is None:
+            return None
+        return ObjectMeta(
+            key=key,
+            resource=request.resource,
+            token=request.token,
+            version=row["version"],
+            size=row["size"],
+            digest=row["digest"],
+        )
+    row = await tx.row("object_select", {"key": key})
+    return None if row is None else object_data(row)
+
+
+async def _passed(request: FencedRequest, *, created: bool) -> ObjectMeta:
+    """Proxy mode: the fence passed and the key is bound; the upstream holds the bytes."""
+    data = request.data
+    return ObjectMeta(
+        key=request.key,
+        resource=request.resource,
+        token=request.token,
+        version=None,
+        size=len(data),
+        digest=digest_of(data) if request.method == "PUT" else None,
+        created=created and request.method == "PUT",
+    )
+
+
+def object_data(row: Row) -> ObjectData:
+    """An object as `Statements.object_select` returns it."""
+    meta = ObjectMeta(**{name: row[name] for name in META_COLUMNS})
+    return ObjectData(meta=meta, data=row["data"], content_type=row["content_type"])
+
+
+async def _audit(
+    tx: Tx, request: FencedRequest, now: datetime, *, status: int, outcome: str, mark: bool = True
+) -> None:
+    params = audit_params(
+        request.caller,
+        method=request.method,
+        key=request.key,
+        resource=request.resource,
+        token=request.token,
+        mark=request.token if mark else None,
+        status=status,
+        outcome=outcome,
+        now=now,
+    )
+    await tx.audit(params)

@@ -1,0 +1,28 @@
+"""A fresh PostgreSQL database of its own, on the suite's shared server, for tests whose data must
+not meet another test's (a fence violation made on purpose, an old schema, a whole-trail check)."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
+
+import asyncpg
+
+from fencegate.lab.cluster import LocalCluster
+
+
+@contextlib.asynccontextmanager
+async def fresh_database(cluster: LocalCluster, prefix: str = "t") -> AsyncIterator[str]:
+    """Create a database, yield its URL, drop it (connections and all) afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(cluster.postgres_dsn)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+        try:
+            yield urlsplit(cluster.postgres_dsn)._replace(path=f"/{name}").geturl()
+        finally:
+            await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    finally:
+        await admin.close()

@@ -1,0 +1,82 @@
+"""A gateway upgraded in place keeps working on a database written by the previous release.
+
+The fixtures in `tests/storage/data/` were written by fencegate 0.1.0's own
+code (schema version 2), which stored, through its fenced store: two objects
+under the lock's resource `invoices` (one with an Idempotency-Key), one under
+the key itself (`notes/7`), and one written then deleted under `gone`.
+`v2.db` is that SQLite file; `v2-postgresql.sql` is `pg_dump --inserts` of
+the same on PostgreSQL. Upgrading binds every key to the resource it was
+written under (the deleted one through the audit trail), keeps every row,
+and from then on the fence refuses a request naming another resource.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy import select
+
+from fencegate.lab.cluster import LocalCluster
+from storage import ResourceMismatch, SqlObjectStore, migrate, open_engine
+from storage.models import Binding, SchemaVersion
+from storage.protocols import Caller
+from tests.databases import fresh_database
+
+DATA = Path(__file__).with_name("data")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def old_database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite":
+        shutil.copy(DATA / "v2.db", tmp_path / "store.db")
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
+    async with fresh_database(cluster, "upgrade") as url:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute((DATA / "v2-postgresql.sql").read_text())
+        finally:
+            await conn.close()
+        yield url
+
+
+async def test_an_upgraded_database_binds_every_key_it_knows_and_keeps_its_data(old_database: str) -> None:
+    engine = open_engine(old_database)
+    try:
+        async with engine.connect() as conn:
+            assert (await conn.execute(select(SchemaVersion.version))).scalar_one() == 2
+        assert await migrate(engine) == 3
+        async with engine.connect() as conn:
+            bindings = dict((await conn.execute(select(Binding.key, Binding.resource))).all())
+        assert bindings == {
+            "invoices/1": "invoices",
+            "invoices/2": "invoices",
+            "notes/7": "notes/7",
+            "gone/1": "gone",  # deleted before the upgrade: bound through the audit trail
+        }
+        store = SqlObjectStore(engine)
+        old = await store.get("invoices/1", resource="invoices", token=None)
+        assert (old.data, old.meta.token, old.meta.version, old.content_type) == (
+            b"one",
+            5,
+            1,
+            "application/octet-stream",
+        )
+        for key, named in (("invoices/1", "invoices/1"), ("notes/7", "invoices"), ("gone/1", "other")):
+            with pytest.raises(ResourceMismatch):
+                await store.put(key, b"stale", resource=named, token=10**6)
+        assert (await store.mark("invoices/1"), await store.mark("other")) == (0, 0)
+        # The old idempotency record still answers its retry.
+        retry = await store.put(
+            "invoices/2", b"two", resource="invoices", token=6, caller=Caller("key:billing", "k-1", "d" * 64)
+        )
+        assert (retry.version, retry.created) == (1, True)
+        newer = await store.put("invoices/1", b"one, again", resource="invoices", token=7)
+        assert newer.version == 2
+    finally:
+        await engine.dispose()
