@@ -3,8 +3,12 @@
 Every ZooKeeper write gets a zxid from the leader, totally ordered across the
 ensemble and across leader changes (the epoch is the high 32 bits). `set` on
 `/fencegate/tokens/<resource>` returns the znode's new `mzxid`: later writes
-have larger zxids, so tokens strictly increase, and the znode's current mzxid
-bounds every token issued for it. Tokens survive a ZooKeeper restart as long
+have larger zxids, so tokens strictly increase. The upper bound is the zxid of
+a fresh write (to the tokens' root znode): writes are linearizable and zxids
+global, so it is above every token the ensemble issued before it, for any
+resource. A read would not do: a member's reads may lag the leader, and
+`sync` does not make them current across a leader change (ZOOKEEPER-1675),
+which would refuse an honest token as one from the future. Tokens survive a ZooKeeper restart as long
 as its data directory (the transaction log) survives; a wiped ensemble starts
 again low, which the gateway reports as `token_source_regressed`.
 
@@ -186,15 +190,15 @@ class ZooKeeperTokens(ClosingSource):
 
         return self._retrying(client, write)
 
-    def _bound(self, client: KazooClient, path: str) -> int:
-        def read() -> Any:
-            # ZooKeeper reads are not linearizable: the member this session talks to may not have
-            # applied a token just issued through another member. `sync` makes it catch up first.
-            client.sync(path)
-            return client.exists(path)
+    def _bound(self, client: KazooClient, root: str) -> int:
+        def write() -> Any:
+            try:
+                return client.set(root, b"")
+            except NoNodeError:
+                client.ensure_path(root)
+                return client.set(root, b"")
 
-        stat = self._retrying(client, read)
-        return 0 if stat is None else int(stat.mzxid)
+        return int(self._retrying(client, write).mzxid)
 
     def _path(self, resource: str) -> str:
         return f"{self.chroot}{self.root}/{znode_name(check_resource(resource))}"
@@ -212,7 +216,8 @@ class ZooKeeperTokens(ClosingSource):
         return await self._batch.draw(check_resource(resource))
 
     async def upper_bound(self, resource: str) -> int:
-        bound: int = await self._call("read the highest token", self._bound, self._path(resource))
+        check_resource(resource)  # the bound is global (see the module docstring); the name is still checked
+        bound: int = await self._call("bound the issued tokens", self._bound, f"{self.chroot}{self.root}")
         return bound
 
     async def aclose(self) -> None:

@@ -125,7 +125,7 @@ async def test_concurrent_draws_share_requests_yet_stay_unique_and_in_issue_orde
 async def test_upper_bound_of_an_unused_resource_is_zero(source_url: str, resource: str) -> None:
     source = open_token_source(source_url, allow_unsafe=True)
     try:
-        if isinstance(source, PostgresTokens):  # one sequence for all resources: its bound is global
+        if isinstance(source, PostgresTokens | ZooKeeperTokens):  # one sequence, one zxid: global bounds
             assert await source.upper_bound(resource) >= 0
         else:
             assert await source.upper_bound(resource) == 0
@@ -145,7 +145,7 @@ async def test_zookeeper_tokens_keep_increasing_across_a_restart(
         assert before == sorted(before)
         assert after == sorted(after)
         assert after[0] > before[-1]
-        assert await source.upper_bound(resource) == after[-1]
+        assert await source.upper_bound(resource) >= after[-1]
 
 
 async def test_postgres_refuses_a_cached_sequence(pg_dsn: str, resource: str) -> None:
