@@ -17,9 +17,15 @@ The order is the safety argument:
    is written, so no mark of either resource moves.
 3. The fence: the conditional upsert raises the resource's mark or refuses
    (`StaleTokenError`, nothing written).
-4. A new key is bound to the request's resource, claimed with `ON CONFLICT
-   DO NOTHING`; the change; its audit entry; the idempotency record, claimed
-   the same way.
+4. A key without a binding is bound to the request's resource, claimed
+   with `ON CONFLICT DO NOTHING`, whatever the method: a fenced read or
+   delete, even of a missing key, binds it too. A request that read "no
+   binding" may otherwise meet, on PostgreSQL, an object another replica
+   created under another resource since (each statement sees what
+   committed before it began), and read or delete it; and a fenced read of
+   a key not yet written protects the read-modify-write that follows only
+   if the write must name the same resource. Then the change; its audit
+   entry; the idempotency record, claimed the same way.
 
 Refusals of steps 1-3 wrote nothing. A claim that finds another
 transaction's row (PostgreSQL: two replicas racing for one new key, or two
@@ -162,9 +168,10 @@ def run_now(step: Coroutine[Any, Any, Outcome]) -> Outcome:
 async def apply(tx: Tx, request: FencedRequest, *, now: datetime, policy: Policy = FENCED) -> Outcome:
     """Decide and apply `request` in `tx`'s open transaction; see the module docstring for the order."""
     caller = request.caller
+    claim = None  # the idempotency record's key, for a write that has one
     if request.method != "GET" and caller.idempotency_key is not None:
-        params = {"client": caller.client, "idempotency_key": caller.idempotency_key}
-        record = await tx.row("idempotency_select", params)
+        claim = {"client": caller.client, "idempotency_key": caller.idempotency_key}
+        record = await tx.row("idempotency_select", claim)
         if record is not None:
             return await _replayed(tx, request, record, now)
     bound = await tx.row("binding_select", {"key": request.key})
@@ -176,7 +183,7 @@ async def apply(tx: Tx, request: FencedRequest, *, now: datetime, policy: Policy
             highest = await tx.row("mark_select", {"resource": request.resource})
             assert highest is not None  # the upsert found a row it would not raise
             return stale_token(request.resource, request.token, highest["token"])
-    if bound is None and request.method == "PUT":
+    if bound is None:
         binding = {"key": request.key, "resource": request.resource, "created_at": now}
         if await tx.row("binding_insert", binding) is None:
             return Retry(f"key {request.key!r} was bound by a concurrent request")
@@ -186,7 +193,7 @@ async def apply(tx: Tx, request: FencedRequest, *, now: datetime, policy: Policy
         return ObjectNotFound(f"no object under key {request.key!r}", key=request.key, audited=True)
     meta = found.meta if isinstance(found, ObjectData) else found
     await _audit(tx, request, now, status=status_of(request.method, meta), outcome=ACCEPTED)
-    if request.method == "GET" or caller.idempotency_key is None:
+    if claim is None:
         return found
     if await tx.row("idempotency_insert", idempotency_params(caller, meta, now=now)) is None:
         return Retry(f"Idempotency-Key {caller.idempotency_key!r} was recorded by a concurrent retry")

@@ -2,7 +2,8 @@
 against a real `fencegate serve`, checked step by step against a model of the fence.
 
 The model is the whole contract: a key belongs to the resource of its first
-accepted write, for good (a delete keeps the binding); a change or fenced
+request that passed the fence (a write, or a fenced read or delete even of a
+missing key), for good (a delete keeps the binding); a change or fenced
 read naming another resource is refused 409 `resource_mismatch` and changes
 nothing, no mark included; per resource a mark that only rises; a request
 with a token below it is refused 409 `stale_token` and changes nothing;
@@ -134,6 +135,8 @@ class FenceMachine(RuleBasedStateMachine):
         if token is not None and not self._admit(resource, token):
             assert status == 409
             return
+        if token is not None:
+            self.bound.setdefault(key, resource)
         stored = self.objects.get(key)
         if stored is None:
             assert status == 404
@@ -153,6 +156,7 @@ class FenceMachine(RuleBasedStateMachine):
         if not self._admit(resource, token):
             assert status == 409
             return
+        self.bound.setdefault(key, resource)
         assert status == (200 if self.objects.pop(key, None) else 404)
 
     def teardown(self) -> None:
