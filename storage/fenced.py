@@ -30,7 +30,10 @@ The order is the safety argument:
 Refusals of steps 1-3 wrote nothing. A claim that finds another
 transaction's row (PostgreSQL: two replicas racing for one new key, or two
 retries of one write) returns `Retry`: the driver rolls back and runs the
-request again, which then meets that row in step 1 or 2. A serial writer
+request again, which then meets that row in step 1 or 2. So does a retried
+delete that finds no object because its twin deleted it and recorded the
+outcome while this one waited at the fence (it looks for the record again
+before answering 404). A serial writer
 (SQLite) never gets `Retry`: its reads in steps 1 and 2 already see every
 earlier write. `ObjectNotFound` from a fenced read or delete of a missing key
 is the one refusal that commits: the raised mark and the audit entry stand.
@@ -189,6 +192,10 @@ async def apply(tx: Tx, request: FencedRequest, *, now: datetime, policy: Policy
             return Retry(f"key {request.key!r} was bound by a concurrent request")
     found = await (_change(tx, request, now) if policy.objects else _passed(request, created=bound is None))
     if found is None:
+        if claim is not None and await tx.row("idempotency_select", claim) is not None:
+            # A concurrent retry deleted the object and committed its record while this one waited
+            # at the fence: answer its outcome, not a 404 of its own.
+            return Retry(f"Idempotency-Key {caller.idempotency_key!r} was recorded by a concurrent retry")
         await _audit(tx, request, now, status=404, outcome=NOT_FOUND)
         return ObjectNotFound(f"no object under key {request.key!r}", key=request.key, audited=True)
     meta = found.meta if isinstance(found, ObjectData) else found

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient
 from fencegate.lab.cluster import LocalCluster
 from gateway import Settings, create_app
 from lockclient.protocols import TokenSource
+from tests.gateway.processes import GatewayProcess
 
 AppClient = TestClient[web.Request, web.Application]
 MakeClient = Callable[..., Awaitable[AppClient]]
@@ -65,3 +66,20 @@ async def engine_client(request: pytest.FixtureRequest, make_client: MakeClient)
         return await make_client(group_commit=0)
     cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
     return await make_client(storage=cluster.postgres_dsn)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
+    """Two `fencegate serve` processes on one database (their URLs): one SQLite file with group
+    commit in each, or the suite's shared PostgreSQL (use unique names there)."""
+    if request.param == "sqlite":
+        storage = ["--data-dir", str(tmp_path / "shared")]
+    else:
+        cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
+        storage = ["--storage", cluster.postgres_dsn]
+    procs = [GatewayProcess(tmp_path / f"gw{i}.log", *storage) for i in (1, 2)]
+    try:
+        yield [proc.start() for proc in procs]
+    finally:
+        for proc in procs:
+            proc.stop()

@@ -2,25 +2,22 @@
 
 The retries arrive at once, as a client's retry policy, a load balancer's
 retry and an impatient user can make them: on each engine in one gateway,
-and split over two `fencegate serve` replicas on one PostgreSQL, where the
-idempotency record is claimed inside the write's transaction with a conflict
-clause (no IntegrityError, no 503). The same key on another request is
-refused with its own code and changes nothing.
+and split over two `fencegate serve` replicas on one database (SQLite, and
+PostgreSQL, where the idempotency record is claimed inside the write's
+transaction with a conflict clause: no IntegrityError, no 503). The same key on another request is
+refused with its own code and changes nothing, also when the requests
+arrive at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import aiohttp
-import pytest
 
-from fencegate.lab.cluster import LocalCluster
 from tests.gateway.conftest import AppClient
-from tests.gateway.processes import GatewayProcess
 
 RETRIES = 20
 
@@ -60,29 +57,73 @@ async def test_the_same_key_on_another_request_is_refused_and_changes_nothing(
     assert (await fence.json())["highest"] == 7  # token 8 was refused before the fence
 
 
-@pytest.fixture
-def replicas(postgres_cluster: LocalCluster, tmp_path: Path) -> Iterator[list[str]]:
-    procs = [
-        GatewayProcess(tmp_path / f"gw{i}.log", "--storage", postgres_cluster.postgres_dsn) for i in (1, 2)
-    ]
-    try:
-        yield [proc.start() for proc in procs]
-    finally:
-        for proc in procs:
-            proc.stop()
-
-
 async def test_retries_split_over_two_replicas_apply_once_with_no_5xx(replicas: list[str]) -> None:
     async with aiohttp.ClientSession() as session:
+
+        async def send(i: int, method: str, key: str, idem: str, data: bytes = b"") -> tuple[int, bytes]:
+            url = f"{replicas[i % 2]}/v1/objects/{key}"
+            async with session.request(method, url, data=data, headers=headers(idem)) as r:
+                return r.status, await r.read()
+
         for round_ in range(3):
             key, idem = f"r{uuid.uuid4().hex[:10]}/doc{round_}", uuid.uuid4().hex
-
-            async def put(url: str, key: str = key, idem: str = idem) -> tuple[int, bytes]:
-                async with session.put(f"{url}/v1/objects/{key}", data=b"once", headers=headers(idem)) as r:
-                    return r.status, await r.read()
-
-            answers = await asyncio.gather(*(put(replicas[i % 2]) for i in range(RETRIES)))
+            answers = await asyncio.gather(*(send(i, "PUT", key, idem, b"once") for i in range(RETRIES)))
             assert {status for status, _ in answers} == {201}, answers
             assert len({body for _, body in answers}) == 1
             async with session.get(f"{replicas[0]}/v1/objects/{key}") as r:
                 assert (await r.read(), r.headers["Object-Version"]) == (b"once", "1")
+
+            idem = uuid.uuid4().hex
+            answers = await asyncio.gather(*(send(i, "DELETE", key, idem) for i in range(RETRIES)))
+            assert {status for status, _ in answers} == {200}, answers
+            assert len({body for _, body in answers}) == 1
+
+
+async def test_one_key_sent_with_different_requests_at_once_applies_one_and_refuses_the_rest(
+    engine_client: AppClient,
+) -> None:
+    """A buggy client reusing one Idempotency-Key for many writes at once: one applies, no 5xx."""
+    key, idem = f"r{uuid.uuid4().hex[:10]}/doc", uuid.uuid4().hex
+
+    async def put(i: int) -> tuple[int, dict[str, object]]:
+        resp = await engine_client.put(f"/v1/objects/{key}", data=b"body %d" % i, headers=headers(idem))
+        return resp.status, await resp.json()
+
+    answers = await asyncio.gather(*(put(i) for i in range(RETRIES)))
+    applied = [i for i, (status, _) in enumerate(answers) if status == 201]
+    refused = [body["error"] for status, body in answers if status != 201]
+    assert (len(applied), refused) == (1, ["idempotency_key_reused"] * (RETRIES - 1)), answers
+    stored = await engine_client.get(f"/v1/objects/{key}")
+    assert (await stored.read(), stored.headers["Object-Version"]) == (b"body %d" % applied[0], "1")
+
+
+async def test_different_requests_under_one_key_over_two_replicas_apply_one(replicas: list[str]) -> None:
+    key, idem = f"r{uuid.uuid4().hex[:10]}/doc", uuid.uuid4().hex
+    async with aiohttp.ClientSession() as session:
+
+        async def put(i: int) -> tuple[int, dict[str, object]]:
+            url = f"{replicas[i % 2]}/v1/objects/{key}"
+            async with session.put(url, data=b"body %d" % i, headers=headers(idem)) as r:
+                return r.status, json.loads(await r.read())
+
+        answers = await asyncio.gather(*(put(i) for i in range(RETRIES)))
+        applied = [i for i, (status, _) in enumerate(answers) if status == 201]
+        refused = [body["error"] for status, body in answers if status != 201]
+        assert (len(applied), refused) == (1, ["idempotency_key_reused"] * (RETRIES - 1)), answers
+        async with session.get(f"{replicas[1]}/v1/objects/{key}") as r:
+            assert (await r.read(), r.headers["Object-Version"]) == (b"body %d" % applied[0], "1")
+
+
+async def test_concurrent_retries_of_a_delete_all_get_the_delete_not_a_404(engine_client: AppClient) -> None:
+    """The retries that run after the first committed find no object: they must replay its 200, not 404."""
+    key, idem = f"r{uuid.uuid4().hex[:10]}/doc", uuid.uuid4().hex
+    assert (await engine_client.put(f"/v1/objects/{key}", data=b"x", headers={"Fencing-Token": "7"})).status == 201
+
+    async def delete() -> tuple[int, bytes]:
+        resp = await engine_client.delete(f"/v1/objects/{key}", headers=headers(idem))
+        return resp.status, await resp.read()
+
+    answers = await asyncio.gather(*(delete() for _ in range(RETRIES)))
+    assert {status for status, _ in answers} == {200}, answers
+    assert len({body for _, body in answers}) == 1
+    assert (await engine_client.get(f"/v1/objects/{key}")).status == 404
