@@ -117,7 +117,9 @@ async def test_different_requests_under_one_key_over_two_replicas_apply_one(repl
 async def test_concurrent_retries_of_a_delete_all_get_the_delete_not_a_404(engine_client: AppClient) -> None:
     """The retries that run after the first committed find no object: they must replay its 200, not 404."""
     key, idem = f"r{uuid.uuid4().hex[:10]}/doc", uuid.uuid4().hex
-    assert (await engine_client.put(f"/v1/objects/{key}", data=b"x", headers={"Fencing-Token": "7"})).status == 201
+    assert (
+        await engine_client.put(f"/v1/objects/{key}", data=b"x", headers={"Fencing-Token": "7"})
+    ).status == 201
 
     async def delete() -> tuple[int, bytes]:
         resp = await engine_client.delete(f"/v1/objects/{key}", headers=headers(idem))

@@ -13,16 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from fencegate.lab.cluster import LocalCluster
 from tests.gateway.conftest import AppClient
-from tests.gateway.processes import GatewayProcess
 
 
 @pytest.fixture
@@ -146,36 +142,83 @@ async def test_the_content_type_a_writer_sent_comes_back(client: AppClient, ns: 
     assert (bad.status, (await bad.json())["error"]) == (400, "bad_request")
 
 
-@pytest.fixture
-def replicas(postgres_cluster: LocalCluster, tmp_path: Path) -> Iterator[list[str]]:
-    """Two `fencegate serve` processes on the shared PostgreSQL."""
-    procs = [
-        GatewayProcess(tmp_path / f"gw{i}.log", "--storage", postgres_cluster.postgres_dsn) for i in (1, 2)
-    ]
-    try:
-        yield [proc.start() for proc in procs]
-    finally:
-        for proc in procs:
-            proc.stop()
-
-
-async def test_two_replicas_never_both_accept_one_new_key_under_different_resources(
+async def test_the_three_requests_a_delete_and_a_recreate_across_two_replicas(
     replicas: list[str], ns: str
 ) -> None:
+    """The issue's requests, each sent to the other replica than the one before."""
+    key, lock, other = f"{ns}/mix/42", f"{ns}/mix", f"{ns}/other"
     async with aiohttp.ClientSession() as session:
 
-        async def put(url: str, key: str, resource: str, token: int) -> tuple[str, int, dict[str, Any]]:
-            headers = fenced(token, resource)
-            async with session.put(f"{url}/v1/objects/{key}", data=resource.encode(), headers=headers) as r:
-                return resource, r.status, json.loads(await r.read())
+        async def send(i: int, method: str, headers: dict[str, str], data: bytes = b"") -> tuple[int, Any]:
+            url = f"{replicas[i % 2]}/v1/objects/{key}"
+            async with session.request(method, url, data=data, headers=headers) as r:
+                body = await r.read()
+                return r.status, json.loads(body) if r.content_type == "application/json" else body
 
-        for i in range(20):
-            key = f"{ns}/race{i}"
-            one, two = await asyncio.gather(
-                put(replicas[0], key, f"{ns}/a", 1 + i), put(replicas[1], key, f"{ns}/b", 1000 + i)
+        async def marks() -> list[int]:
+            found = []
+            for i, resource in enumerate((lock, key, other)):
+                async with session.get(f"{replicas[i % 2]}/v1/fences/{resource}") as r:
+                    found.append((await r.json())["highest"])
+            return found
+
+        assert (await send(0, "PUT", fenced(1000, lock), b"by 1000"))[0] == 201
+        for i, (headers, named) in enumerate(((fenced(999), key), (fenced(5, other), other)), start=1):
+            status, body = await send(i, "PUT", headers, b"stale")
+            assert (status, body["error"], body["resource"], body["object_resource"]) == (
+                409, "resource_mismatch", named, lock)  # fmt: skip
+        assert await send(1, "GET", {}) == (200, b"by 1000")
+        assert await marks() == [1000, 0, 0]
+
+        assert (await send(0, "DELETE", fenced(1000, lock)))[0] == 200
+        for i, (method, headers) in enumerate(
+            (
+                ("PUT", fenced(5, other)),
+                ("PUT", fenced(999)),
+                ("GET", fenced(5, other)),
+                ("DELETE", fenced(5)),
             )
-            winner, loser = (one, two) if one[1] != 409 else (two, one)
-            assert (winner[1] in (200, 201), loser[1]) == (True, 409), (one, two)
-            assert (loser[2]["error"], loser[2]["object_resource"]) == ("resource_mismatch", winner[0])
+        ):
+            status, body = await send(i, method, headers, b"stale" if method == "PUT" else b"")
+            assert (status, body["error"], body["object_resource"]) == (409, "resource_mismatch", lock), (
+                method
+            )
+        below = await send(1, "PUT", fenced(999, lock), b"stale")
+        assert (below[0], below[1]["error"]) == (409, "stale_token")
+        assert (await send(0, "GET", {}))[0] == 404
+        assert await marks() == [1000, 0, 0]
+
+
+async def test_two_replicas_never_both_pass_one_new_key_under_different_resources(
+    replicas: list[str], ns: str
+) -> None:
+    """A write under `a` races a write, fenced read or delete under `b` of the same new key: exactly one
+    passes its fence (2xx, or 404 for a read or delete that came first), and that one owns the key."""
+    async with aiohttp.ClientSession() as session:
+
+        async def send(url: str, method: str, key: str, resource: str, token: int) -> tuple[str, int, Any]:
+            data = resource.encode() if method == "PUT" else b""
+            headers = fenced(token, resource)
+            async with session.request(method, f"{url}/v1/objects/{key}", data=data, headers=headers) as r:
+                return (
+                    resource,
+                    r.status,
+                    json.loads(await r.read()) if method != "GET" or r.status != 200 else {},
+                )
+
+        for i in range(30):
+            key, method = f"{ns}/race{i}", ("PUT", "DELETE", "GET")[i % 3]
+            one, two = await asyncio.gather(
+                send(replicas[i % 2], "PUT", key, f"{ns}/a", 1 + i),
+                send(replicas[(i + 1) % 2], method, key, f"{ns}/b", 1000 + i),
+            )
+            passed = [answer for answer in (one, two) if answer[1] in (200, 201, 404)]
+            refused = [answer for answer in (one, two) if answer[1] == 409]
+            assert (len(passed), len(refused)) == (1, 1), (one, two)
+            owner = passed[0][0]
+            assert (refused[0][2]["error"], refused[0][2]["object_resource"]) == ("resource_mismatch", owner)
             async with session.get(f"{replicas[i % 2]}/v1/objects/{key}") as r:
-                assert (await r.read(), r.headers["Fencing-Resource"]) == (winner[0].encode(), winner[0])
+                if owner == f"{ns}/a" or method == "PUT":
+                    assert (await r.read(), r.headers["Fencing-Resource"]) == (owner.encode(), owner)
+                else:
+                    assert r.status == 404  # b's read or delete came first and found nothing; a was refused

@@ -14,7 +14,8 @@ nothing (not the object, not `b`'s mark), whatever its method.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
 import asyncpg
 import pytest
@@ -62,6 +63,7 @@ async def test_a_request_that_read_no_binding_is_refused_when_the_key_was_bound_
 
     async with holder.transaction():
         await holder.execute("SELECT token FROM fencegate_fences WHERE resource = $1 FOR UPDATE", b)
+        late: Coroutine[Any, Any, object]
         if method == "PUT":
             late = pg_store.put(key, b"by b", resource=b, token=50)
         elif method == "GET":
