@@ -35,11 +35,11 @@ test: setup lint
 bench: setup
 	$(BIN)/fencegate bench --plot docs/img/bench
 
-# The full fault and load suite (fencegate/soak/run.py): about 3 minutes, loopback only; prints a table
+# The full fault and load suite (`fencegate soak`): about 3 minutes, loopback only; prints a table
 # and fails if an acknowledged write was lost or an invariant broke. SOAK_ARGS=--duration 60 shortens it.
 SOAK_ARGS ?= --duration 120 --clients 8
 soak: setup
-	$(BIN)/python -m fencegate.soak.run $(SOAK_ARGS)
+	$(BIN)/fencegate soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .state .mypy_cache .ruff_cache .pytest_cache

@@ -1,61 +1,215 @@
-"""The `fencegate` command: one entry point, one sub-command per module.
+"""The `fencegate` command: one entry point, one sub-command per module, each loaded only when used.
 
-Each module in `COMMANDS` exposes `register(subparsers)`, which adds its
-parser and sets `func` to a callable taking the parsed namespace and
-returning the exit code. Imports stay lazy inside each command so
-`fencegate --help` is fast and a missing optional extra breaks only its own
-command.
+`COMMANDS` names each command's module and its one-line summary, so
+`fencegate --help` imports no command at all, and `fencegate NAME ...`
+imports only NAME's module. That module's `configure(parser)` adds the
+options (and nested actions) to the parser it is given and sets `func`: a
+callable taking the parsed namespace and returning the exit code.
+
+Every failure a user can cause ends as one line on stderr and an exit code
+that means the same in every command (docs/cli.md):
+
+  0  done, and the answer is yes (safe, as predicted, checked)
+  1  done, and the answer is no (a check failed, a verdict was not as predicted)
+  2  the request is wrong: an option, a value, a URL, or a file named that is missing or malformed
+  3  the machine or a service is in the way: a port in use, an address this machine does not
+     have, a server program not installed, a server that does not start or answer
+  4  not finished: part of the work could not be done (a run failed, a search hit its bound)
+  130, 143  stopped by Ctrl-C, by SIGTERM
+
+Commands raise their package's errors and `main` turns them into that line
+(an error that carries detail, such as the last lines of a server's log,
+shows them indented below it):
+an error whose class derives from `ValueError` is the user's input (2), any
+other error of a package root in `ERROR_ROOTS` is the world's (3). Anything
+else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import import_module, metadata
+from typing import Any, NoReturn
 
-COMMANDS = (
-    "fencegate.lab.cluster.cli",
-    "fencegate.lab.cli",
-    "fencegate.lab.demo",
-    "gateway.serve",
-    "fencegate.bench.cli",
-    "fencegate.model.cli",
-    "gateway.keys_cli",
-    "gateway.audit_cli",
+OK, NO, USAGE, UNAVAILABLE, INCOMPLETE = 0, 1, 2, 3, 4
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+DETAIL_LINES = 20  # of an error's message after its first line (a server's log tail)
+
+# Package roots of the errors a user can cause, by module: checked only if that module was imported.
+ERROR_ROOTS = (
+    ("gateway.errors", "GatewayServerError"),
+    ("storage.errors", "StorageError"),
+    ("lockclient.errors", "LockClientError"),
+    ("fencegate.lab.cluster.errors", "ClusterError"),
+    ("fencegate.lab.errors", "LabError"),
+    ("fencegate.model.errors", "ModelError"),
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+@dataclass(frozen=True)
+class Command:
+    """A sub-command: `configure` is "module:function", imported only when the command is used."""
+
+    name: str
+    configure: str
+    summary: str
+
+
+COMMANDS = (
+    Command("serve", "gateway.commands:serve", "run the fencing gateway (HTTP) in front of the object store"),
+    Command("keys", "gateway.commands:keys", "add, list or revoke the gateway's API keys (stored hashed)"),
+    Command("audit", "gateway.commands:audit", "check a gateway's audit trail offline"),
+    Command("demo", "fencegate.lab.demo:configure", "start 5 local Redis masters, take a fenced lease, stop"),
+    Command("cluster", "fencegate.lab.cluster.cli:configure", "start, check or stop servers on loopback"),
+    Command("lab", "fencegate.lab.cli:configure", "the safety lab: Redis-only vs fenced on real faults"),
+    Command("bench", "fencegate.bench.cli:configure", "benchmark fencegate against its peers in one run"),
+    Command("model", "fencegate.model.cli:configure", "check the protocol exhaustively with spin"),
+    Command("soak", "fencegate.soak.cli:configure", "the long fault and load suite against 2 gateways"),
+)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Shows each option's default, and keeps the line breaks of descriptions and examples."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        shown = action.default not in (None, False, [], argparse.SUPPRESS)
+        takes_value = action.option_strings or action.nargs in ("?", "*")
+        if shown and takes_value and "%(default)" not in text and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        # A paragraph is wrapped; an indented line (an example, a table row) is kept as written.
+        out: list[str] = []
+        for paragraph in text.strip("\n").split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line.startswith(" ") for line in lines):
+                out.append("\n".join(indent + line for line in lines))
+            else:
+                out.append(super()._fill_text(" ".join(lines), width, indent))
+        return "\n\n".join(out)
+
+
+class Parser(argparse.ArgumentParser):
+    """A parser whose every level takes the global options, so they may follow a sub-command too.
+
+    Sub-parsers are made of this class as well (argparse creates them with
+    `type(parent)`). Below the top, the global options default to SUPPRESS, so
+    a value given earlier on the command line is kept when they are not given again.
+    """
+
+    def __init__(self, *args: Any, top: bool = False, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.add_argument(
+            "--log-level",
+            choices=LOG_LEVELS,
+            default="INFO" if top else argparse.SUPPRESS,
+            help="how much to log on stderr" + ("" if top else " (default: INFO)"),
+        )
+        self.set_defaults(prog=self.prog)
+
+    def error(self, message: str) -> NoReturn:
+        """A mistake on the command line: one line, and the help that shows the right form."""
+        self.exit(USAGE, f"{self.prog}: {message}; see `{self.prog} --help`\n")
+
+
+class _Version(argparse.Action):
+    """`--version`: read from the installed distribution only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        parser.exit(message=f"fencegate {metadata.version('fencegate')}\n")
+
+
+def build_parser(load: Sequence[str] | None = None) -> Parser:
+    """The whole parser; only the commands named in `load` get their options (all when None)."""
+    parser = Parser(
         prog="fencegate",
-        description=(
-            "Redlock leases that carry fencing tokens, a gateway that refuses stale "
-            "writes, and a lab that shows the difference on real faults."
-        ),
+        top=True,
+        description="Redlock leases that carry fencing tokens, a gateway that refuses stale writes, and a "
+        "lab that shows the difference on real faults.",
+        epilog="examples:\n  fencegate demo\n  fencegate serve --port 8080\n  fencegate lab headline\n"
+        "  fencegate serve --help\n\nexit codes (every command): 0 yes, 1 no (a check failed), 2 the "
+        "request is wrong, 3 the machine or a service is in the way, 4 not finished; see docs/cli.md",
     )
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="how much to log on stderr (default: %(default)s)",
-    )
+    parser.add_argument("--version", action=_Version, help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(name).register(sub)
+    for command in COMMANDS:
+        child = sub.add_parser(command.name, help=command.summary, description=command.summary)
+        if load is None or command.name in load:
+            _configure(command)(child)
     return parser
 
 
+def _configure(command: Command) -> Callable[[argparse.ArgumentParser], None]:
+    module, _, function = command.configure.partition(":")
+    configure: Callable[[argparse.ArgumentParser], None] = getattr(import_module(module), function)
+    return configure
+
+
+def _command_name(argv: Sequence[str]) -> str | None:
+    """The sub-command `argv` names: the first word that is neither a global option nor its value."""
+    value_next = False
+    for word in argv:
+        if value_next:
+            value_next = False
+        elif word.startswith("-"):
+            # --log-level (or a prefix of it, as argparse allows) takes the next word unless given with =
+            value_next = len(word) > 2 and "=" not in word and "--log-level".startswith(word)
+        else:
+            return word if word in {command.name for command in COMMANDS} else None
+    return None
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The exit code of an error a user can cause (see the module docstring); None for a bug."""
+    roots = tuple(getattr(sys.modules[module], name) for module, name in ERROR_ROOTS if module in sys.modules)
+    if not isinstance(exc, roots):
+        return None
+    return USAGE if isinstance(exc, ValueError) else UNAVAILABLE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    name = _command_name(argv)
+    parser = build_parser(load=() if name is None else (name,))
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command they were given to, not by `fencegate`
+        parser.exit(
+            USAGE, f"{args.prog}: unrecognized arguments: {' '.join(extra)}; see `{args.prog} --help`\n"
+        )
     logging.basicConfig(
         level=args.log_level,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    code: int = args.func(args)
+    func = args.func
+    if isinstance(func, str):  # "module:function", imported only now that the command runs
+        module, _, name = func.partition(":")
+        func = getattr(import_module(module), name)
+    try:
+        code: int = func(args)
+    except KeyboardInterrupt:
+        print(f"{args.prog}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except Exception as exc:
+        code_of_error = error_code(exc)
+        if code_of_error is None:
+            raise
+        first, *rest = str(exc).splitlines() or [type(exc).__name__]
+        print(f"{args.prog}: {first}", file=sys.stderr)
+        for line in rest[-DETAIL_LINES:]:  # a server's log tail, a compiler's output: indented below
+            print(f"  {line}", file=sys.stderr)
+        return code_of_error
     return code
 
 

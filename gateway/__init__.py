@@ -1,7 +1,31 @@
-"""The fencegate gateway: an aiohttp server that refuses stale fencing tokens."""
+"""The fencegate gateway: an aiohttp server that refuses stale fencing tokens.
 
-from gateway.app import create_app
-from gateway.config import Settings
-from gateway.errors import ConfigError, GatewayServerError, Refusal
+The names below load on first use, so that reading the settings (`fencegate
+serve --help`) does not load the server.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.app import create_app
+    from gateway.config import Settings
+    from gateway.errors import ConfigError, GatewayServerError, Refusal
 
 __all__ = ["ConfigError", "GatewayServerError", "Refusal", "Settings", "create_app"]
+
+_HOMES = {
+    "create_app": "gateway.app",
+    "Settings": "gateway.config",
+    "ConfigError": "gateway.errors",
+    "GatewayServerError": "gateway.errors",
+    "Refusal": "gateway.errors",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'gateway' has no attribute {name!r}")
+    return getattr(import_module(_HOMES[name]), name)

@@ -10,32 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import sys
-from typing import Any
 
-from storage import StorageError, open_engine
+from gateway.config import env_name
+from gateway.errors import ConfigError
+from storage import open_engine
 from storage.verify import AuditReport, verify_audit
 
-ENV_STORAGE = "FENCEGATE_STORAGE"
-
-
-def register(sub: Any) -> None:
-    parser = sub.add_parser(
-        "audit",
-        help="check the gateway's audit trail offline",
-        description="Read the audit trail of a gateway's database and check it.",
-    )
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    verify = actions.add_parser(
-        "verify", help="check that accepted tokens never went back per resource, and print what was read"
-    )
-    verify.add_argument(
-        "--storage",
-        default=os.environ.get(ENV_STORAGE),
-        help=f"the gateway's storage URL, sqlite:///PATH or postgresql://... (default: ${ENV_STORAGE})",
-    )
-    parser.set_defaults(func=run)
+ENV_STORAGE = env_name("storage")
 
 
 async def _verify(url: str) -> AuditReport:
@@ -47,13 +28,9 @@ async def _verify(url: str) -> AuditReport:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`fencegate audit verify`: 0 when the trail is sound, 1 when it is not; errors raise."""
     if not args.storage:
-        print(f"fencegate audit: give --storage URL or ${ENV_STORAGE}", file=sys.stderr)
-        return 2
-    try:
-        report = asyncio.run(_verify(args.storage))
-    except StorageError as exc:
-        print(f"fencegate audit: {exc}", file=sys.stderr)
-        return 2
+        raise ConfigError(f"give --storage URL or ${ENV_STORAGE}")
+    report = asyncio.run(_verify(args.storage))
     print("\n".join(report.lines()))
     return 0 if report.ok else 1

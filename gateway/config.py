@@ -1,22 +1,26 @@
 """Frozen gateway settings, read from flags and from environment variables of the same names.
 
 `--max-body` is also `FENCEGATE_MAX_BODY`, and so on; a flag given on the
-command line wins over the environment (compose sets the environment). Every
-value is checked here, once, with a message that says the fix.
+command line wins over the environment (compose sets the environment). A
+setting is one field of `Settings` (its type, default and help); its flag,
+its variable and the conversion of their text (`PARSERS`, by the field's
+type) follow from that, so a bad value gets the same message from either.
+Every value is checked here, once, with a message that says the fix, before
+the gateway opens or logs anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import get_args, get_type_hints
 from urllib.parse import urlsplit
 
 from gateway.errors import ConfigError
 from gateway.eventloop import EVENT_LOOPS
-from storage.batch import DEFAULT_MAX_BATCH
 
 ENV_PREFIX = "FENCEGATE_"
 DEFAULT_DATA_DIR = Path(".state/gateway")
@@ -28,6 +32,8 @@ DEFAULT_IDLE_TIMEOUT = 15.0
 # many requests in flight; more are answered 429 at once instead of queueing,
 # so one client cannot take every connection slot or the write queue.
 DEFAULT_MAX_CLIENT_REQUESTS = 256
+# SQLite: most fenced writes committed with one fsync; it bounds how long one batch holds the write lock.
+DEFAULT_GROUP_COMMIT = 256
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 SQLITE_FILE = "fencegate.db"
 
@@ -53,7 +59,7 @@ class Settings:
         default=None,
         metadata={
             "help": "token source URL for the guard against tokens from the future: sqlite:///PATH, "
-            "postgresql://..., zookeeper://HOST:PORT[,HOST:PORT...] (unset: the guard is off)"
+            "postgresql://..., zookeeper://HOST:PORT[,HOST:PORT...]; unset, the guard is off"
         },
     )
     api_keys: Path | None = field(default=None, metadata={"help": "JSON file of hashed API keys and scopes"})
@@ -73,7 +79,7 @@ class Settings:
         default="uvloop", metadata={"help": "event loop: uvloop (faster under load) or asyncio"}
     )
     group_commit: int = field(
-        default=DEFAULT_MAX_BATCH,
+        default=DEFAULT_GROUP_COMMIT,
         metadata={
             "help": "SQLite: most fenced writes committed with one fsync (0: a transaction per request)"
         },
@@ -99,6 +105,8 @@ class Settings:
         for name in ("request_timeout", "storage_timeout", "upstream_timeout", "idle_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive number of seconds")
+        if self.storage is not None:
+            check_storage_url(self.storage)
         if self.upstream is not None:
             parts = urlsplit(self.upstream)
             if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -122,46 +130,112 @@ class Settings:
             return False
 
 
-def _env_name(name: str) -> str:
+def check_storage_url(url: str) -> None:
+    """Refuse a storage URL the storage cannot open, before anything starts or is logged."""
+    from storage.engine import normalize_url  # loads SQLAlchemy: only once there is a URL to check
+    from storage.errors import BadStorageURL
+
+    try:
+        normalize_url(url)
+    except BadStorageURL as exc:
+        raise ConfigError(f"storage {exc}") from None
+
+
+Parse = Callable[[str], object]
+
+
+def _whole_number(raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError("is not a whole number") from None
+
+
+def _number(raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError("is not a number") from None
+
+
+def _yes_no(raw: str) -> bool:
+    if raw.lower() not in _TRUE + _FALSE:
+        raise ValueError("is not a yes/no value; give 1 or 0")
+    return raw.lower() in _TRUE
+
+
+# How a flag's or a variable's text becomes a setting, by the setting's type: the one table for both.
+PARSERS: dict[type, Parse] = {int: _whole_number, float: _number, bool: _yes_no, Path: Path, str: str}
+METAVARS = {int: "N", float: "SECONDS", Path: "PATH"}  # a str setting's flag shows its own name
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One setting as the command line and the environment see it."""
+
+    name: str
+    kind: type
+    default: object
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def parse(self, raw: str, source: str) -> object:
+        try:
+            return PARSERS[self.kind](raw)
+        except ValueError as exc:
+            raise ConfigError(f"{source} {raw!r} {exc}") from None
+
+
+def _options() -> tuple[_Option, ...]:
+    """Every setting with its type resolved (`Path | None` is a Path that may be unset)."""
+    hints = get_type_hints(Settings)
+    options = []
+    for f in fields(Settings):
+        kinds = [kind for kind in get_args(hints[f.name]) or (hints[f.name],) if kind is not type(None)]
+        if len(kinds) != 1 or kinds[0] not in PARSERS:
+            raise TypeError(f"Settings.{f.name}: no parser for {hints[f.name]}; add one to PARSERS")
+        options.append(_Option(f.name, kinds[0], f.default, f.metadata["help"]))
+    return tuple(options)
+
+
+OPTIONS = _options()
+
+
+def env_name(name: str) -> str:
+    """The environment variable of a setting: `max_body` is `FENCEGATE_MAX_BODY`."""
     return ENV_PREFIX + name.upper()
 
 
-def _convert(name: str, raw: str) -> object:
-    kind = {f.name: f.type for f in fields(Settings)}[name]
-    try:
-        if kind == "int":
-            return int(raw)
-        if kind == "float":
-            return float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name} = {raw!r} is not a number") from exc
-    if kind == "bool":
-        if raw.lower() not in _TRUE + _FALSE:
-            raise ConfigError(f"{name} = {raw!r} is not a yes/no value; give 1 or 0")
-        return raw.lower() in _TRUE
-    if kind in ("Path", "Path | None"):
-        return Path(raw)
-    return raw
+def _shown(default: object) -> str:
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    return str(default)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per setting (`--max-body`), each also read from `FENCEGATE_MAX_BODY`."""
-    for f in fields(Settings):
-        flag = "--" + f.name.replace("_", "-")
-        text = f"{f.metadata['help']} (env {_env_name(f.name)})"
-        if f.type == "bool":
-            parser.add_argument(flag, dest=f.name, default=None, action="store_const", const="1", help=text)
+    for option in OPTIONS:
+        text = f"{option.help} (default: {_shown(option.default)}; env {env_name(option.name)})"
+        text = text.replace("%", "%%")  # argparse formats help with %
+        if option.kind is bool:
+            parser.add_argument(option.flag, dest=option.name, action="store_const", const="1", help=text)
         else:
-            parser.add_argument(flag, dest=f.name, default=None, help=text)
+            metavar = METAVARS.get(option.kind, option.name.upper())
+            parser.add_argument(option.flag, dest=option.name, metavar=metavar, help=text)
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
     """Settings from parsed flags, falling back to the environment, then the defaults."""
     values: dict[str, object] = {}
-    for f in fields(Settings):
-        raw = getattr(args, f.name, None)
+    for option in OPTIONS:
+        raw, source = getattr(args, option.name, None), option.flag
         if raw is None:
-            raw = environ.get(_env_name(f.name)) or None
+            raw, source = environ.get(env_name(option.name)) or None, env_name(option.name)
         if raw is not None:
-            values[f.name] = _convert(f.name, raw)
+            values[option.name] = option.parse(raw, source)
     return Settings(**values)  # type: ignore[arg-type]

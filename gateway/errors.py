@@ -2,6 +2,7 @@
 
 GatewayServerError
  ├── ConfigError (ValueError)     bad settings; the message says the fix
+ ├── CannotListen                 the address or port cannot be served (in use, not this machine's)
  └── Refusal                      a request answered with an error: status, `error` code, JSON fields
       ├── BadRequest               400 bad_request: malformed token, resource or key
       ├── Unauthorized             401 unauthorized: no or unknown API key
@@ -24,6 +25,8 @@ Idempotency-Key is `storage.IdempotencyKeyReused`, answered 422 `idempotency_key
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -34,6 +37,29 @@ class GatewayServerError(Exception):
 
 class ConfigError(GatewayServerError, ValueError):
     """A setting is invalid; the message says how to fix it."""
+
+
+class CannotListen(GatewayServerError):
+    """`fencegate serve` could not listen where it was told; the message names the cause and the fix."""
+
+    def __init__(self, host: str, port: int, cause: OSError) -> None:
+        super().__init__(f"cannot listen on {host}:{port}: {_listen_hint(host, cause)}")
+        self.host = host
+        self.port = port
+
+
+def _listen_hint(host: str, cause: OSError) -> str:
+    if isinstance(cause, socket.gaierror):
+        return f"{host!r} is not an address or a name this machine can resolve"
+    if cause.errno == errno.EADDRINUSE:
+        return (
+            "the port is in use (another gateway?); stop that process, or pick another --port (0: a free one)"
+        )
+    if cause.errno == errno.EADDRNOTAVAIL:
+        return f"this machine has no address {host}; give one of its own, or 0.0.0.0 for all of them"
+    if cause.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privileges); pick a port above 1023"
+    return cause.strerror or str(cause)
 
 
 class Refusal(GatewayServerError):

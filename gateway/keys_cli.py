@@ -10,43 +10,14 @@ atomically and kept at mode 0600.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from gateway.auth import ACCESS, ApiKey, hash_secret, new_secret, read_keys, write_keys
+from gateway.config import env_name
 from gateway.errors import ConfigError
 
-ENV_FILE = "FENCEGATE_API_KEYS"
-
-
-def register(sub: Any) -> None:
-    parser = sub.add_parser(
-        "keys",
-        help="add, list or revoke the gateway's API keys (stored hashed)",
-        description="Manage the API key file given to `fencegate serve --api-keys`.",
-    )
-    parser.add_argument(
-        "--file",
-        type=Path,
-        default=os.environ.get(ENV_FILE),
-        help=f"the key file (default: ${ENV_FILE})",
-    )
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    add = actions.add_parser("add", help="create a key and print its secret once")
-    add.add_argument("name", help="the key's name, as logs and the audit trail show it")
-    add.add_argument(
-        "--prefix",
-        action="append",
-        required=True,
-        help="a key, resource or list prefix the key may touch (repeat for several; '' allows all)",
-    )
-    add.add_argument("--read-only", action="store_true", help="no writes and no fenced reads")
-    actions.add_parser("list", help="names, prefixes and access of the stored keys (never secrets)")
-    revoke = actions.add_parser("revoke", help="remove a key; running gateways drop it within a second")
-    revoke.add_argument("name")
-    parser.set_defaults(func=run)
+ENV_FILE = env_name("api_keys")
 
 
 def _add(path: Path, name: str, prefixes: list[str], read_only: bool) -> int:
@@ -87,16 +58,12 @@ def _revoke(path: Path, name: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    path: Path | None = args.file
-    try:
-        if path is None:
-            raise ConfigError(f"give the key file with --file or ${ENV_FILE}")
-        path = Path(path)
-        if args.action == "add":
-            return _add(path, args.name, args.prefix, args.read_only)
-        if args.action == "list":
-            return _list(path)
-        return _revoke(path, args.name)
-    except ConfigError as exc:
-        print(f"fencegate keys: {exc}", file=sys.stderr)
-        return 2
+    """`fencegate keys ACTION`; a missing or malformed key file raises `ConfigError`."""
+    if args.file is None:
+        raise ConfigError(f"give the key file with --file or ${ENV_FILE}")
+    path = Path(args.file)
+    if args.action == "add":
+        return _add(path, args.name, args.prefix, args.read_only)
+    if args.action == "list":
+        return _list(path)
+    return _revoke(path, args.name)

@@ -18,38 +18,22 @@ import asyncio
 import logging
 import os
 import signal
-import sys
-from typing import Any
+import socket
 
 from aiohttp import web
 
 from gateway.app import create_app
-from gateway.config import Settings, add_arguments, settings_from
-from gateway.errors import GatewayServerError
+from gateway.config import Settings, settings_from
+from gateway.errors import CannotListen
 from gateway.eventloop import runner
 from gateway.keys import AppKeys
-from lockclient import LockClientError, open_token_source
-from storage.errors import StorageError
+from lockclient import open_token_source
 from storage.fenced import FENCED, Policy
 
 log = logging.getLogger("gateway")
 
 SHUTDOWN_GRACE = 10.0  # seconds for requests in flight to finish after SIGTERM
 CLOSE_GRACE = 1.0  # seconds for handlers still running after the drain, before they are cancelled
-
-
-def register(sub: Any) -> None:
-    parser = sub.add_parser(
-        "serve",
-        help="run the fencing gateway (HTTP) in front of the object store",
-        description=(
-            "Serve the fenced object store over HTTP. Requests that change storage carry a "
-            "Fencing-Token; tokens below a resource's high-water mark are refused (409). Every option "
-            "can also be given as an environment variable FENCEGATE_<NAME>."
-        ),
-    )
-    add_arguments(parser)
-    parser.set_defaults(func=run)
 
 
 async def _serve(settings: Settings, policy: Policy) -> None:
@@ -60,7 +44,10 @@ async def _serve(settings: Settings, policy: Policy) -> None:
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise CannotListen(settings.host, settings.port, exc) from exc
         loop = asyncio.get_running_loop()
         kind = type(loop).__module__.split(".")[0]  # the loop running, not the setting
         for address in runner.addresses:
@@ -81,12 +68,24 @@ async def _serve(settings: Settings, policy: Policy) -> None:
     log.info("stopped")
 
 
-def run(args: argparse.Namespace, *, policy: Policy = FENCED) -> int:
-    """Serve until SIGTERM or SIGINT; `policy` is the fenced unit's (only the benchmark changes it)."""
+def check_listen(host: str, port: int) -> None:
+    """Bind where the gateway will listen, and let go: a port in use or an address this machine does
+    not have is refused before storage is opened or the start-up banner is logged."""
     try:
-        settings = settings_from(args, os.environ)
-        runner(settings.event_loop)(_serve(settings, policy))
-    except (GatewayServerError, StorageError, LockClientError) as exc:
-        print(f"fencegate serve: {exc}", file=sys.stderr)
-        return 2
+        for family, kind, proto, _, address in socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        ):
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+                sock.bind(address)
+    except OSError as exc:
+        raise CannotListen(host, port, exc) from exc
+
+
+def run(args: argparse.Namespace, *, policy: Policy = FENCED) -> int:
+    """`fencegate serve` until SIGTERM or SIGINT; a bad setting or a place it cannot listen raises before
+    anything is opened. `policy` is the fenced unit's (only the benchmark changes it)."""
+    settings = settings_from(args, os.environ)
+    check_listen(settings.host, settings.port)
+    runner(settings.event_loop)(_serve(settings, policy))
     return 0

@@ -2,6 +2,7 @@
 
 from storage.engine import normalize_url, open_engine
 from storage.errors import (
+    BadStorageURL,
     IdempotencyKeyReused,
     ObjectNotFound,
     ResourceMismatch,
@@ -19,6 +20,7 @@ from storage.verify import AuditReport, verify_audit
 __all__ = [
     "SCHEMA_VERSION",
     "AuditReport",
+    "BadStorageURL",
     "Caller",
     "FencedRequest",
     "IdempotencyKeyReused",

@@ -14,29 +14,34 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from storage.errors import SchemaError
+from storage.errors import BadStorageURL
 
 SQLITE_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write lock
 CONNECT_TIMEOUT = 5.0  # seconds to open a PostgreSQL connection before answering 503
+USE = "use sqlite:///PATH or postgresql://USER@HOST/DB"
 READ_ONLY = "fencegate_read_only"  # execution option: a plain deferred BEGIN on SQLite
 
 
 def normalize_url(url: str) -> str:
-    """Map `sqlite:///path` and `postgresql://...` to their async drivers."""
-    parsed = make_url(url)
+    """Map `sqlite:///path` and `postgresql://...` to their async drivers; any other URL is refused."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise BadStorageURL(f"{url!r} is not a URL; {USE}") from exc
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):
-            raise SchemaError(
+            raise BadStorageURL(
                 f"{url!r}: an in-memory SQLite database is not durable and not shared between "
                 "connections; give a file path, e.g. sqlite:///var/lib/fencegate/store.db"
             )
         return parsed.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False)
     if backend == "postgresql":
         return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
-    raise SchemaError(f"{url!r}: unsupported storage; use sqlite:///PATH or postgresql://USER@HOST/DB")
+    raise BadStorageURL(f"{url!r}: unsupported storage; {USE}")
 
 
 def open_engine(url: str, *, command_timeout: float = 10.0) -> AsyncEngine:

@@ -7,7 +7,8 @@ StorageError
  ├── IdempotencyKeyReused      an Idempotency-Key already recorded a different request; nothing changed
  ├── StorageUnavailable        the database failed or did not answer: the outcome is unknown,
  │                             so a caller must never report success (invariant 4)
- └── SchemaError               the database holds a schema this code cannot use
+ ├── SchemaError               the database holds a schema this code cannot use
+ └── BadStorageURL (ValueError) the storage URL is malformed or names an engine this code does not support
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ class StorageUnavailable(StorageError):
 
 class SchemaError(StorageError):
     """The stored schema version is not one this code can migrate from."""
+
+
+class BadStorageURL(StorageError, ValueError):
+    """The storage URL cannot be used; the message gives one that can."""
 
 
 @contextlib.contextmanager

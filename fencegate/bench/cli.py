@@ -9,13 +9,16 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from fencegate.bench.env import BenchEnv, bench_env
 from fencegate.bench.section import Section
+from fencegate.cli import UNAVAILABLE
 from fencegate.lab.cluster import TERMINATED, until_terminated
 
 Benchmark = Callable[[BenchEnv], Awaitable[Section]]
+
+
+NAMES = ("leases", "scaling", "contention", "tokens", "gateway", "e2e")  # in the order they run
 
 
 def benchmarks() -> dict[str, Benchmark]:
@@ -26,7 +29,7 @@ def benchmarks() -> dict[str, Benchmark]:
     from fencegate.bench.leases import leases, scaling
     from fencegate.bench.tokens import tokens
 
-    return {
+    found: dict[str, Benchmark] = {
         "leases": leases,
         "scaling": scaling,
         "contention": contention,
@@ -34,18 +37,21 @@ def benchmarks() -> dict[str, Benchmark]:
         "gateway": gateway,
         "e2e": e2e,
     }
+    return {name: found[name] for name in NAMES}
 
 
-def register(sub: Any) -> None:
-    parser = sub.add_parser(
-        "bench",
-        help="benchmark fencegate against its peers, side by side in one run",
-        description=(
-            "Start 7 redis-server masters, ZooKeeper, PostgreSQL and 3 etcd members on loopback, run each "
-            "benchmark with fencegate and its peers alternately (several runs each), and "
-            "print medians, p50/p99 and same-run ratios against the goals. Peers come from "
-            "the `bench` extra: pip install -e '.[bench]'."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Start 7 redis-server masters, ZooKeeper, PostgreSQL and 3 etcd members on loopback, run each benchmark with "
+        "fencegate and its peers alternately (several runs each), and print medians, p50/p99 and same-run "
+        "ratios against the goals. Progress goes to stderr, also with --json. Peers come from the `bench` "
+        "extra: pip install -e '.[bench]'."
+    )
+    parser.epilog = (
+        "examples:\n"
+        "  fencegate bench --quick --only leases\n"
+        "  fencegate bench --only leases --only scaling --json > bench.json\n"
+        "  fencegate bench --plot docs/img/bench"
     )
     parser.add_argument(
         "--quick",
@@ -55,13 +61,17 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--only",
         action="append",
-        choices=sorted(benchmarks()),
+        choices=NAMES,
         metavar="NAME",
-        help="run only this benchmark (repeatable): " + ", ".join(benchmarks()),
+        help="run only this benchmark (repeatable): " + ", ".join(NAMES) + " (default: all)",
     )
-    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    parser.add_argument("--plot", type=Path, metavar="DIR", help="write one PNG chart per benchmark to DIR")
-    parser.set_defaults(func=run)  # fmt: skip
+    parser.add_argument(
+        "--json", action="store_true", help="print the results as JSON on stdout (progress stays on stderr)"
+    )
+    parser.add_argument(
+        "--plot", type=Path, metavar="DIR", help="write one PNG chart per benchmark to DIR (default: none)"
+    )
+    parser.set_defaults(func=run)
 
 
 async def run_all(names: list[str], *, quick: bool, quiet: bool, smoke: bool = False) -> list[Section]:
@@ -75,14 +85,14 @@ async def run_all(names: list[str], *, quick: bool, quiet: bool, smoke: bool = F
 
 
 def run(args: argparse.Namespace) -> int:
-    names = args.only or list(benchmarks())
+    names = args.only or list(NAMES)
     logging.getLogger("redis_lock").setLevel(logging.WARNING)  # it logs every acquire at INFO
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     try:
-        sections = asyncio.run(until_terminated(run_all(names, quick=args.quick, quiet=args.json)))
+        sections = asyncio.run(until_terminated(run_all(names, quick=args.quick, quiet=False)))
     except ImportError as exc:
         print(f"fencegate bench: {exc}: install the peers with `pip install -e '.[bench]'`", file=sys.stderr)
-        return 2
+        return UNAVAILABLE
     except asyncio.CancelledError:
         print("fencegate bench: stopped by SIGTERM; its servers were stopped", file=sys.stderr)
         return TERMINATED

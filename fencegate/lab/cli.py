@@ -15,39 +15,46 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
-from fencegate.lab.errors import LabError
+from fencegate.lab import run_cli
+from fencegate.lab.errors import HistoryError
 from fencegate.lab.history import History
 from fencegate.lab.report import RunResult, summary, table, to_json
 from fencegate.lab.timeline import write_html
 
 
-def register(sub: Any) -> None:
-    parser = sub.add_parser(
-        "lab",
-        help="the safety lab: check recorded histories, print the table, render the timelines",
-        description="The safety lab: Redis-only vs fenced, on real processes and real faults.",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "The safety lab: the same workload on real processes and real faults, Redis-only vs fenced vs "
+        "fence-only. Exit 0 when every verdict is as the seed documents predict, 1 when one is not."
+    )
+    parser.epilog = (
+        "examples:\n"
+        "  fencegate lab headline\n"
+        "  fencegate lab run --scenario pause --mode all\n"
+        "  fencegate lab all --seeds 5 --json > lab.json\n"
+        "  fencegate lab report .state/lab/*.jsonl --html report.html"
     )
     commands = parser.add_subparsers(dest="lab_command", required=True, metavar="LAB_COMMAND")
     report = commands.add_parser(
         "report",
         help="check history files and print the table (or JSON), optionally write the HTML report",
-        description="Run the checker over recorded history files (JSON Lines, one run each).",
+        description="Run the checker over recorded history files (JSON Lines, one run each). Exit 0 when "
+        "every run is safe, 1 when one is not.",
     )
+    report.epilog = "example:\n  fencegate lab report run-1.jsonl run-2.jsonl --summary --html report.html"
     report.add_argument("histories", nargs="+", type=Path, metavar="HISTORY.jsonl")
     report.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
     report.add_argument("--no-events", action="store_true", help="with --json: leave the histories out")
     report.add_argument("--summary", action="store_true", help="one row per scenario/mode/lock over seeds")
-    report.add_argument("--html", type=Path, metavar="PATH", help="also write the HTML timeline report here")
+    report.add_argument(
+        "--html", type=Path, metavar="PATH", help="also write the HTML timeline report here (default: none)"
+    )
     report.set_defaults(func=run_report)
     scenarios = commands.add_parser("scenarios", help="list the scenarios and what each fault does")
+    scenarios.epilog = "example:\n  fencegate lab scenarios"
     scenarios.set_defaults(func=list_scenarios)
-    from fencegate.lab import (
-        run_cli,  # its imports start nothing; kept here so `lab report` stays light to read
-    )
-
-    run_cli.register(commands)
+    run_cli.add_commands(commands)
 
 
 def list_scenarios(args: argparse.Namespace) -> int:
@@ -61,12 +68,15 @@ def list_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_report(args: argparse.Namespace) -> int:
+def _load(path: Path) -> History:
     try:
-        runs = [RunResult.of(History.load(path)) for path in args.histories]
-    except (OSError, LabError) as exc:
-        print(f"fencegate lab report: {exc}", file=sys.stderr)
-        return 2
+        return History.load(path)
+    except OSError as exc:
+        raise HistoryError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def run_report(args: argparse.Namespace) -> int:
+    runs = [RunResult.of(_load(path)) for path in args.histories]
     if args.json:
         print(json.dumps(to_json(runs, histories=not args.no_events), indent=2))
     else:

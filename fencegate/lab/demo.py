@@ -10,7 +10,6 @@ import argparse
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from lockclient import SQLiteTokens
@@ -20,15 +19,12 @@ RESOURCE = "demo-invoices"
 TTL = 10.0
 
 
-def register(sub: Any) -> None:
-    parser = sub.add_parser(
-        "demo",
-        help="start a 5-master local cluster, take one fenced lease, print it, stop",
-        description=(
-            "Start five redis-server masters on loopback, take a Redlock lease whose fencing "
-            "token comes from a SQLite file in a temp dir, print it, release it and stop the servers."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Start five redis-server masters on loopback, take a Redlock lease whose fencing token comes from "
+        "a SQLite file in a temp dir, print it as JSON, release it and stop the servers."
     )
+    parser.epilog = "example:\n  fencegate demo"
     parser.set_defaults(func=run)
 
 

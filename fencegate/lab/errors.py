@@ -1,6 +1,7 @@
 """Every error the lab raises (the cluster helper keeps its own root, `ClusterError`).
 
 LabError
+ ├── LabArgumentError (ValueError)  options that cannot make a run; nothing was started
  ├── HistoryError (ValueError)    a history event or file is malformed; nothing was recorded
  ├── CheckerError (ValueError)    a history cannot be judged (e.g. no final counter value)
  ├── LabLockError                 a lab lock's redis node failed during release
@@ -15,6 +16,10 @@ from __future__ import annotations
 
 class LabError(Exception):
     """Root of every lab error."""
+
+
+class LabArgumentError(LabError, ValueError):
+    """The options asked for a run that cannot be made; the message says what to give instead."""
 
 
 class HistoryError(LabError, ValueError):

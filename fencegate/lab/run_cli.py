@@ -6,8 +6,9 @@ same seed and fault schedule, shows progress on stderr, then prints the
 table (or `--json`: the numbers and the histories) and writes the HTML
 report. Exit status: 0 when every verdict is what the seed documents predict
 (a lease alone unsafe under the fault, a fence safe; see
-`lab.session.expected_safe`), 1 when one is not, 2 when a run could not be
-made (bad option, a server that did not start).
+`lab.session.expected_safe`), 1 when one is not, 4 when some runs could not
+be made (the others are reported); a bad option is 2 and a server that is
+missing or does not start 3, before any run (`fencegate.cli`).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from fencegate.cli import INCOMPLETE
 from fencegate.lab.cluster import TERMINATED, until_terminated
 from fencegate.lab.deployments import DESIGNS, MODES, Mode
-from fencegate.lab.errors import LabError
+from fencegate.lab.errors import LabArgumentError, LabError
 from fencegate.lab.history import Meta
 from fencegate.lab.report import RunResult, summary, table, to_json, token_trail
 from fencegate.lab.scenarios import SCENARIOS, RunPlan
@@ -38,14 +40,20 @@ DEFAULT_REPORT = Path(".state/lab/report.html")
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
     return value
 
 
 def _ttl(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not 0.2 <= value <= 30:
         raise argparse.ArgumentTypeError(f"TTL {value} s: use 0.2..30 seconds (the lab waits TTLs out)")
     return value
@@ -58,51 +66,51 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
             choices=[*MODES, "all"],
             default="all",
             help="redis-only: lease, no token check; fenced: lease + token through the fence; fence-only: "
-            "tokens, no lock; all (default): the three, same seed and fault schedule (token-regress always "
+            "tokens, no lock; all: the three, same seed and fault schedule (token-regress always "
             "runs fenced)",
         )
     parser.add_argument(
         "--lock",
         choices=[*DESIGNS, "all"],
         default="redlock",
-        help="lock design: redlock (default, 5 masters), single (SET NX PX on one node), setnx-getset "
+        help="lock design: redlock (5 masters), single (SET NX PX on one node), setnx-getset "
         "(the SETNX page's timestamp pattern on one node), all: the three, one after another",
     )
     parser.add_argument(
         "--tokens",
         choices=TOKEN_KINDS,
         default="sqlite",
-        help="token source of the fenced and fence-only modes: sqlite (default, embedded), zookeeper or "
+        help="token source of the fenced and fence-only modes: sqlite (embedded), zookeeper or "
         "postgres (started for the run), incr (redis INCR, unsafe); token-regress always adds incr",
     )
-    parser.add_argument(
-        "--clients", type=_positive, default=3, help="client processes per run (>= 2; default 3)"
-    )
-    parser.add_argument(
-        "--ops", type=_positive, default=3, help="increments each client attempts (default 3)"
-    )
+    parser.add_argument("--clients", type=_positive, default=3, help="client processes per run (>= 2)")
+    parser.add_argument("--ops", type=_positive, default=3, help="increments each client attempts")
     parser.add_argument(
         "--ttl",
         type=_ttl,
         default=1.0,
-        help="lease TTL in seconds (default 1; x3 where "
+        help="lease TTL in seconds (x3 where "
         "the fault eats into the lease: clock-jump, restart, failover, token-regress)",
     )
-    parser.add_argument("--seed", type=int, default=1, help="seed of the clients' jitter (default 1)")
-    parser.add_argument("--seeds", type=_positive, default=1, help="run seeds SEED..SEED+N-1 (default 1)")
-    parser.add_argument("--json", action="store_true", help="print the numbers and histories as JSON")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the clients' jitter")
+    parser.add_argument("--seeds", type=_positive, default=1, help="run seeds SEED..SEED+N-1")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the numbers and histories as JSON (progress stays on stderr)",
+    )
     parser.add_argument(
         "--report",
         type=Path,
         default=DEFAULT_REPORT,
         metavar="PATH",
-        help=f"HTML timeline report (default {DEFAULT_REPORT})",
+        help="HTML timeline report",
     )
     parser.add_argument(
         "--svg",
         type=Path,
         metavar="DIR",
-        help="also write each run's timeline as DIR/lab-SCENARIO-MODE.svg (for docs)",
+        help="also write each run's timeline as DIR/lab-SCENARIO-MODE.svg, for docs (default: none)",
     )
     parser.add_argument(
         "--workdir",
@@ -112,11 +120,16 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
     )
 
 
-def register(commands: Any) -> None:
+def add_commands(commands: Any) -> None:
+    """`lab run`, `lab all` and `lab headline`, on the lab's sub-command action."""
     run = commands.add_parser(
         "run",
         help="run one scenario in each mode and print the table",
         description="Run one scenario on real processes and real faults, Redis-only vs fenced vs fence-only.",
+    )
+    run.epilog = (
+        "examples:\n  fencegate lab run --scenario pause\n"
+        "  fencegate lab run --scenario restart --mode fenced --tokens zookeeper --seeds 3"
     )
     run.add_argument(
         "--scenario", required=True, choices=list(SCENARIOS), help="see `fencegate lab scenarios`"
@@ -128,6 +141,7 @@ def register(commands: Any) -> None:
         help="run every scenario in every mode (a few minutes)",
         description="Run every scenario in every mode asked for, with one seed and fault schedule per seed.",
     )
+    every.epilog = "example:\n  fencegate lab all --seeds 5 --json > lab.json"
     _options(every, modes=True)
     every.set_defaults(func=lambda args: _command(args, list(ALL)))
     headline = commands.add_parser(
@@ -137,17 +151,14 @@ def register(commands: Any) -> None:
         "5 local redis masters, SQLite tokens, the gateway on SQLite). Exits 0 when redis-only is unsafe "
         "and the fence safe, as the seed documents predict.",
     )
+    headline.epilog = "examples:\n  fencegate lab headline\n  fencegate lab headline --lock all --seeds 3"
     _options(headline, modes=False)
     headline.set_defaults(func=lambda args: _command(args, list(HEADLINE)), mode="all")
 
 
 def _command(args: argparse.Namespace, scenarios: Sequence[str]) -> int:
     if args.clients < 2:
-        print(
-            "fencegate lab: every scenario needs a holder and a challenger: use --clients 2 or more",
-            file=sys.stderr,
-        )
-        return 2
+        raise LabArgumentError("every scenario needs a holder and a challenger: use --clients 2 or more")
     modes: tuple[Mode, ...] = MODES if args.mode == "all" else (args.mode,)
     seeds = range(args.seed, args.seed + args.seeds)
     designs = DESIGNS if args.lock == "all" else (args.lock,)
@@ -165,9 +176,6 @@ def _command(args: argparse.Namespace, scenarios: Sequence[str]) -> int:
     started = time.monotonic()
     try:
         runs, failures = asyncio.run(until_terminated(_run_all(specs, plan, workdir, sys.stderr)))
-    except LabError as exc:
-        print(f"fencegate lab: {exc}", file=sys.stderr)
-        return 2
     except asyncio.CancelledError:
         print("fencegate lab: stopped by SIGTERM; its servers and clients were stopped", file=sys.stderr)
         return TERMINATED
@@ -176,7 +184,10 @@ def _command(args: argparse.Namespace, scenarios: Sequence[str]) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     _print(runs, args, time.monotonic() - started)
     if failures:
-        return 2
+        print(
+            f"fencegate lab: {failures} of {len(specs)} runs could not be made (see above)", file=sys.stderr
+        )
+        return INCOMPLETE
     return 0 if all(run.verdict.safe == expected_safe(run.history.meta) for run in runs) else 1
 
 
@@ -200,6 +211,9 @@ async def _run_all(
                 failures += 1
                 print(f" FAILED ({exc})", file=out, flush=True)
                 continue
+            except BaseException:
+                print(" stopped", file=out, flush=True)  # the error's own line starts on a line of its own
+                raise
             runs.append(result)
             verdict = "SAFE" if result.verdict.safe else "UNSAFE"
             hint = "as predicted" if result.verdict.safe == expected_safe(spec) else "NOT as predicted"
@@ -246,4 +260,4 @@ def _parent(path: Path) -> Path:
     return path
 
 
-__all__ = ["ALL", "HEADLINE", "register", "svg_name"]
+__all__ = ["ALL", "HEADLINE", "add_commands", "svg_name"]

@@ -3,7 +3,7 @@
 `check` searches every state of the chosen configuration, one run per
 (variant, property), and prints a table (or JSON, or Markdown). Its exit
 status guards what fencegate ships: 1 when `fenced` or `fence-only` breaks a
-property fencing promises, 2 when a search hit its depth or memory bound, 0
+property fencing promises, 4 when a search hit its depth or memory bound, 0
 otherwise. The baseline (redis-only) and the rejected designs are expected
 to break properties, and reporting that is their purpose, not a failure.
 `doc` regenerates the tables of docs/model.md from the commands recorded in
@@ -18,13 +18,13 @@ import logging
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
+from fencegate.cli import INCOMPLETE
 from fencegate.lab.history import History
 from fencegate.lab.report import RunResult
 from fencegate.lab.timeline import write_html
 from fencegate.model.doc import regenerate
-from fencegate.model.errors import ModelError
+from fencegate.model.errors import ModelArgumentError
 from fencegate.model.report import as_json, history_lines, markdown_table, text_table, trail_tables
 from fencegate.model.runner import DEFAULT_MAX_DEPTH, DEFAULT_MEMORY_MB, CheckResult, check_variant
 from fencegate.model.variants import PROPERTIES, VARIANTS, Sizes, pick
@@ -33,11 +33,13 @@ log = logging.getLogger(__name__)
 DEFAULT_DOC = "docs/model.md"
 
 
-def register(sub: Any) -> None:
-    parser = sub.add_parser(
-        "model",
-        help="check the protocol exhaustively with spin",
-        description="Check fencegate's protocol over every interleaving of a small system (spin).",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Check fencegate's protocol over every interleaving of a small system (spin)."
+    parser.epilog = (
+        "examples:\n"
+        "  fencegate model check --variant fenced,redis-only\n"
+        "  fencegate model check --clients 3 --json > model.json\n"
+        "  fencegate model doc --check"
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     checker = actions.add_parser(
@@ -45,7 +47,13 @@ def register(sub: Any) -> None:
         help="search the model and print a verdict per variant",
         description="Generate the verifier (spin -a), compile it (gcc -O2 -DSAFETY), search every "
         "state (./pan -N PROPERTY) and print a verdict per variant and property. A counterexample "
-        "is replayed (spin -t -p) and translated into the lab's history events.",
+        "is replayed (spin -t -p) and translated into the lab's history events. Exit 1 when a design "
+        "fencegate ships breaks a property it promises, 4 when a search hit its depth or memory bound. "
+        "Progress goes to stderr, also with --json.",
+    )
+    checker.epilog = (
+        "examples:\n  fencegate model check --variant fenced --property no_stale_accept\n"
+        "  fencegate model check --trails --report model.html"
     )
     add_check_arguments(checker)
     out = checker.add_mutually_exclusive_group()
@@ -58,16 +66,19 @@ def register(sub: Any) -> None:
         "--history-dir",
         type=Path,
         metavar="DIR",
-        help="write each counterexample as a lab history file DIR/VARIANT-PROPERTY.jsonl",
+        help="write each counterexample as a lab history file DIR/VARIANT-PROPERTY.jsonl (default: none)",
     )
     checker.add_argument(
         "--report",
         type=Path,
         metavar="PATH",
-        help="write an HTML report drawing each counterexample as the lab's timeline",
+        help="write an HTML report drawing each counterexample as the lab's timeline (default: none)",
     )
     checker.add_argument(
-        "--keep", type=Path, metavar="DIR", help="keep pan.c, pan, its output and trails under DIR"
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep pan.c, pan, its output and trails under DIR (default: a temp dir, removed)",
     )
     checker.set_defaults(func=_check)
 
@@ -77,7 +88,8 @@ def register(sub: Any) -> None:
         description="Rerun the command recorded in each <!-- model-table: ARGS --> marker and "
         "replace the table below it.",
     )
-    doc.add_argument("path", nargs="?", default=DEFAULT_DOC, type=Path, help="default: %(default)s")
+    doc.epilog = "examples:\n  fencegate model doc\n  fencegate model doc --check --quick"
+    doc.add_argument("path", nargs="?", default=DEFAULT_DOC, type=Path, help="the page to regenerate")
     doc.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is stale")
     doc.add_argument(
         "--quick", action="store_true", help="only the blocks with 2 clients doing one acquisition each"
@@ -92,22 +104,18 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--property", default="all", metavar="P", help=f"{', '.join(PROPERTIES)}, a comma list, or all"
     )
-    parser.add_argument("--clients", type=int, default=2, metavar="K", help="clients (default: 2)")
-    parser.add_argument("--nodes", type=int, default=3, metavar="N", help="Redis masters (default: 3)")
-    parser.add_argument("--ops", type=int, default=1, help="acquisitions per client (default: 1)")
-    parser.add_argument("--pauses", type=int, default=1, help="times a whole TTL may pass (default: 1)")
-    parser.add_argument(
-        "--node-faults", type=int, default=1, help="node restarts or clock jumps (default: 1)"
-    )
-    parser.add_argument(
-        "--max-depth", type=int, default=DEFAULT_MAX_DEPTH, metavar="D", help="pan -m (default: %(default)s)"
-    )
+    parser.add_argument("--clients", type=int, default=2, metavar="K", help="clients")
+    parser.add_argument("--nodes", type=int, default=3, metavar="N", help="Redis masters")
+    parser.add_argument("--ops", type=int, default=1, help="acquisitions per client")
+    parser.add_argument("--pauses", type=int, default=1, help="times a whole TTL may pass")
+    parser.add_argument("--node-faults", type=int, default=1, help="node restarts or clock jumps")
+    parser.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH, metavar="D", help="pan -m")
     parser.add_argument(
         "--memory",
         type=int,
         default=DEFAULT_MEMORY_MB,
         metavar="MB",
-        help="pan's -DMEMLIM (default: %(default)s)",
+        help="pan's -DMEMLIM",
     )
 
 
@@ -123,7 +131,7 @@ def run_checks(args: argparse.Namespace, cache: Cache | None = None) -> list[Che
     variants = pick(args.variant, VARIANTS, "variant")
     props = pick(args.property, PROPERTIES, "property")
     if args.max_depth < 1 or args.memory < 64:
-        raise ModelError("--max-depth must be >= 1 and --memory >= 64 (MB)")
+        raise ModelArgumentError("--max-depth must be >= 1 and --memory >= 64 (MB)")
 
     def key(variant: str, prop: str) -> tuple[str, str, Sizes, int, int]:
         return (variant, prop, sizes, args.max_depth, args.memory)
@@ -132,6 +140,7 @@ def run_checks(args: argparse.Namespace, cache: Cache | None = None) -> list[Che
         missing = [p for p in props if key(variant, p) not in cache]
         if not missing:
             continue
+        log.info("searching %s: %s", variant, ", ".join(missing))  # progress on stderr, also with --json
         for result in check_variant(
             variant, missing, sizes, max_depth=args.max_depth, memory_mb=args.memory,
             keep=getattr(args, "keep", None),
@@ -158,11 +167,7 @@ def _write_histories(results: list[CheckResult], directory: Path) -> list[Path]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    try:
-        results = run_checks(args)
-    except ModelError as exc:
-        print(f"fencegate model check: {exc}", file=sys.stderr)
-        return 2
+    results = run_checks(args)
     if args.history_dir is not None:
         _write_histories(results, args.history_dir)
     if args.report is not None:
@@ -187,7 +192,7 @@ def exit_code(results: list[CheckResult]) -> int:
     if any(r.verdict == "violated" and r.promised and VARIANTS[r.variant].shipped for r in results):
         return 1
     if any(r.verdict == "incomplete" for r in results):
-        return 2
+        return INCOMPLETE
     return 0
 
 
@@ -215,13 +220,12 @@ def quick(argv: list[str]) -> bool:
 def _doc(args: argparse.Namespace) -> int:
     try:
         text = args.path.read_text()
-        cache: Cache = {}  # blocks that share a configuration search it once
-        fresh = regenerate(
-            text, lambda argv: render_block(argv, cache), only=quick if args.quick else lambda _: True
-        )
-    except (OSError, ModelError) as exc:
-        print(f"fencegate model doc: {exc}", file=sys.stderr)
-        return 2
+    except OSError as exc:
+        raise ModelArgumentError(f"cannot read {args.path}: {exc.strerror}") from exc
+    cache: Cache = {}  # blocks that share a configuration search it once
+    fresh = regenerate(
+        text, lambda argv: render_block(argv, cache), only=quick if args.quick else lambda _: True
+    )
     if args.check:
         if fresh != text:
             print(
@@ -234,4 +238,4 @@ def _doc(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["Cache", "add_check_arguments", "exit_code", "quick", "register", "render_block", "run_checks"]
+__all__ = ["Cache", "add_check_arguments", "configure", "exit_code", "quick", "render_block", "run_checks"]

@@ -1,6 +1,7 @@
 """Errors of the model runner: one root, each message says what to do.
 
 ModelError
+ ├── ModelArgumentError (ValueError)  an option the model cannot take (a size, a variant name)
  ├── ToolMissing      spin or gcc is not on PATH
  ├── BuildError       spin -a or gcc rejected the model (a bad -D combination)
  ├── SearchError      ./pan stopped without a verdict it could state
@@ -12,6 +13,10 @@ from __future__ import annotations
 
 class ModelError(Exception):
     """Root of every error raised by `model`."""
+
+
+class ModelArgumentError(ModelError, ValueError):
+    """An option names a variant or a size the model does not have; the message lists what it has."""
 
 
 class ToolMissing(ModelError):
@@ -37,4 +42,4 @@ class TrailError(ModelError):
     pass
 
 
-__all__ = ["BuildError", "ModelError", "SearchError", "ToolMissing", "TrailError"]
+__all__ = ["BuildError", "ModelArgumentError", "ModelError", "SearchError", "ToolMissing", "TrailError"]

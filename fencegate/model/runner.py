@@ -26,7 +26,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fencegate.model.errors import BuildError, ModelError, SearchError, ToolMissing, TrailError
+from fencegate.model.errors import (
+    BuildError,
+    ModelArgumentError,
+    SearchError,
+    ToolMissing,
+    TrailError,
+)
 from fencegate.model.pan import PanReport, parse_pan
 from fencegate.model.trail import Trail, parse_replay
 from fencegate.model.variants import PROPERTIES, VARIANTS, Sizes
@@ -73,7 +79,7 @@ def tool(name: str) -> str:
 
 def macros(variant: str, sizes: Sizes) -> list[str]:
     if variant not in VARIANTS:
-        raise ModelError(f"unknown variant {variant!r}: choose from {', '.join(VARIANTS)}")
+        raise ModelArgumentError(f"unknown variant {variant!r}: choose from {', '.join(VARIANTS)}")
     return [f"-D{VARIANTS[variant].macro}", *sizes.macros()]
 
 
@@ -90,7 +96,7 @@ def check_variant(
     """Build the verifier for one variant once, then search every state once per property."""
     unknown = [p for p in props if p not in PROPERTIES]
     if unknown:
-        raise ModelError(f"unknown properties {unknown}: choose from {', '.join(PROPERTIES)}")
+        raise ModelArgumentError(f"unknown properties {unknown}: choose from {', '.join(PROPERTIES)}")
     defines = macros(variant, sizes)
     results = []
     with _workdir(keep, variant) as work:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fencegate.model.errors import ModelError
+from fencegate.model.errors import ModelArgumentError
 
 
 @dataclass(frozen=True)
@@ -108,13 +108,15 @@ class Sizes:
 
     def __post_init__(self) -> None:
         if not 1 <= self.clients <= 3:
-            raise ModelError(f"--clients {self.clients}: the model is sized for 1 to 3 clients")
+            raise ModelArgumentError(f"--clients {self.clients}: the model is sized for 1 to 3 clients")
         if self.nodes not in (1, 3, 5):
-            raise ModelError(f"--nodes {self.nodes}: use 1, 3 or 5 Redis masters (an odd quorum)")
+            raise ModelArgumentError(f"--nodes {self.nodes}: use 1, 3 or 5 Redis masters (an odd quorum)")
         if not 1 <= self.ops <= 3:
-            raise ModelError(f"--ops {self.ops}: use 1 to 3 acquisitions per client")
+            raise ModelArgumentError(f"--ops {self.ops}: use 1 to 3 acquisitions per client")
         if not 0 <= self.pauses <= 3 or not 0 <= self.node_faults <= 3:
-            raise ModelError("--pauses and --node-faults take 0 to 3 (each adds a dimension to the search)")
+            raise ModelArgumentError(
+                "--pauses and --node-faults take 0 to 3 (each adds a dimension to the search)"
+            )
 
     def macros(self) -> list[str]:
         return [
@@ -139,7 +141,9 @@ def pick(names: str, table: Mapping[str, object], what: str) -> list[str]:
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in table]
     if unknown or not wanted:
-        raise ModelError(f"unknown {what} {unknown or names!r}: choose from {', '.join(table)} or all")
+        raise ModelArgumentError(
+            f"unknown {what} {unknown or names!r}: choose from {', '.join(table)} or all"
+        )
     return [n for n in table if n in wanted]
 
 

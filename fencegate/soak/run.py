@@ -1,6 +1,4 @@
-"""`make soak`: the full fault and load suite, bounded in time, on loopback; prints one table.
-
-    python -m fencegate.soak.run --duration 60 --clients 8
+"""The full fault and load suite, bounded in time, on loopback (`fencegate soak`, `make soak`).
 
 Starts a private cluster (5 Redis, ZooKeeper, PostgreSQL) under `.state/soak`,
 runs the load with its faults (`load.py`), checks the history (`history.py`)
@@ -12,15 +10,9 @@ no client error got a 5xx and no refused request changed storage.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import faulthandler
 import logging
-import shutil
-import signal
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +22,7 @@ from fencegate.soak.history import Verdict, check
 from fencegate.soak.load import PAUSE_TTLS, SPEC, LoadResult, Soak, SoakConfig
 
 STATE_DIR = Path(".state/soak")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -93,48 +86,15 @@ async def soak(
 ) -> SoakReport:
     """One whole run in `state_dir` (an empty directory)."""
     started = time.monotonic()
+    log.info("starting the cluster: 5 Redis, ZooKeeper, PostgreSQL, 2 gateways")
     async with LocalCluster.running_async(SPEC, state_dir / "cluster") as cluster:
+        log.info("load: %d clients on %d resources for %g s, faults on the way", config.clients,
+                 config.resources, config.duration)  # fmt: skip
         load = await Soak(config, state_dir).run(cluster)
+    log.info("checking %d requests against the invariants", len(load.history.calls))
     verdict = check(load.history, load.finals, load.audited, load.elapsed)
+    log.info("bad input: schemathesis and a raw fuzzer against a fresh gateway")
     bad = await asyncio.to_thread(
         bad_input_phase, state_dir, schemathesis_examples=schemathesis_examples, raw_examples=raw_examples
     )
     return SoakReport(config, load, verdict, bad, time.monotonic() - started)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fencegate.soak.run", description=__doc__.split("\n")[0])
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds of load (default: %(default)s)")
-    parser.add_argument(
-        "--clients", type=int, default=8, help="concurrent leased clients (default: %(default)s)"
-    )
-    parser.add_argument("--resources", type=int, default=4, help="contended resources (default: %(default)s)")
-    parser.add_argument(
-        "--outage", type=float, default=3.0, help="seconds of each outage (default: %(default)s)"
-    )
-    parser.add_argument("--schemathesis-examples", type=int, default=50, help="cases per API operation")
-    parser.add_argument("--raw-examples", type=int, default=500, help="raw fuzzed requests")
-    parser.add_argument("--state-dir", type=Path, default=STATE_DIR)
-    args = parser.parse_args(argv)
-    config = SoakConfig(
-        duration=args.duration, clients=args.clients, resources=args.resources, outage=args.outage
-    )
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` shows where a run is
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnects during the ZooKeeper restart are expected
-    shutil.rmtree(args.state_dir, ignore_errors=True)
-    args.state_dir.mkdir(parents=True)
-    report = asyncio.run(
-        soak(
-            config,
-            args.state_dir,
-            schemathesis_examples=args.schemathesis_examples,
-            raw_examples=args.raw_examples,
-        )
-    )
-    print(report.table())
-    return 0 if report.ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

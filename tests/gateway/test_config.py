@@ -56,7 +56,7 @@ def test_a_flag_wins_over_the_environment() -> None:
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [(("--port", "70000"),  "out of range"), (("--port", "x"), "not a number"),
+    [(("--port", "70000"),  "out of range"), (("--port", "x"), "not a whole number"),
      (("--request-timeout", "0"), "positive"), (("--upstream", "ftp://x"), "http"),
      (("--max-body", "-1"), "negative"), (("--event-loop", "trio"), "not one of uvloop, asyncio")],
 )  # fmt: skip

@@ -1,6 +1,6 @@
 """The fault and load suite in its CI form: short, every fault once, every bad-input source.
 
-`make soak` runs the same code longer (`tests/soak/run.py`); this run keeps to
+`make soak` runs the same code longer (`fencegate soak`); this run keeps to
 well under a minute of load and fuzzing and asserts what the full run's
 table prints: nothing acknowledged lost, no invariant violated, no 5xx on bad
 input, no refused request that changed storage.

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select, update
 
 from fencegate.lab.cluster import LocalCluster
-from storage import SCHEMA_VERSION, SchemaError, migrate, open_engine
+from storage import SCHEMA_VERSION, BadStorageURL, SchemaError, migrate, open_engine
 from storage.models import SchemaVersion
 
 
@@ -46,9 +46,9 @@ async def test_sqlite_runs_wal_with_full_sync(tmp_path: Path) -> None:
         await engine.dispose()
 
 
-@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "mysql://x@y/z"])
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "mysql://x@y/z", "not a url"])
 def test_unusable_urls_are_refused_with_the_fix(url: str) -> None:
-    with pytest.raises(SchemaError, match="sqlite:///"):
+    with pytest.raises(BadStorageURL, match="sqlite:///"):
         open_engine(url)
 
 

@@ -1,8 +1,10 @@
 """Errors of the local cluster helper.
 
 ClusterError
- ├── MissingServerError   a server binary is not installed
- └── ServerStartError     a server did not answer before its deadline
+ ├── ClusterArgumentError (ValueError)  a state dir that is missing, malformed or taken; options
+ │                                      that do not fit together
+ ├── MissingServerError (FileNotFoundError)  a server binary is not installed
+ └── ServerStartError (TimeoutError)    a server did not answer before its deadline
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ from __future__ import annotations
 
 class ClusterError(Exception):
     """Root of every error the cluster helper raises."""
+
+
+class ClusterArgumentError(ClusterError, ValueError):
+    """What was asked cannot be done as asked; the message says what to give instead."""
 
 
 class MissingServerError(ClusterError, FileNotFoundError):

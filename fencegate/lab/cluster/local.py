@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fencegate.lab.cluster.errors import ClusterError, ServerStartError
+from fencegate.lab.cluster.errors import ClusterArgumentError, ClusterError, ServerStartError
 from fencegate.lab.cluster.servers import (
     HOST,
     EtcdPeer,
@@ -180,12 +180,12 @@ class LocalCluster:
         raise ClusterError(f"this cluster has no {kind}; start it with --{kind}")
 
     def endpoints(self) -> dict[str, Any]:
-        """The JSON-able summary printed by `fencegate cluster up`."""
+        """The JSON-able summary printed by `fencegate cluster up`: every endpoint as a URL."""
         kinds = {n.kind for n in self.nodes.values()}
         return {
             "dir": str(self.dir),
             "redis": self.redis_urls,
-            "zookeeper": self.zookeeper if "zookeeper" in kinds else None,
+            "zookeeper": f"zookeeper://{self.zookeeper}" if "zookeeper" in kinds else None,
             "postgres": self.postgres_dsn if "postgres" in kinds else None,
             "etcd": self.etcd if "etcd" in kinds else None,
             "gateways": self.gateway_urls,
@@ -469,10 +469,20 @@ class LocalCluster:
         try:
             state = json.loads(path.read_text())
         except FileNotFoundError as exc:
-            raise ClusterError(f"no cluster state at {path}: start one with `fencegate cluster up`") from exc
+            raise ClusterArgumentError(
+                f"no cluster state at {path}: start one with `fencegate cluster up`, or give its --dir"
+            ) from exc
+        except (OSError, ValueError) as exc:
+            raise ClusterArgumentError(f"cannot read the cluster state {path}: {exc}") from exc
         cluster = cls(state_dir)
-        cluster.nodes = {n["name"]: Node(**n) for n in state["nodes"]}
-        cluster._extra_dirs = list(state.get("extra_dirs", []))
+        try:
+            cluster.nodes = {n["name"]: Node(**n) for n in state["nodes"]}
+            cluster._extra_dirs = [str(d) for d in state.get("extra_dirs", [])]
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise ClusterArgumentError(
+                f"{path} is not a cluster state written by `fencegate cluster up` ({type(exc).__name__}: "
+                f"{exc}); stop its servers by hand, remove it, and start again"
+            ) from exc
         return cluster
 
     # -- context managers -----------------------------------------------------

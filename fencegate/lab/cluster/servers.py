@@ -57,6 +57,8 @@ class Node:
             return f"postgresql://postgres@{HOST}:{self.port}/postgres"
         if self.kind == "etcd":
             return f"etcd://{HOST}:{self.port}"
+        if self.kind == "zookeeper":
+            return f"zookeeper://{HOST}:{self.port}"
         if self.kind in HTTP_PROBES:
             return f"http://{HOST}:{self.port}"
         return self.address

@@ -1,0 +1,96 @@
+"""The gateway's commands as the `fencegate` command line shows them: `serve`, `keys`, `audit`.
+
+Only the options live here, so `fencegate serve --help` loads no server:
+each command's `func` is a "module:function" the command line imports when
+the command runs. A command raises the gateway's own errors (`ConfigError`
+for a bad value); the command line turns them into one line and an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from gateway.config import add_arguments, env_name
+
+__all__ = ["audit", "keys", "serve"]
+
+
+def serve(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Serve the fenced object store over HTTP. Requests that change storage carry a Fencing-Token; "
+        "tokens below a resource's high-water mark are refused (409). Every option is also an "
+        "environment variable (--max-body is FENCEGATE_MAX_BODY); a flag wins. SIGTERM drains the "
+        "requests in flight, then stops."
+    )
+    parser.epilog = (
+        "examples:\n"
+        "  fencegate serve --port 0 --data-dir /tmp/fencegate\n"
+        "  fencegate serve --storage postgresql://fg@db/fg --host 0.0.0.0 --api-keys keys.json"
+    )
+    add_arguments(parser)
+    parser.set_defaults(func="gateway.serve:run")
+
+
+def keys(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Manage the API key file given to `fencegate serve --api-keys`. A secret is printed once, at "
+        "`add`, and only its SHA-256 is stored; running gateways re-read the file within a second."
+    )
+    parser.epilog = (
+        "examples:\n"
+        "  fencegate keys add billing --prefix billing/ --file keys.json\n"
+        "  fencegate keys list --file keys.json\n"
+        "  fencegate keys revoke billing --file keys.json"
+    )
+    _key_file(parser, default=os.environ.get(env_name("api_keys")))
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="create a key and print its secret once")
+    add.epilog = "example:\n  fencegate keys add reports --prefix reports/ --read-only --file keys.json"
+    add.add_argument("name", help="the key's name, as logs and the audit trail show it")
+    add.add_argument(
+        "--prefix",
+        action="append",
+        required=True,
+        help="a key, resource or list prefix the key may touch (repeat for several; '' allows all)",
+    )
+    add.add_argument("--read-only", action="store_true", help="no writes and no fenced reads")
+    listing = actions.add_parser("list", help="names, prefixes and access of the stored keys (never secrets)")
+    listing.epilog = "example:\n  fencegate keys list --file keys.json"
+    revoke = actions.add_parser("revoke", help="remove a key; running gateways drop it within a second")
+    revoke.epilog = "example:\n  fencegate keys revoke billing --file keys.json"
+    revoke.add_argument("name", help="the key to remove")
+    for action in (add, listing, revoke):
+        _key_file(action, default=argparse.SUPPRESS)  # also after the action, where users write it
+    parser.set_defaults(func="gateway.keys_cli:run")
+
+
+def _key_file(parser: argparse.ArgumentParser, *, default: str | None) -> None:
+    parser.add_argument(
+        "--file",
+        default=default,
+        metavar="PATH",
+        help=f"the key file (default: ${env_name('api_keys')}, the variable `serve` reads too)",
+    )
+
+
+def audit(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Read the audit trail of a gateway's database and check it; the gateway need not run."
+    )
+    parser.epilog = "example:\n  fencegate audit verify --storage sqlite:///.state/gateway/fencegate.db"
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    verify = actions.add_parser(
+        "verify",
+        help="check that accepted tokens never went back per resource, and print what was read",
+        description="Print what the trail holds and whether accepted tokens ever went back per resource: "
+        "exit 0 when they did not, 1 when they did.",
+    )
+    verify.epilog = parser.epilog
+    verify.add_argument(
+        "--storage",
+        default=os.environ.get(env_name("storage")),
+        metavar="URL",
+        help=f"the gateway's storage, sqlite:///PATH or postgresql://... (default: ${env_name('storage')})",
+    )
+    parser.set_defaults(func="gateway.audit_cli:run")
