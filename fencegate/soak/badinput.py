@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from schemathesis.core.result import Err
 
 from fencegate.cli import main as fencegate
-from tests.gateway.processes import GatewayProcess
+from fencegate.lab.cluster.gateway import GatewayProcess
 
 RAW_TIMEOUT = 10.0  # seconds to wait for the gateway's answer to one raw request
 Snapshot = tuple[frozenset[tuple[object, ...]], frozenset[tuple[object, ...]]]

@@ -31,12 +31,12 @@ from sqlalchemy import func, select
 
 from fencegate.cli import main as fencegate
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.cluster.gateway import GatewayProcess
 from fencegate.soak.history import Call, Final, History
 from lockclient import LockClientError, Redlock, RetryPolicy, ZooKeeperTokens
 from storage import open_engine
 from storage.models import AuditEntry
 from storage.verify import AuditReport, verify_audit
-from tests.gateway.processes import GatewayProcess
 
 log = logging.getLogger("soak")
 

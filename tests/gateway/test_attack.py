@@ -18,9 +18,9 @@ import pytest
 
 from fencegate.cli import main
 from fencegate.lab.cluster import LocalCluster
+from fencegate.lab.cluster.gateway import GatewayProcess
 from lockclient import open_token_source
 from lockclient.protocols import TokenSource
-from tests.gateway.processes import GatewayProcess
 
 HOSTILE = 2**62
 HONEST_CLIENTS = 4

@@ -12,7 +12,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.gateway.processes import GatewayProcess
+from fencegate.lab.cluster.gateway import GatewayProcess
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "gateway.md"
 

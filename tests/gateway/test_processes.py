@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
-from tests.gateway.processes import GatewayProcess
+from fencegate.lab.cluster.gateway import GatewayProcess
 from tests.waiting import eventually
 
 LOAD_DEADLINE = 60.0

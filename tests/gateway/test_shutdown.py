@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
+from fencegate.lab.cluster.gateway import GatewayProcess
 from gateway.keys import AppKeys
 from tests.gateway.conftest import AppClient
-from tests.gateway.processes import GatewayProcess
 from tests.waiting import eventually
 
 DEADLINE = 20.0

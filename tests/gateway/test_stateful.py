@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
-from tests.gateway.processes import GatewayProcess
+from fencegate.lab.cluster.gateway import GatewayProcess
 
 KEYS = ("a", "b", "c")
 SHARED = "lock"  # one lease covering every key, beside per-key resources

@@ -1,4 +1,8 @@
-"""`fencegate serve` as a real process for tests: start on a free port, read the port back, kill."""
+"""`fencegate serve` as a real process, driven synchronously: start on a free port, read it back, kill.
+
+For tests and the soak (the lab drives its gateway from asyncio:
+`fencegate.lab.gateway_process`).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+from fencegate.lab.cluster.errors import ServerStartError
+
 START_DEADLINE = 30.0
 STOP_DEADLINE = 15.0
+LOG_TAIL = 2000  # characters of its log an error shows
+NAME = "fencegate serve"
 _LISTENING = re.compile(r"listening on (http://\S+)")
 
 
@@ -44,10 +52,12 @@ class GatewayProcess:
                 self.url = found.group(1)
                 return self.url
             if self.proc.poll() is not None:
-                raise RuntimeError(f"fencegate serve exited {self.proc.returncode}:\n{text[-2000:]}")
+                raise ServerStartError(
+                    f"exited {self.proc.returncode}", name="fencegate serve", log=text[-2000:]
+                )
             time.sleep(0.05)
-        tail = self.log_path.read_text()[-2000:]
-        raise RuntimeError(f"fencegate serve did not listen within {START_DEADLINE}s:\n{tail}")
+        tail = self.log_path.read_text()[-LOG_TAIL:]
+        raise ServerStartError(f"did not listen within {START_DEADLINE}s", name=NAME, log=tail)
 
     def kill9(self) -> None:
         """SIGKILL: no shutdown work, as in a crash."""
