@@ -127,7 +127,8 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        parser.exit(message=f"fencegate {metadata.version('fencegate')}\n")
+        print(f"fencegate {metadata.version('fencegate')}")
+        parser.exit()
 
 
 def build_parser(load: Sequence[str] | None = None) -> Parser:

@@ -3,7 +3,8 @@
 It reads every entry of `fencegate_audit` and the marks, prints what it read
 (entries, id range, outcomes, resources) and whether accepted tokens ever
 went back per resource; the exit code is 0 when they did not, 1 when they
-did, 2 when the database could not be read. The gateway need not run.
+did, 2 for a bad URL and 3 when the database could not be read. The gateway
+need not run.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from gateway.config import env_name
+from gateway.config import check_storage_url, env_name
 from gateway.errors import ConfigError
 from storage import open_engine
 from storage.verify import AuditReport, verify_audit
@@ -31,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     """`fencegate audit verify`: 0 when the trail is sound, 1 when it is not; errors raise."""
     if not args.storage:
         raise ConfigError(f"give --storage URL or ${ENV_STORAGE}")
+    check_storage_url(args.storage)
     report = asyncio.run(_verify(args.storage))
     print("\n".join(report.lines()))
     return 0 if report.ok else 1

@@ -43,7 +43,7 @@ def keys(parser: argparse.ArgumentParser) -> None:
         "  fencegate keys list --file keys.json\n"
         "  fencegate keys revoke billing --file keys.json"
     )
-    _key_file(parser, default=os.environ.get(env_name("api_keys")))
+    _key_file(parser, default=os.environ.get(env_name("api_keys")) or None)
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     add = actions.add_parser("add", help="create a key and print its secret once")
     add.epilog = "example:\n  fencegate keys add reports --prefix reports/ --read-only --file keys.json"
@@ -89,7 +89,7 @@ def audit(parser: argparse.ArgumentParser) -> None:
     verify.epilog = parser.epilog
     verify.add_argument(
         "--storage",
-        default=os.environ.get(env_name("storage")),
+        default=os.environ.get(env_name("storage")) or None,
         metavar="URL",
         help=f"the gateway's storage, sqlite:///PATH or postgresql://... (default: ${env_name('storage')})",
     )

@@ -1,0 +1,119 @@
+"""Every failure a user can cause is one line on stderr and the exit code of its kind, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fencegate.cli import UNAVAILABLE, USAGE, error_code
+from fencegate.lab.cluster import ClusterError, MissingServerError
+from fencegate.lab.cluster.errors import ClusterArgumentError
+from gateway.errors import CannotListen, ConfigError
+
+
+def fencegate(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
+    """Run the real command; its exit code and its stderr lines."""
+    run = subprocess.run(
+        [sys.executable, "-m", "fencegate.cli", *argv],
+        capture_output=True, text=True, timeout=120, cwd=cwd, env={**os.environ, **(env or {})}, check=False,
+    )  # fmt: skip
+    assert "Traceback" not in run.stderr, run.stderr
+    return run.returncode, run.stderr.splitlines()
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_a_port_in_use(tmp_path: Path, taken_port: int) -> None:
+    code, err = fencegate("serve", "--port", str(taken_port), cwd=tmp_path)
+    assert (code, len(err)) == (UNAVAILABLE, 1)
+    assert "port is in use" in err[0]
+    assert "--port" in err[0]
+    assert not (tmp_path / ".state").exists()  # refused before storage was opened
+
+
+def test_an_address_this_machine_does_not_have(tmp_path: Path) -> None:
+    code, err = fencegate("serve", "--host", "10.255.255.1", "--allow-open", cwd=tmp_path)
+    assert (code, err) == (UNAVAILABLE, [
+        "fencegate serve: cannot listen on 10.255.255.1:8080: this machine has no address 10.255.255.1; "
+        "give one of its own, or 0.0.0.0 for all of them"])  # fmt: skip
+
+
+def test_a_bad_storage_url_is_refused_before_the_banner(tmp_path: Path) -> None:
+    code, err = fencegate("serve", "--storage", "not a url", cwd=tmp_path)
+    use = "use sqlite:///PATH or postgresql://USER@HOST/DB"
+    assert (code, err) == (USAGE, [f"fencegate serve: storage 'not a url' is not a URL; {use}"])
+
+
+def test_a_bad_value_reads_the_same_from_a_flag_and_from_the_environment(tmp_path: Path) -> None:
+    flag = fencegate("serve", "--port", "x", cwd=tmp_path)
+    env = fencegate("serve", cwd=tmp_path, env={"FENCEGATE_PORT": "x"})
+    assert flag == (USAGE, ["fencegate serve: --port 'x' is not a whole number"])
+    assert env == (USAGE, ["fencegate serve: FENCEGATE_PORT 'x' is not a whole number"])
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [('{"nodes": [', "cannot read the cluster state"), ('{"nodes": [{"x": 1}]}', "is not a cluster state"),
+     ("[]", "is not a cluster state")],
+)  # fmt: skip
+def test_a_malformed_cluster_state(tmp_path: Path, content: str, reason: str) -> None:
+    (tmp_path / "cluster.json").write_text(content)
+    code, err = fencegate("cluster", "status", "--dir", str(tmp_path), cwd=tmp_path)
+    assert (code, len(err)) == (USAGE, 1)
+    assert reason in err[0]
+
+
+def test_no_cluster_state(tmp_path: Path) -> None:
+    code, err = fencegate("cluster", "down", "--dir", str(tmp_path / "none"), cwd=tmp_path)
+    assert (code, len(err)) == (USAGE, 1)
+    assert "start one with `fencegate cluster up`" in err[0]
+
+
+def test_a_server_program_that_is_not_installed(tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    argv = ("lab", "run", "--scenario", "none", "--mode", "fenced", "--clients", "2", "--ops", "1")
+    code, err = fencegate(*argv, "--workdir", str(tmp_path / "w"), cwd=tmp_path, env={"PATH": str(empty)})
+    assert code == UNAVAILABLE
+    assert err[-1].startswith("fencegate lab run: redis-server not found: install it with `apt-get install")
+    assert err[-2].endswith("stopped")  # the progress line is closed before the error is said
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["serve", "--bogus"], "fencegate serve: unrecognized arguments: --bogus; see `fencegate serve --help`"),
+     (["keys", "list"], "fencegate keys list: give the key file with --file or $FENCEGATE_API_KEYS"),
+     (["audit", "verify", "--storage", "mysql://x/y"], "fencegate audit verify: storage 'mysql://x/y': "
+      "unsupported storage; use sqlite:///PATH or postgresql://USER@HOST/DB"),
+     (["cluster", "check", "--gateway", "http://127.0.0.1:1"],
+      "fencegate cluster check: give --dir, or --gateway, --redis and --tokens"),
+     (["lab", "run", "--scenario", "pause", "--clients", "1"], "fencegate lab run: every scenario needs a "
+      "holder and a challenger: use --clients 2 or more"),
+     (["model", "check", "--nodes", "2"], "fencegate model check: --nodes 2: use 1, 3 or 5 Redis masters "
+      "(an odd quorum)")],
+)  # fmt: skip
+def test_a_wrong_request_is_exit_2_in_every_command(tmp_path: Path, argv: list[str], message: str) -> None:
+    env = {"FENCEGATE_API_KEYS": "", "FENCEGATE_STORAGE": ""}
+    assert fencegate(*argv, cwd=tmp_path, env=env) == (USAGE, [message])
+
+
+def test_the_kind_of_an_error_is_its_exit_code() -> None:
+    assert error_code(ConfigError("x")) == USAGE
+    assert error_code(ClusterArgumentError("x")) == USAGE
+    assert error_code(CannotListen("h", 1, OSError(98, "in use"))) == UNAVAILABLE
+    assert error_code(MissingServerError("redis-server", package="redis-server")) == UNAVAILABLE
+    assert error_code(ClusterError("x")) == UNAVAILABLE
+    assert error_code(ValueError("a bug, not a user's mistake")) is None
+    assert error_code(KeyError("a bug")) is None
