@@ -17,8 +17,9 @@ venv: $(VENV_STAMP)
 
 $(VENV_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,bench,postgresql,zookeeper,etcd]'
+	$(BIN)/pip install --upgrade pip
+	@echo "installing fencegate with its extras and dev tools (a minute on a fresh machine)"
+	$(BIN)/pip install --progress-bar on -e '.[dev,bench,postgresql,zookeeper,etcd]'
 	@touch $@
 
 demo: setup
