@@ -42,10 +42,10 @@ def benchmarks() -> dict[str, Benchmark]:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Start 7 redis-server masters, ZooKeeper, PostgreSQL and 3 etcd members on loopback, run each benchmark with "
-        "fencegate and its peers alternately (several runs each), and print medians, p50/p99 and same-run "
-        "ratios against the goals. Progress goes to stderr, also with --json. Peers come from the `bench` "
-        "extra: pip install -e '.[bench]'."
+        "Start 7 redis-server masters, ZooKeeper, PostgreSQL and 3 etcd members on loopback, run each "
+        "benchmark with fencegate and its peers alternately (several runs each), and print medians, p50/p99 "
+        "and same-run ratios against the goals. Progress goes to stderr, also with --json. Peers come from "
+        "the `bench` extra: pip install -e '.[bench]'."
     )
     parser.epilog = (
         "examples:\n"
