@@ -18,11 +18,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "storage": frozenset(),
     "gateway": frozenset({"storage", "lockclient"}),
     "fencegate.cli": frozenset(),
+    "fencegate.tables": frozenset(),
     "fencegate.lab.cluster": PRODUCT,
-    "fencegate.lab": PRODUCT | {"fencegate.lab.cluster", "fencegate.cli"},
-    "fencegate.bench": PRODUCT | {"fencegate.lab.cluster", "fencegate.cli"},
-    "fencegate.soak": PRODUCT | {"fencegate.lab.cluster", "fencegate.cli"},
-    "fencegate.model": frozenset({"fencegate.lab", "fencegate.cli"}),
+    "fencegate.lab": PRODUCT | {"fencegate.lab.cluster", "fencegate.cli", "fencegate.tables"},
+    "fencegate.bench": PRODUCT | {"fencegate.lab.cluster", "fencegate.cli", "fencegate.tables"},
+    "fencegate.soak": PRODUCT | {"fencegate.lab.cluster", "fencegate.cli", "fencegate.tables"},
+    "fencegate.model": frozenset({"fencegate.lab", "fencegate.cli", "fencegate.tables"}),
 }
 
 

@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from fencegate.tables import grid
+
 
 class Op(Protocol):
     """One unit of work and the way out of whatever it opened."""
@@ -113,11 +115,8 @@ def paired_ratio(numerator: Result, denominator: Result) -> float:
 
 def table(results: Sequence[Result]) -> str:
     """A plain-text table: one row per case, grouped as given."""
-    header = f"{'group':<14} {'case':<40} {'median/s':>10} {'p50 ms':>8} {'p99 ms':>8}"
-    lines = [header, "-" * len(header)]
-    for r in results:
-        lines.append(
-            f"{r.group:<14} {r.name:<40} {r.median_rate:>10.0f} "
-            f"{r.percentile_ms(50):>8.3f} {r.percentile_ms(99):>8.3f}"
-        )
-    return "\n".join(lines)
+    rows = [
+        (r.group, r.name, f"{r.median_rate:.0f}", f"{r.percentile_ms(50):.3f}", f"{r.percentile_ms(99):.3f}")
+        for r in results
+    ]
+    return grid(("group", "case", "median/s", "p50 ms", "p99 ms"), rows, right=(2, 3, 4))

@@ -18,6 +18,7 @@ from typing import Any
 
 from fencegate.lab.checker import Verdict, check, lease_spans
 from fencegate.lab.history import History
+from fencegate.tables import grid
 
 COLUMNS = (
     ("ops", "ops"),
@@ -43,22 +44,6 @@ class RunResult:
         return cls(history, check(history))
 
 
-def _grid(header: Sequence[str], rows: Sequence[Sequence[str]], names: int) -> str:
-    """Aligned columns: the first `names` left-aligned, the numbers right-aligned."""
-    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) for i in range(len(header))]
-    lines = [
-        "  ".join(
-            h.ljust(w) if i < names else h.rjust(w)
-            for i, (h, w) in enumerate(zip(header, widths, strict=True))
-        )
-    ]
-    lines.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        cells = zip(row, widths, strict=True)
-        lines.append("  ".join(c.ljust(w) if i < names else c.rjust(w) for i, (c, w) in enumerate(cells)))
-    return "\n".join(lines)
-
-
 def table(runs: Sequence[RunResult]) -> str:
     """One row per run: scenario, mode, lock, token source, seed, the checker's numbers, SAFE or UNSAFE."""
     header = ["scenario", "mode", "lock", "tokens", "seed", *(label for _, label in COLUMNS), "verdict"]
@@ -74,7 +59,7 @@ def table(runs: Sequence[RunResult]) -> str:
         ]
         for run in runs
     ]
-    return _grid(header, rows, 4) if rows else "(no runs)"
+    return grid(header, rows, right=range(4, len(header))) if rows else "(no runs)"
 
 
 def summary(runs: Sequence[RunResult]) -> str:
@@ -89,7 +74,7 @@ def summary(runs: Sequence[RunResult]) -> str:
         sums = [str(sum(getattr(m.verdict, field) for m in members)) for field, _ in COLUMNS]
         unsafe = sum(1 for m in members if not m.verdict.safe)
         rows.append([scenario, mode, lock, tokens, *sums, f"{unsafe}/{len(members)}"])
-    return _grid(header, rows, 4) if rows else "(no runs)"
+    return grid(header, rows, right=range(4, len(header))) if rows else "(no runs)"
 
 
 def token_trail(run: RunResult) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from fencegate import tables
 from fencegate.model.runner import CheckResult
 from fencegate.model.variants import PROPERTIES, VARIANTS
 
@@ -50,11 +51,7 @@ def text_table(results: Sequence[CheckResult]) -> str:
                 f"{r.search_seconds:.2f}",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
+    lines = [tables.grid(header, rows[1:], right=range(3, len(header)))]
     if results:
         lines.append("")
         lines.append(f"sizes: {results[0].sizes.label()}   (* not promised by fencing: explains the verdict)")
@@ -70,11 +67,13 @@ def markdown_table(results: Sequence[CheckResult]) -> str:
     """One row per variant, one column per property; cells: verdict, states stored, depth."""
     props = [p for p in PROPERTIES if any(r.prop == p for r in results)]
     head = ["variant", *(_title(p) for p in props), "verdict"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for variant, group in by_variant(results).items():
         cells = {r.prop: _cell(r) for r in group}
-        row = [f"`{variant}`", *(cells.get(p, "not run") for p in props), f"**{variant_verdict(group)}**"]
-        lines.append("| " + " | ".join(row) + " |")
+        rows.append(
+            [f"`{variant}`", *(cells.get(p, "not run") for p in props), f"**{variant_verdict(group)}**"]
+        )
+    lines = [tables.markdown(head, rows)]
     if results:
         lines.append("")
         lines.append(f"Sizes: {results[0].sizes.label()}. Cells: verdict, states stored, depth reached.")
@@ -104,17 +103,9 @@ def trail_tables(results: Sequence[CheckResult], *, markdown: bool) -> str:
         ]
         ending = f"final counter {r.trail.final}, acknowledged increments {r.trail.acknowledged}"
         if markdown:
-            lines = [f"**{r.variant} / {r.prop}** ({ending}):", "", "| " + " | ".join(head) + " |"]
-            lines.append("|" + "---|" * len(head))
-            lines += ["| " + " | ".join(row) + " |" for row in rows]
+            blocks.append(f"**{r.variant} / {r.prop}** ({ending}):\n\n" + tables.markdown(head, rows))
         else:
-            widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
-            lines = [f"{r.variant} / {r.prop}: {ending}"]
-            lines += [
-                ("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))).rstrip()
-                for row in [head, *rows]
-            ]
-        blocks.append("\n".join(lines))
+            blocks.append(f"{r.variant} / {r.prop}: {ending}\n" + tables.grid(head, rows, indent="  "))
     return "\n\n".join(blocks)
 
 
