@@ -16,7 +16,7 @@ import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import get_args, get_type_hints
+from typing import Any, get_args, get_type_hints
 from urllib.parse import urlsplit
 
 from gateway.errors import ConfigError
@@ -189,19 +189,22 @@ class _Option:
             raise ConfigError(f"{source} {raw!r} {exc}") from None
 
 
-def _options() -> tuple[_Option, ...]:
-    """Every setting with its type resolved (`Path | None` is a Path that may be unset)."""
-    hints = get_type_hints(Settings)
+def options_of(settings: type[Any]) -> tuple[_Option, ...]:
+    """Every field of a settings dataclass with its type resolved (`Path | None`: a Path that may be unset);
+    a type without a parser fails here, at import, not when a user first sets it."""
+    hints = get_type_hints(settings)
     options = []
-    for f in fields(Settings):
+    for f in fields(settings):
         kinds = [kind for kind in get_args(hints[f.name]) or (hints[f.name],) if kind is not type(None)]
         if len(kinds) != 1 or kinds[0] not in PARSERS:
-            raise TypeError(f"Settings.{f.name}: no parser for {hints[f.name]}; add one to PARSERS")
+            raise TypeError(
+                f"{settings.__name__}.{f.name}: no parser for {hints[f.name]}; add one to PARSERS"
+            )
         options.append(_Option(f.name, kinds[0], f.default, f.metadata["help"]))
     return tuple(options)
 
 
-OPTIONS = _options()
+OPTIONS = options_of(Settings)
 
 
 def env_name(name: str) -> str:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from fencegate.cli import build_parser
-from gateway.config import Settings, add_arguments, settings_from
+from gateway.config import Settings, add_arguments, options_of, settings_from
 from gateway.errors import ConfigError
 
 
@@ -75,3 +76,37 @@ def test_serve_is_a_fencegate_command() -> None:
     args = build_parser().parse_args(["serve", "--port", "0"])
     assert args.command == "serve"
     assert args.port == "0"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [({"FENCEGATE_ALLOW_OPEN": "maybe"}, "FENCEGATE_ALLOW_OPEN 'maybe' is not a yes/no value"),
+     ({"FENCEGATE_REQUEST_TIMEOUT": "soon"}, "FENCEGATE_REQUEST_TIMEOUT 'soon' is not a number"),
+     ({"FENCEGATE_STORAGE": "mysql://x/y"}, "storage 'mysql://x/y': unsupported storage")],
+)  # fmt: skip
+def test_bad_variables_are_refused_with_their_name(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        settings_from(parse(), env)
+
+
+def test_yes_no_values_read_alike_from_the_flag_and_the_environment() -> None:
+    assert settings_from(parse("--allow-open", "--host", "10.0.0.5"), {}).allow_open
+    assert settings_from(parse("--host", "10.0.0.5"), {"FENCEGATE_ALLOW_OPEN": "yes"}).allow_open
+    assert not settings_from(parse(), {"FENCEGATE_ALLOW_OPEN": "0"}).allow_open
+
+
+def test_every_flag_shows_its_default_and_its_variable() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    assert "(default: 8080; env FENCEGATE_PORT)" in text
+    assert "(default: off; env FENCEGATE_ALLOW_OPEN)" in text
+
+
+def test_a_setting_of_a_type_without_a_parser_fails_at_once() -> None:
+    @dataclass(frozen=True)
+    class Odd:
+        ratio: complex = field(default=1j, metadata={"help": "not a type the table knows"})
+
+    with pytest.raises(TypeError, match=r"Odd\.ratio: no parser"):
+        options_of(Odd)
