@@ -86,8 +86,8 @@ async def run_all(names: list[str], *, quick: bool, quiet: bool, smoke: bool = F
 
 def run(args: argparse.Namespace) -> int:
     names = args.only or list(NAMES)
-    logging.getLogger("redis_lock").setLevel(logging.WARNING)  # it logs every acquire at INFO
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    for chatty in ("redis_lock", "kazoo", "pottery"):  # they log every acquire or script load at INFO
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         sections = asyncio.run(until_terminated(run_all(names, quick=args.quick, quiet=False)))
     except ImportError as exc:
