@@ -13,9 +13,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from fencegate.lab.cluster import LocalCluster
+from fencegate.lab.cluster.gateway import GatewayProcess
 from gateway import Settings, create_app
 from lockclient.protocols import TokenSource
-from tests.gateway.processes import GatewayProcess
 
 AppClient = TestClient[web.Request, web.Application]
 MakeClient = Callable[..., Awaitable[AppClient]]
