@@ -80,9 +80,7 @@ class Settings:
     )
     group_commit: int = field(
         default=DEFAULT_GROUP_COMMIT,
-        metadata={
-            "help": "SQLite: most fenced writes committed with one fsync (0: a transaction per request)"
-        },
+        metadata={"help": "most fenced requests committed in one transaction (0: a transaction per request)"},
     )
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ from gateway.keys import AppKeys
 from gateway.upstream import PROXY_LIMIT, UpstreamStore
 from storage import SqlObjectStore, migrate, open_engine
 from storage.batch import GroupCommitStore
+from storage.pgbatch import PgGroupCommitStore
 
 log = logging.getLogger("gateway")
 
@@ -45,13 +46,19 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         if settings.upstream is not None:
             policy = replace(policy, objects=False)  # the bytes live upstream
         fences = SqlObjectStore(engine, policy=policy)
-        if settings.upstream is None and engine.dialect.name == "sqlite" and settings.group_commit > 0:
-            assert engine.url.database is not None
-            batching = GroupCommitStore(
-                fences, path=engine.url.database, max_batch=settings.group_commit, policy=policy
-            )
+        if settings.upstream is None and settings.group_commit > 0:
+            batching: GroupCommitStore | PgGroupCommitStore
+            if engine.dialect.name == "sqlite":
+                assert engine.url.database is not None
+                batching = GroupCommitStore(
+                    fences, path=engine.url.database, max_batch=settings.group_commit, policy=policy
+                )
+            else:
+                batching = PgGroupCommitStore(
+                    fences, engine=engine, max_batch=settings.group_commit, policy=policy
+                )
             await batching.start()
-            log.info("SQLite group commit on: up to %d fenced requests per fsync", settings.group_commit)
+            log.info("group commit on: up to %d fenced requests per commit", settings.group_commit)
             app[AppKeys.store] = batching
             try:
                 yield

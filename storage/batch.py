@@ -44,25 +44,23 @@ import queue
 import sqlite3
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from storage.engine import SQLITE_BUSY_TIMEOUT
 from storage.errors import StorageError, StorageUnavailable
-from storage.fenced import FENCED, FencedRequest, Policy
-from storage.models import DEFAULT_CONTENT_TYPE
-from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
+from storage.fenced import FENCED, Policy
+from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
 from storage.sql import SqlObjectStore
-from storage.writer import BatchWriter, Op, inline
+from storage.writer import BatchWriter, inline
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BATCH = 256  # requests per transaction; bounds how long one batch holds the write lock
 _EXPECTED = (sqlite3.Error, OSError, StorageError)  # failures of storage, answered 503 without a traceback
 _Job = tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]
 
 
-class GroupCommitStore:
+class GroupCommitStore(QueuedStore):
     """`ObjectStore` for SQLite that batches fenced operations; `await start()`, then `aclose()`."""
 
     def __init__(
@@ -74,7 +72,7 @@ class GroupCommitStore:
         busy_timeout: float = SQLITE_BUSY_TIMEOUT,
         policy: Policy = FENCED,
     ) -> None:
-        self._store = store
+        super().__init__(store)
         self._writer = BatchWriter(path, busy_timeout=busy_timeout, policy=policy)
         self._max_batch = max(1, max_batch)
         self._pending: deque[Op] = deque()  # submitted, not yet in a batch
@@ -134,7 +132,7 @@ class GroupCommitStore:
         future = asyncio.get_running_loop().create_future()
 
         def done(result: Any, error: BaseException | None) -> None:
-            self._settle(future, error is None, result if error is None else error)
+            settle(future, error is None, result if error is None else error)
 
         self._jobs.put((run, done))
         return await future
@@ -183,7 +181,7 @@ class GroupCommitStore:
         if error is None:
             self.batches += 1
             for op, (ok, value) in zip(batch, outcomes, strict=True):
-                self._settle(op.future, ok, value)
+                settle(op.future, ok, value)
         else:
             self._fail(batch, error)
         if later:  # a failure on the loop: do not recurse batch after failing batch
@@ -198,60 +196,7 @@ class GroupCommitStore:
         for op in batch:
             failure = StorageUnavailable("the batch holding this request was not committed; retry")
             failure.__cause__ = exc
-            self._settle(op.future, False, failure)
-
-    @staticmethod
-    def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-        if future.done():  # the caller gave up (deadline) and answered 503; the outcome stands
-            return
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
-
-    # -- ObjectStore ---------------------------------------------------------
-
-    async def put(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        resource: str,
-        token: int,
-        caller: Caller = ANONYMOUS,
-        content_type: str = DEFAULT_CONTENT_TYPE,
-    ) -> ObjectMeta:
-        request = FencedRequest("PUT", key, resource, token, data, content_type, caller)
-        meta: ObjectMeta = await self._submit(Op(request))
-        return meta
-
-    async def get(
-        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
-    ) -> ObjectData:
-        if token is None:
-            return await self._store.get(key, resource=resource, token=None)
-        found: ObjectData = await self._submit(Op(FencedRequest("GET", key, resource, token, caller=caller)))
-        return found
-
-    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
-        meta: ObjectMeta = await self._submit(
-            Op(FencedRequest("DELETE", key, resource, token, caller=caller))
-        )
-        return meta
-
-    async def record_refusals(self, entries: Sequence[Refused]) -> None:
-        """Refusals ride along in the next batch: no fsync of their own."""
-        if entries:
-            await self._submit(Op(None, refusals=tuple(entries)))
-
-    async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]:
-        return await self._store.list(prefix, after=after, limit=limit)
-
-    async def mark(self, resource: str) -> int:
-        return await self._store.mark(resource)
-
-    async def marks_count(self) -> int:
-        return await self._store.marks_count()
+            settle(op.future, False, failure)
 
     async def ping(self) -> None:
         await self._store.ping()

@@ -3,10 +3,12 @@
 Every engine and mode runs this one algorithm: the per-request store on
 SQLAlchemy (`sql.py`, SQLite and PostgreSQL), the SQLite group-commit writer
 on stdlib sqlite3 (`writer.py`) and the upstream proxy (`gateway/upstream.py`,
-`objects=False`). The drivers differ only in how a named statement runs:
-`apply` is a coroutine over a `Tx`, awaited on an async connection, or run
-to completion at once on a synchronous one (`run_now`: its statements never
-suspend).
+`objects=False`) and the PostgreSQL group-commit writer (`pgbatch.py`). The
+drivers differ only in how a named statement runs: `apply` is a coroutine
+over a `Tx`, awaited on an async connection, run to completion at once on a
+synchronous one (`run_now`: its statements never suspend), or stepped in
+lockstep with the other requests of a batch, each step's statements sent
+together.
 
 The order is the safety argument:
 
@@ -42,7 +44,7 @@ is the one refusal that commits: the raised mark and the audit entry stand.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -88,9 +90,11 @@ Outcome = ObjectMeta | ObjectData | StorageError
 class Tx(Protocol):
     """An open transaction as the unit sees it: named statements of `Statements`, one row back."""
 
-    async def row(self, statement: str, params: Mapping[str, Any]) -> Row | None: ...
+    def row(self, statement: str, params: Mapping[str, Any]) -> Awaitable[Row | None]:
+        """Run one statement; its first row, or None. It may suspend (a driver may pipeline it)."""
+        ...
 
-    async def audit(self, params: Mapping[str, Any]) -> None:
+    def audit(self, params: Mapping[str, Any]) -> Awaitable[None]:
         """Insert an audit entry in this transaction (a batch may defer it to just before its commit)."""
         ...
 

@@ -111,7 +111,8 @@ class Statements:
             object_select=select(*(getattr(StoredObject, name) for name in OBJECT_COLUMNS)).where(
                 StoredObject.key == _param("key", StoredObject.key)
             ),
-            audit_insert=plain_insert(AuditEntry).values(_values(AuditEntry, AUDIT_COLUMNS)),
+            # inline: no implicit RETURNING of the id (a batch inserts its entries with executemany)
+            audit_insert=plain_insert(AuditEntry).values(_values(AuditEntry, AUDIT_COLUMNS)).inline(),
             idempotency_select=select(
                 *(getattr(IdempotencyRecord, name) for name in IDEMPOTENCY_COLUMNS)
             ).where(

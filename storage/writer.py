@@ -16,33 +16,22 @@ refusal wrote nothing and never needs a savepoint, and the unit's `Retry`
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from storage.errors import StorageError, StorageUnavailable
-from storage.fenced import FENCED, FencedRequest, Outcome, Policy, Retry, apply, run_now
+from storage.fenced import FENCED, Outcome, Policy, Retry, apply, run_now
 from storage.models import Fence
-from storage.protocols import Refused
+from storage.queued import Op
 from storage.records import refused_params
 from storage.statements import Statements
 
 _TIME_COLUMNS = ("updated_at", "at", "created_at")
 INLINE_BYTES = 1024 * 1024  # body bytes a batch may carry and still have its statements run on the loop
-
-
-@dataclass(slots=True)
-class Op:
-    """A queued fenced request, or refusals to append to the audit trail; answered through `future`."""
-
-    request: FencedRequest | None
-    refusals: Sequence[Refused] = ()
-    future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 class _Compiled:

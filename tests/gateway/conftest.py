@@ -56,27 +56,31 @@ def unique() -> str:
     return f"u{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture(params=["sqlite-group-commit", "sqlite-per-request", "postgresql"])
+@pytest.fixture(
+    params=["sqlite-group-commit", "sqlite-per-request", "postgresql-group-commit", "postgresql-per-request"]
+)
 async def engine_client(request: pytest.FixtureRequest, make_client: MakeClient) -> AppClient:
-    """A test client on each engine and mode: SQLite with group commit, SQLite with one transaction
-    per request, the suite's shared PostgreSQL (use unique names there)."""
-    if request.param == "sqlite-group-commit":
-        return await make_client()
-    if request.param == "sqlite-per-request":
-        return await make_client(group_commit=0)
-    cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
-    return await make_client(storage=cluster.postgres_dsn)
+    """A test client on each engine and mode: SQLite and the suite's shared PostgreSQL (use unique
+    names there), each with group commit and with one transaction per request."""
+    engine, mode = request.param.split("-", 1)
+    overrides: dict[str, Any] = {"group_commit": 0} if mode == "per-request" else {}
+    if engine == "postgresql":
+        cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
+        overrides["storage"] = cluster.postgres_dsn
+    return await make_client(**overrides)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql-group-commit", "postgresql-per-request"])
 def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
     """Two `fencegate serve` processes on one database (their URLs): one SQLite file with group
-    commit in each, or the suite's shared PostgreSQL (use unique names there)."""
+    commit in each, or the suite's shared PostgreSQL (use unique names there) in either mode."""
     if request.param == "sqlite":
         storage = ["--data-dir", str(tmp_path / "shared")]
     else:
         cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
         storage = ["--storage", cluster.postgres_dsn]
+        if request.param.endswith("per-request"):
+            storage += ["--group-commit", "0"]
     procs = [GatewayProcess(tmp_path / f"gw{i}.log", *storage) for i in (1, 2)]
     try:
         yield [proc.start() for proc in procs]

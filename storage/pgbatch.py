@@ -1,0 +1,344 @@
+"""Group commit on PostgreSQL: a replica's concurrent fenced requests share a transaction and round trips.
+
+The fenced unit (`fenced.py`) runs about six statements per request. One
+transaction per request pays a round trip and a statement's client-side work
+for each, and a commit (a WAL flush) per request. Here requests queue up;
+when the previous batch has settled, what is pending (up to `max_batch`)
+becomes one transaction in which the requests' units are stepped in
+lockstep: every statement of a step goes to the server at once (asyncpg's
+`fetchmany`: many executions, one round trip), then each unit gets its row
+and runs to its next statement. A batch of N costs about eight round trips
+and one commit instead of 7N and N.
+
+Why lockstep equals one request after another: a batch holds at most one
+request per key and per idempotency record (the rest wait for the next
+batch), so its requests meet only at fence rows, and each step runs its fence
+upserts in batch order. Requests are sorted by resource (arrival order within
+one), and a step's statements run fence upserts first, so a batch takes its
+fence rows in resource order before it claims key rows: two replicas' batches
+do not wait on each other in a cycle. A deadlock PostgreSQL reports all the
+same is answered like a race. Audit entries are inserted in the order of
+their fence upserts, so per resource their ids follow commit order.
+
+A refusal wrote nothing (the unit's order), so it needs no savepoint. A
+`Retry` (another replica committed a row this batch claimed) or a deadlock
+rolls the whole batch back and runs it again, meeting that row; both are
+rare. No request is answered before the COMMIT that holds it returned; if a
+statement or the commit fails, every request of the batch is answered 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import deque
+from collections.abc import Generator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from storage.errors import StorageError, StorageUnavailable
+from storage.fenced import FENCED, FencedRequest, Outcome, Policy, Retry, apply
+from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
+from storage.records import refused_params
+from storage.sql import SqlObjectStore
+from storage.statements import Statements
+
+log = logging.getLogger(__name__)
+
+MAX_RUNS = 3  # a batch that met a race runs again this often before its requests are answered 503
+# Batches in flight at once, each on a connection of its own: while one waits for its commit's WAL
+# flush, the next runs its statements. Batches that touch one resource serialize on its fence row.
+DEFAULT_LANES = 2
+_Row = Mapping[str, Any]
+
+
+class _Sql:
+    """Each statement as PostgreSQL text that always returns one row, and how to order its arguments.
+
+    `fetchmany` returns the rows of every execution in one list, so each
+    statement is wrapped to return exactly one row: the statement's own row,
+    or NULLs when it had none. The first column of every statement the unit
+    reads is never NULL in a real row, so that tells the two apart.
+    """
+
+    def __init__(self) -> None:
+        dialect = asyncpg_dialect.dialect()  # type: ignore[no-untyped-call]
+        statements = Statements.for_dialect("postgresql")
+        self.text: dict[str, str] = {}
+        self.order: dict[str, tuple[tuple[str, Any], ...]] = {}  # (parameter, its default) in $n order
+        for name in Statements.names():
+            compiled = getattr(statements, name).compile(dialect=dialect)
+            defaults = compiled.params
+            self.order[name] = tuple((p, defaults.get(p)) for p in compiled.positiontup or ())
+            text = compiled.string
+            if name != "audit_insert":  # inserted with executemany: no rows wanted
+                # our own compiled statement, its values bound as $n parameters
+                text = f"WITH r AS ({text}) SELECT r.* FROM (SELECT 1) AS one LEFT JOIN r ON true"  # noqa: S608
+            self.text[name] = text
+
+    def args(self, name: str, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(params.get(param, default) for param, default in self.order[name])
+
+
+class _Statement:
+    """One statement a unit waits on; the driver sends its row back through the coroutine."""
+
+    __slots__ = ("index", "name", "params")
+
+    def __init__(self, index: int, name: str, params: Mapping[str, Any]) -> None:
+        self.index = index
+        self.name = name
+        self.params = params
+
+    def __await__(self) -> Generator[_Statement, _Row | None, _Row | None]:
+        row = yield self
+        return row
+
+
+class _Batch:
+    """The shared state of one lockstep run: audit entries, and when each request's fence ran."""
+
+    def __init__(self) -> None:
+        self.audits: list[tuple[int, Mapping[str, Any]]] = []
+        self.fenced_at: dict[int, int] = {}  # request index -> position of its fence upsert
+
+
+class _RequestTx:
+    """One request's `Tx` inside a lockstep batch."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    def row(self, statement: str, params: Mapping[str, Any]) -> _Statement:
+        return _Statement(self._index, statement, params)
+
+    async def audit(self, params: Mapping[str, Any]) -> None:
+        self._batch.audits.append((self._index, params))
+
+
+class _Rerun(Exception):
+    """The batch met another transaction's row or a deadlock: roll back and run it again."""
+
+
+async def run_lockstep(
+    pg: Any, sql: _Sql, requests: Sequence[FencedRequest], *, now: datetime, policy: Policy
+) -> tuple[list[Outcome], list[Mapping[str, Any]]]:
+    """Step every request's unit together on `pg` (an asyncpg connection in a transaction).
+
+    Returns each request's outcome and the batch's audit parameters in fence order.
+    """
+    batch = _Batch()
+    units = [
+        apply(_RequestTx(batch, i), request, now=now, policy=policy) for i, request in enumerate(requests)
+    ]
+    outcomes: list[Outcome | None] = [None] * len(units)
+    waiting: dict[int, _Statement] = {}
+    fences = itertools.count()
+
+    def step(index: int, row: _Row | None) -> None:
+        try:
+            statement = units[index].send(row)
+        except StopIteration as done:
+            outcomes[index] = done.value
+            return
+        waiting[index] = statement
+
+    for index in range(len(units)):
+        step(index, None)
+    while waiting:
+        now_waiting = dict(waiting)
+        groups: dict[str, list[_Statement]] = {}
+        waiting.clear()
+        for index in sorted(now_waiting):
+            statement = now_waiting[index]
+            groups.setdefault(statement.name, []).append(statement)
+        for name in Statements.names():  # fence upserts before key claims, in every step
+            group = groups.get(name)
+            if not group:
+                continue
+            if name == "fence_upsert":
+                for statement in group:
+                    batch.fenced_at[statement.index] = next(fences)
+            records = await pg.fetchmany(sql.text[name], [sql.args(name, s.params) for s in group])
+            for statement, record in zip(group, records, strict=True):
+                step(statement.index, None if record[0] is None else dict(record.items()))
+    last = len(units)
+    audits = sorted(batch.audits, key=lambda entry: batch.fenced_at.get(entry[0], last))
+    done = [outcome for outcome in outcomes if outcome is not None]
+    assert len(done) == len(units)
+    return done, [params for _, params in audits]
+
+
+class _Lane:
+    """One connection of the writer, checked out of the engine's pool and kept; dropped after a failure."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._conn: AsyncConnection | None = None
+
+    async def connection(self) -> Any:
+        """The asyncpg connection under the pool's (driver-specific, hence Any)."""
+        if self._conn is None:
+            self._conn = await self._engine.connect()
+        raw = await self._conn.get_raw_connection()
+        return raw.driver_connection
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            await conn.invalidate()
+            await conn.close()
+        except Exception:
+            log.debug("closing a writer connection failed", exc_info=True)
+
+
+class PgGroupCommitStore(QueuedStore):
+    """`ObjectStore` for PostgreSQL that batches fenced requests; `await start()`, then `aclose()`."""
+
+    def __init__(
+        self,
+        store: SqlObjectStore,
+        *,
+        engine: AsyncEngine,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        lanes: int = DEFAULT_LANES,
+        policy: Policy = FENCED,
+    ) -> None:
+        super().__init__(store)
+        self._engine = engine
+        self._policy = policy
+        self._max_batch = max(1, max_batch)
+        self._lanes = max(1, lanes)
+        self._sql = _Sql()
+        self._pending: deque[Op] = deque()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._running = False
+        self.batches = 0  # committed batches (tests read it to see that batching happened)
+
+    async def start(self) -> None:
+        self._running = True
+        self._tasks = [
+            asyncio.create_task(self._work(), name=f"fencegate-postgresql-writer-{lane}")
+            for lane in range(self._lanes)
+        ]
+
+    async def aclose(self) -> None:
+        """Refuse new requests, commit the pending ones, close the writer's connections."""
+        self._running = False
+        self._wake.set()
+        tasks, self._tasks = self._tasks, []
+        await asyncio.gather(*tasks)
+
+    async def _submit(self, op: Op) -> Any:
+        if not self._running:
+            raise StorageUnavailable(
+                "the store is not accepting writes (shutting down); retry on another gateway"
+            )
+        self._pending.append(op)
+        self._wake.set()
+        return await op.future
+
+    async def ping(self) -> None:
+        await self._store.ping()
+        if not self._tasks or any(task.done() for task in self._tasks):
+            raise StorageUnavailable("the group-commit writer is not running; restart the gateway")
+
+    # -- the writer ----------------------------------------------------------
+
+    async def _work(self) -> None:
+        """One lane: take a batch, commit it on the lane's connection, answer it; until closed and drained."""
+        lane = _Lane(self._engine)
+        try:
+            while self._running or self._pending:
+                if not self._pending:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                batch = self._take()
+                if self._pending:
+                    self._wake.set()  # more than one batch's worth: another lane can start now
+                await self._run(lane, batch)
+        finally:
+            self._wake.set()  # another lane may wait for work this one leaves behind
+            await lane.close()
+
+    async def _run(self, lane: _Lane, batch: list[Op]) -> None:
+        try:
+            outcomes = await self._commit(lane, batch)
+        except Exception as exc:
+            log.error(
+                "a group commit of %d requests was not committed; each is answered 503",
+                len(batch),
+                exc_info=exc,
+            )
+            await lane.close()
+            for op in batch:
+                failure = StorageUnavailable("the batch holding this request was not committed; retry")
+                failure.__cause__ = exc
+                settle(op.future, False, failure)
+            return
+        self.batches += 1
+        for op, outcome in zip(batch, outcomes, strict=True):
+            settle(op.future, not isinstance(outcome, StorageError), outcome)
+
+    def _take(self) -> list[Op]:
+        """The next batch: pending requests in order, one per key and per idempotency record, by resource."""
+        batch: list[Op] = []
+        keys: set[str] = set()
+        claims: set[tuple[str, str]] = set()
+        later: deque[Op] = deque()
+        while self._pending and len(batch) < self._max_batch:
+            op = self._pending.popleft()
+            request = op.request
+            if request is not None:
+                claim = (request.caller.client, request.caller.idempotency_key or "")
+                if request.key in keys or (request.caller.idempotency_key and claim in claims):
+                    later.append(op)
+                    continue
+                keys.add(request.key)
+                claims.add(claim)
+            batch.append(op)
+        self._pending.extendleft(reversed(later))
+        return sorted(batch, key=lambda op: "" if op.request is None else op.request.resource)
+
+    async def _commit(self, lane: _Lane, batch: list[Op]) -> list[Outcome | None]:
+        requests = [op.request for op in batch if op.request is not None]
+        refusals = [refused_params(entry) for op in batch for entry in op.refusals]
+        for run in range(1, MAX_RUNS + 1):
+            pg = await lane.connection()
+            transaction = pg.transaction()
+            await transaction.start()
+            try:
+                outcomes, audits = await run_lockstep(
+                    pg, self._sql, requests, now=datetime.now(UTC), policy=self._policy
+                )
+                if any(isinstance(outcome, Retry) for outcome in outcomes):
+                    raise _Rerun
+                rows = [self._sql.args("audit_insert", params) for params in [*audits, *refusals]]
+                if rows:
+                    await pg.executemany(self._sql.text["audit_insert"], rows)
+            except (_Rerun, asyncpg.DeadlockDetectedError) as exc:
+                await transaction.rollback()
+                log.info("a group commit met a concurrent transaction (%s), run %d of %d", exc, run, MAX_RUNS)
+                continue
+            except BaseException:
+                try:
+                    await transaction.rollback()
+                except Exception:
+                    log.debug("rollback of a failed batch failed", exc_info=True)
+                raise
+            await transaction.commit()
+            answers = iter(outcomes)
+            return [None if op.request is None else next(answers) for op in batch]
+        raise StorageUnavailable(f"a batch met concurrent transactions {MAX_RUNS} times in a row; retry")

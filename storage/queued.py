@@ -1,0 +1,92 @@
+"""What both group-commit stores share: a fenced request queued as an `Op`, answered through its future.
+
+`QueuedStore` is the `ObjectStore` surface of a store that batches fenced
+requests: PUT, fenced GET and DELETE, and refusals for the audit trail go
+through `_submit` (the subclass's queue); plain reads, listing and marks go
+to the per-request store underneath, which they never wait behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage.fenced import FencedRequest
+from storage.models import DEFAULT_CONTENT_TYPE
+from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
+from storage.sql import SqlObjectStore
+
+DEFAULT_MAX_BATCH = 256  # requests per transaction; bounds how long one batch holds its locks
+
+
+@dataclass(slots=True)
+class Op:
+    """A queued fenced request, or refusals to append to the audit trail; answered through `future`."""
+
+    request: FencedRequest | None
+    refusals: Sequence[Refused] = ()
+    future: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+def settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    """Answer one queued request, unless its caller already gave up (a deadline answered 503)."""
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+class QueuedStore:
+    """The `ObjectStore` methods of a batching store; subclasses define `_submit` and `ping`."""
+
+    def __init__(self, store: SqlObjectStore) -> None:
+        self._store = store
+
+    async def _submit(self, op: Op) -> Any:
+        raise NotImplementedError
+
+    async def put(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        resource: str,
+        token: int,
+        caller: Caller = ANONYMOUS,
+        content_type: str = DEFAULT_CONTENT_TYPE,
+    ) -> ObjectMeta:
+        request = FencedRequest("PUT", key, resource, token, data, content_type, caller)
+        meta: ObjectMeta = await self._submit(Op(request))
+        return meta
+
+    async def get(
+        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
+    ) -> ObjectData:
+        if token is None:
+            return await self._store.get(key, resource=resource, token=None)
+        found: ObjectData = await self._submit(Op(FencedRequest("GET", key, resource, token, caller=caller)))
+        return found
+
+    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
+        meta: ObjectMeta = await self._submit(
+            Op(FencedRequest("DELETE", key, resource, token, caller=caller))
+        )
+        return meta
+
+    async def record_refusals(self, entries: Sequence[Refused]) -> None:
+        """Refusals ride along in the next batch: no commit of their own."""
+        if entries:
+            await self._submit(Op(None, refusals=tuple(entries)))
+
+    async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]:
+        return await self._store.list(prefix, after=after, limit=limit)
+
+    async def mark(self, resource: str) -> int:
+        return await self._store.mark(resource)
+
+    async def marks_count(self) -> int:
+        return await self._store.marks_count()
