@@ -32,7 +32,9 @@ DEFAULT_IDLE_TIMEOUT = 15.0
 # many requests in flight; more are answered 429 at once instead of queueing,
 # so one client cannot take every connection slot or the write queue.
 DEFAULT_MAX_CLIENT_REQUESTS = 256
-# SQLite: most fenced writes committed with one fsync; it bounds how long one batch holds the write lock.
+# Most fenced requests committed in one transaction (one fsync); it bounds how long a batch holds its
+# locks. Equal to storage.queued.DEFAULT_MAX_BATCH (a test holds them equal); not imported, so
+# --help stays light.
 DEFAULT_GROUP_COMMIT = 256
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 SQLITE_FILE = "fencegate.db"

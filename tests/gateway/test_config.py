@@ -110,3 +110,10 @@ def test_a_setting_of_a_type_without_a_parser_fails_at_once() -> None:
 
     with pytest.raises(TypeError, match=r"Odd\.ratio: no parser"):
         options_of(Odd)
+
+
+def test_the_group_commit_default_is_the_stores_batch_size() -> None:
+    """The flag's default is written out so `--help` loads no storage code; it must stay the store's."""
+    from storage.queued import DEFAULT_MAX_BATCH
+
+    assert settings_from(parse(), {}).group_commit == DEFAULT_MAX_BATCH
