@@ -25,7 +25,7 @@ from gateway.keys import AppKeys
 from gateway.upstream import PROXY_LIMIT, UpstreamStore
 from storage import SqlObjectStore, migrate, open_engine
 from storage.batch import GroupCommitStore
-from storage.pgbatch import PgGroupCommitStore
+from storage.queued import QueuedStore
 
 log = logging.getLogger("gateway")
 
@@ -47,13 +47,15 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
             policy = replace(policy, objects=False)  # the bytes live upstream
         fences = SqlObjectStore(engine, policy=policy)
         if settings.upstream is None and settings.group_commit > 0:
-            batching: GroupCommitStore | PgGroupCommitStore
+            batching: QueuedStore
             if engine.dialect.name == "sqlite":
                 assert engine.url.database is not None
                 batching = GroupCommitStore(
                     fences, path=engine.url.database, max_batch=settings.group_commit, policy=policy
                 )
             else:
+                from storage.pgbatch import PgGroupCommitStore  # asyncpg: the [postgresql] extra
+
                 batching = PgGroupCommitStore(
                     fences, engine=engine, max_batch=settings.group_commit, policy=policy
                 )

@@ -41,10 +41,21 @@ def settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
 
 
 class QueuedStore:
-    """The `ObjectStore` methods of a batching store; subclasses define `_submit` and `ping`."""
+    """The `ObjectStore` methods of a batching store; subclasses define its writer's life and queue."""
 
     def __init__(self, store: SqlObjectStore) -> None:
         self._store = store
+
+    async def start(self) -> None:
+        """Start the writer; requests are taken from then on."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Refuse new requests, commit the pending ones, stop the writer."""
+        raise NotImplementedError
+
+    async def ping(self) -> None:
+        raise NotImplementedError
 
     async def _submit(self, op: Op) -> Any:
         raise NotImplementedError
