@@ -4,8 +4,11 @@
 `naive`: the fenced PUT written the plain way, the group-commit goal's
 yardstick: one durable SQLite transaction per request (WAL,
 synchronous=FULL) on aiosqlite, the mark's conditional upsert then the
-write, 409 if the token is below the mark. `unfenced`: a stricter yardstick
+write, 409 if the token is below the mark. `naive-postgresql`: the same on
+PostgreSQL, one transaction per request from an asyncpg pool of the
+gateway's size (10), in tables of its own. `unfenced`: a stricter yardstick
 with less work, no fence and the whole transaction in one thread hop.
+The fenced ones take the resource from `Fencing-Resource`, or the key.
 All listen on 127.0.0.1 on the port given, on uvloop like the gateway.
 """
 
@@ -18,6 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiosqlite
+import asyncpg
 import uvloop
 from aiohttp import web
 
@@ -29,6 +33,30 @@ FENCE = (
     "SET token = excluded.token WHERE fences.token <= excluded.token RETURNING token"
 )
 DB = web.AppKey("db", aiosqlite.Connection)
+POOL = web.AppKey("pool", asyncpg.Pool)
+PG_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS naive_objects (key TEXT PRIMARY KEY, data BYTEA NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS naive_fences (resource TEXT PRIMARY KEY, token BIGINT NOT NULL)",
+)
+PG_FENCE = (
+    "INSERT INTO naive_fences (resource, token) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE "
+    "SET token = excluded.token WHERE naive_fences.token <= excluded.token RETURNING token"
+)
+PG_WRITE = (
+    "INSERT INTO naive_objects (key, data) VALUES ($1, $2) "
+    "ON CONFLICT (key) DO UPDATE SET data = excluded.data"
+)
+POOL_SIZE = 10  # the gateway's own pool size (storage/engine.py)
+
+
+def _fenced(request: web.Request) -> tuple[str, str, int] | None:
+    """The key, the resource (the header, or the key) and the token; None if the token is not a number."""
+    key = request.match_info["key"]
+    try:
+        token = int(request.headers["Fencing-Token"])
+    except (KeyError, ValueError):
+        return None
+    return key, request.headers.get("Fencing-Resource", key), token
 
 
 def memory_app() -> web.Application:
@@ -56,17 +84,16 @@ def naive_app(path: Path) -> web.Application:
         await db.close()
 
     async def put(request: web.Request) -> web.Response:
-        key = request.match_info["key"]
-        try:
-            token = int(request.headers["Fencing-Token"])
-        except (KeyError, ValueError):
+        fenced = _fenced(request)
+        if fenced is None:
             return web.json_response({"error": "bad_token"}, status=400)
+        key, resource, token = fenced
         data = await request.read()
         db = request.app[DB]
         async with lock:
             await db.execute("BEGIN IMMEDIATE")
             try:
-                passed = await db.execute_fetchall(FENCE, (key, token))
+                passed = await db.execute_fetchall(FENCE, (resource, token))
                 if passed:
                     await db.execute("INSERT OR REPLACE INTO objects (key, data) VALUES (?, ?)", (key, data))
                 await db.execute("COMMIT")
@@ -74,6 +101,38 @@ def naive_app(path: Path) -> web.Application:
                 await db.execute("ROLLBACK")
                 raise
         if not passed:
+            return web.json_response({"error": "stale_token"}, status=409)
+        return web.json_response({"key": key, "token": token}, status=201)
+
+    app = web.Application()
+    app.cleanup_ctx.append(connect)
+    app.router.add_put("/v1/objects/{key}", put)
+    return app
+
+
+def naive_postgresql_app(dsn: str) -> web.Application:
+    """Fence and write in one transaction per request on a pooled asyncpg connection."""
+
+    async def connect(app: web.Application) -> AsyncIterator[None]:
+        pool = await asyncpg.create_pool(dsn, min_size=POOL_SIZE, max_size=POOL_SIZE)
+        async with pool.acquire() as conn:
+            for sql in PG_SCHEMA:
+                await conn.execute(sql)
+        app[POOL] = pool
+        yield
+        await pool.close()
+
+    async def put(request: web.Request) -> web.Response:
+        fenced = _fenced(request)
+        if fenced is None:
+            return web.json_response({"error": "bad_token"}, status=400)
+        key, resource, token = fenced
+        data = await request.read()
+        async with request.app[POOL].acquire() as conn, conn.transaction():
+            passed = await conn.fetchrow(PG_FENCE, resource, token)
+            if passed is not None:
+                await conn.execute(PG_WRITE, key, data)
+        if passed is None:
             return web.json_response({"error": "stale_token"}, status=409)
         return web.json_response({"key": key, "token": token}, status=201)
 
@@ -109,12 +168,17 @@ def unfenced_app(path: Path) -> web.Application:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="yardstick PUT servers for `fencegate bench`")
-    parser.add_argument("kind", choices=["memory", "naive", "unfenced"])
+    parser.add_argument("kind", choices=["memory", "naive", "naive-postgresql", "unfenced"])
     parser.add_argument("--port", type=int, required=True, help="port to listen on (127.0.0.1)")
     parser.add_argument("--db", type=Path, default=Path("naive.db"), help="SQLite file of the durable kinds")
+    parser.add_argument("--dsn", help="PostgreSQL URL of naive-postgresql (postgresql://...)")
     args = parser.parse_args()
+    if args.kind == "naive-postgresql" and not args.dsn:
+        parser.error("naive-postgresql needs --dsn postgresql://...")
     if args.kind == "memory":
         app = memory_app()
+    elif args.kind == "naive-postgresql":
+        app = naive_postgresql_app(args.dsn)
     else:
         app = naive_app(args.db) if args.kind == "naive" else unfenced_app(args.db)
     # the gateway's own default loop, so that the comparison is of the servers, not of their loops

@@ -1,17 +1,18 @@
 """Fenced durable PUTs per second through `fencegate serve`, driven by wrk.
 
-Cases: an in-memory aiohttp server (the HTTP ceiling), a naive durable
-SQLite server (the fence and the write in one transaction per request, on
-aiosqlite: the group-commit goal's yardstick, as the goal names it) and a
-stricter one with less work (no fence, one thread hop per request), fencegate on SQLite
-with group commit and without (`--group-commit 0`), and on PostgreSQL with
-one and two replicas; and the same gateway with the fence taken out
-(`bench.fenceoff`) on SQLite and on PostgreSQL, run next to its fenced
-twin (odd runs go through the cases backwards). Goals: fenced SQLite with
-group commit >= 3x the naive server (and, reported beside it, the ratio to
-the stricter one), and fence on >= 0.9x fence off on each
-backend, each the median of the runs' own ratios. The gateway's resident
-memory after load is reported.
+Cases: an in-memory aiohttp server (the HTTP ceiling); naive durable
+servers (the fence and the write in one transaction per request) on SQLite
+(aiosqlite) and on PostgreSQL (an asyncpg pool), the group-commit goals'
+yardsticks, and a stricter SQLite one with less work (no fence, one thread
+hop per request); fencegate on SQLite and on PostgreSQL, each with group
+commit and without (`--group-commit 0`), on PostgreSQL also as two
+replicas (each driven by its own wrk with half the connections: a load
+balancer would add its own CPU on this machine); and the same gateway with
+the fence taken out (`bench.fenceoff`) on each engine. Odd runs go through
+the cases backwards. Goals, each the median of the runs' own ratios:
+fenced group commit >= 3x the naive server of its engine; PostgreSQL >=
+0.5x SQLite; fence on >= 0.9x fence off on each engine; two replicas >=
+1.0x one. The gateway's resident memory after load is reported.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def _servers(case: str, env: BenchEnv, workdir: Path) -> Iterator[list[tuple[str
             specs = [["fencegate.bench.baseline", "memory"]]
         elif case == NAIVE:
             specs = [["fencegate.bench.baseline", "naive", "--db", str(workdir / "naive.db")]]
+        elif case == NAIVE_PG:
+            dsn = env.cluster.postgres_dsn.replace("postgresql+asyncpg://", "postgresql://", 1)
+            specs = [["fencegate.bench.baseline", "naive-postgresql", "--dsn", dsn]]
         elif case == UNFENCED:
             specs = [["fencegate.bench.baseline", "unfenced", "--db", str(workdir / "naive.db")]]
         elif case == "fencegate SQLite, group commit":
@@ -49,8 +53,10 @@ def _servers(case: str, env: BenchEnv, workdir: Path) -> Iterator[list[tuple[str
             specs = [unfenced]
         elif case == "fencegate SQLite, --group-commit 0":
             specs = [[*serve, "--group-commit", "0"]]
-        elif case == "fencegate PostgreSQL":
+        elif case == PG:
             specs = [[*serve, *pg]]
+        elif case == "fencegate PostgreSQL, --group-commit 0":
+            specs = [[*serve, *pg, "--group-commit", "0"]]
         elif case == "fencegate PostgreSQL, fence off":
             specs = [[*unfenced, *pg]]
         else:  # two replicas on one PostgreSQL
@@ -59,16 +65,21 @@ def _servers(case: str, env: BenchEnv, workdir: Path) -> Iterator[list[tuple[str
 
 
 NAIVE = "naive SQLite: fence+write, aiosqlite"
+NAIVE_PG = "naive PostgreSQL: fence+write, asyncpg"
 UNFENCED = "naive SQLite: no fence, one thread hop"
+SQLITE = "fencegate SQLite, group commit"
+PG = "fencegate PostgreSQL, group commit"
 CASES = (
     "in-memory aiohttp",
     NAIVE,
     UNFENCED,
-    "fencegate SQLite, group commit",
+    SQLITE,
     "fencegate SQLite, fence off",
     "fencegate SQLite, --group-commit 0",
-    "fencegate PostgreSQL",
+    NAIVE_PG,
+    PG,
     "fencegate PostgreSQL, fence off",
+    "fencegate PostgreSQL, --group-commit 0",
     "fencegate PostgreSQL, 2 replicas",
 )
 
@@ -86,8 +97,9 @@ async def gateway(env: BenchEnv) -> Section:
             with _servers(case, env, workdir) as servers:
                 outs = await asyncio.gather(*(
                     asyncio.to_thread(run_wrk, url, seconds=env.seconds,
-                                      connections=CONNECTIONS // len(servers), workdir=workdir)
-                    for url, _ in servers
+                                      connections=CONNECTIONS // len(servers), workdir=workdir,
+                                      prefix=f"{workdir.name}-{i}-")
+                    for i, (url, _) in enumerate(servers)
                 ))  # fmt: skip
                 memory[case] = max(rss_mib(pid) for _, pid in servers)
             refused = sum(o.non_2xx for o in outs)
@@ -104,18 +116,22 @@ async def gateway(env: BenchEnv) -> Section:
     # the HTTP stack alone, with no disk, against the naive server: what this machine's CPU and disk allow
     ceiling = paired("in-memory aiohttp", NAIVE)
     goals = [
-        Goal("SQLite: fenced group commit / naive durable server",
-             paired("fencegate SQLite, group commit", NAIVE), ">=", 3,
+        Goal("SQLite: fenced group commit / naive durable server", paired(SQLITE, NAIVE), ">=", 3,
              f"the HTTP ceiling (in-memory aiohttp, no disk) is {ceiling:.2f}x the naive server here"),
-        Goal("SQLite: fence on / fence off",
-             paired("fencegate SQLite, group commit", "fencegate SQLite, fence off"), ">=", 0.9),
-        Goal("PostgreSQL: fence on / fence off",
-             paired("fencegate PostgreSQL", "fencegate PostgreSQL, fence off"), ">=", 0.9),
+        Goal("SQLite: fence on / fence off", paired(SQLITE, "fencegate SQLite, fence off"), ">=", 0.9),
+        Goal("PostgreSQL: fenced group commit / naive durable server", paired(PG, NAIVE_PG), ">=", 3),
+        Goal("PostgreSQL / SQLite, both with group commit", paired(PG, SQLITE), ">=", 0.5),
+        Goal("PostgreSQL: fence on / fence off", paired(PG, "fencegate PostgreSQL, fence off"), ">=", 0.9),
+        Goal("PostgreSQL: 2 replicas / 1 replica", paired("fencegate PostgreSQL, 2 replicas", PG), ">=", 1.0,
+             "2 cores: each replica's CPU is taken from the other and from PostgreSQL (performance.md)"),
     ]  # fmt: skip
     extra = {
         "SQLite: the HTTP ceiling (in-memory aiohttp) / naive durable server": ceiling,
         "SQLite: fenced group commit / the stricter naive server (no fence, one thread hop)": paired(
-            "fencegate SQLite, group commit", UNFENCED
+            SQLITE, UNFENCED
+        ),
+        "PostgreSQL: group commit / a transaction per request": paired(
+            PG, "fencegate PostgreSQL, --group-commit 0"
         ),
     }
     extra |= {

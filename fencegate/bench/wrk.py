@@ -1,7 +1,9 @@
 """Drive a gateway with wrk (Debian's package): fenced PUTs, 64-byte bodies.
 
-Every request writes a fresh key, so none is refused whatever order the
-connections deliver in, and every one is a durable fenced write.
+Every request writes a fresh key under one of 1,024 resources with token 1,
+so none is refused whatever order the connections deliver in, and every one
+is a durable fenced write that raises (or meets) a mark shared with other
+connections, as many clients of a few hot locks would.
 """
 
 from __future__ import annotations
@@ -13,20 +15,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SCRIPT = r"""
--- every request writes a key of its own (t<tid>-<n>) with token 1: the fence check and
--- the write both run, and no request can be refused whatever order connections deliver in
+-- every request writes a key of its own (<prefix>t<tid>-<n>) under one of 1,024 resources
+-- with token 1: the fence check and the write both run, and no request can be refused
+-- whatever order connections deliver in; the prefix keeps the keys of runs on one database apart
 local threads = 0
 function setup(thread)
   threads = threads + 1
   thread:set("tid", threads)
 end
+local prefix = ""
+function init(args)
+  prefix = args[1] or ""
+end
 local counter = 0
 local body = string.rep("x", 64)
 function request()
   counter = counter + 1
-  local key = "t" .. tid .. "-" .. counter
+  local key = prefix .. "t" .. tid .. "-" .. counter
   return wrk.format("PUT", "/v1/objects/" .. key,
-    {["Fencing-Token"] = "1", ["Content-Type"] = "application/octet-stream"}, body)
+    {["Fencing-Token"] = "1", ["Fencing-Resource"] = "r" .. (counter % 1024),
+     ["Content-Type"] = "application/octet-stream"}, body)
 end
 function done(summary, latency, requests)
   io.write(string.format("JSON p50=%f p99=%f non2xx=%d errors=%d\n",
@@ -49,11 +57,13 @@ def wrk_available() -> bool:
     return shutil.which("wrk") is not None
 
 
-def run_wrk(url: str, *, seconds: float, connections: int, workdir: Path) -> WrkResult:
+def run_wrk(url: str, *, seconds: float, connections: int, workdir: Path, prefix: str = "") -> WrkResult:
+    """PUT through `url` for `seconds`; keys start with `prefix`, resources are shared."""
     script = workdir / "put.lua"
     script.write_text(SCRIPT)
     out = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", str(script), url],
+        ["wrk", "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", str(script),
+         url, "--", prefix],
         capture_output=True, text=True, check=True, timeout=seconds + 60,
     ).stdout  # fmt: skip
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out)

@@ -33,7 +33,10 @@ async def test_every_benchmark_produces_its_numbers() -> None:
     assert [g.name for g in gateway_section.goals] == [
         "SQLite: fenced group commit / naive durable server",
         "SQLite: fence on / fence off",
+        "PostgreSQL: fenced group commit / naive durable server",
+        "PostgreSQL / SQLite, both with group commit",
         "PostgreSQL: fence on / fence off",
+        "PostgreSQL: 2 replicas / 1 replica",
     ]
 
 
