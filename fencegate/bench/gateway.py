@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
 from fencegate.bench.env import BenchEnv
 from fencegate.bench.runner import Result, paired_ratio
 from fencegate.bench.section import Goal, Section
-from fencegate.bench.servers import http_server, rss_mib
+from fencegate.bench.servers import cpu_seconds, cpu_used, http_server, rss_mib
 from fencegate.bench.wrk import run_wrk
 
 CONNECTIONS = 32
@@ -88,6 +89,8 @@ async def gateway(env: BenchEnv) -> Section:
     results = {case: Result("gateway", case) for case in CASES}
     memory: dict[str, float] = {}
     socket_errors: dict[str, int] = {}
+    # CPU ms per 1,000 requests of the gateway processes and of PostgreSQL, per PostgreSQL case and run
+    cpu: dict[str, list[tuple[float, float]]] = {}
     for run in range(env.runs):
         # odd runs go backwards, so neither twin of a pair always runs first
         for index, case in enumerate(CASES) if run % 2 == 0 else reversed(list(enumerate(CASES))):
@@ -95,13 +98,21 @@ async def gateway(env: BenchEnv) -> Section:
             workdir = env.workdir / f"gateway-{run}-{index}"
             workdir.mkdir(parents=True, exist_ok=True)
             with _servers(case, env, workdir) as servers:
+                gateways = [pid for _, pid in servers]
+                before = cpu_seconds(gateways), cpu_seconds(env.cluster.postgres_pids())
                 outs = await asyncio.gather(*(
                     asyncio.to_thread(run_wrk, url, seconds=env.seconds,
                                       connections=CONNECTIONS // len(servers), workdir=workdir,
                                       prefix=f"{workdir.name}-{i}-")
                     for i, (url, _) in enumerate(servers)
                 ))  # fmt: skip
+                after = cpu_seconds(gateways), cpu_seconds(env.cluster.postgres_pids())
                 memory[case] = max(rss_mib(pid) for _, pid in servers)
+            if "PostgreSQL" in case:
+                per_1000 = 1e6 / max(1, sum(o.requests for o in outs))  # seconds -> ms per 1,000 requests
+                cpu.setdefault(case, []).append(
+                    (cpu_used(before[0], after[0]) * per_1000, cpu_used(before[1], after[1]) * per_1000)
+                )
             refused = sum(o.non_2xx for o in outs)
             if refused:  # every request is a fresh token on its own key: none may be refused
                 log = "\n".join(p.read_text()[-1500:] for p in workdir.glob("*.log"))
@@ -139,6 +150,11 @@ async def gateway(env: BenchEnv) -> Section:
         for case, mib in memory.items()
         if "fencegate" in case and "fence off" not in case
     }
+    for case, readings in cpu.items():
+        extra[f"CPU ms per 1,000 requests, {case}: gateway processes"] = statistics.median(
+            g for g, _ in readings
+        )
+        extra[f"CPU ms per 1,000 requests, {case}: PostgreSQL"] = statistics.median(p for _, p in readings)
     extra |= {
         f"wrk socket errors (timeouts at the end of a run): {c}": n for c, n in socket_errors.items() if n
     }

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from fencegate.lab.cluster.servers import free_port
@@ -51,6 +51,23 @@ def http_server(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15)
+
+
+def cpu_seconds(pids: Iterable[int]) -> dict[int, float]:
+    """User and system CPU seconds each of `pids` has used so far (one that is gone is left out)."""
+    used = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        used[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return used
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two `cpu_seconds` readings; a process new in `after` counts from 0."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
 
 
 def rss_mib(pid: int) -> float:

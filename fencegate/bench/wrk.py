@@ -46,6 +46,7 @@ end
 
 @dataclass(frozen=True)
 class WrkResult:
+    requests: int
     requests_per_s: float
     p50_ms: float
     p99_ms: float
@@ -66,11 +67,12 @@ def run_wrk(url: str, *, seconds: float, connections: int, workdir: Path, prefix
          url, "--", prefix],
         capture_output=True, text=True, check=True, timeout=seconds + 60,
     ).stdout  # fmt: skip
+    count = re.search(r"(\d+) requests in", out)
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
     stats = re.search(r"JSON p50=([\d.]+) p99=([\d.]+) non2xx=(\d+) errors=(\d+)", out)
-    if rate is None or stats is None:
+    if count is None or rate is None or stats is None:
         raise RuntimeError(f"could not read wrk's output:\n{out}")
     return WrkResult(
-        float(rate.group(1)), float(stats.group(1)) / 1000, float(stats.group(2)) / 1000,
+        int(count.group(1)), float(rate.group(1)), float(stats.group(1)) / 1000, float(stats.group(2)) / 1000,
         int(stats.group(3)), int(stats.group(4)),
     )  # fmt: skip

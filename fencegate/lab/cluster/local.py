@@ -173,6 +173,11 @@ class LocalCluster:
         """The URL clients use: HAProxy in front of every gateway replica."""
         return self._one("haproxy").url
 
+    def postgres_pids(self) -> list[int]:
+        """The postmaster and every process under it (backends, WAL writer): what PostgreSQL's CPU is."""
+        root = self._one("postgres").pid
+        return [] if root is None else [root, *_descendants(root)]
+
     def _one(self, kind: str) -> Node:
         for node in self.nodes.values():
             if node.kind == kind:
