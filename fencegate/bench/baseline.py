@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import aiosqlite
@@ -49,14 +49,31 @@ PG_WRITE = (
 POOL_SIZE = 10  # the gateway's own pool size (storage/engine.py)
 
 
-def _fenced(request: web.Request) -> tuple[str, str, int] | None:
-    """The key, the resource (the header, or the key) and the token; None if the token is not a number."""
-    key = request.match_info["key"]
-    try:
-        token = int(request.headers["Fencing-Token"])
-    except (KeyError, ValueError):
-        return None
-    return key, request.headers.get("Fencing-Resource", key), token
+# the naive servers' transaction: fence and write `data` under `key`; False if the token is stale
+Write = Callable[[web.Application, str, str, int, bytes], Awaitable[bool]]
+
+
+def _fenced_put_app(
+    connect: Callable[[web.Application], AsyncIterator[None]], write: Write
+) -> web.Application:
+    """A PUT handler around `write`: the token (400 if not a number), the resource (the header, or
+    the key), then 201, or 409 if the fence refused."""
+
+    async def put(request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        try:
+            token = int(request.headers["Fencing-Token"])
+        except (KeyError, ValueError):
+            return web.json_response({"error": "bad_token"}, status=400)
+        resource = request.headers.get("Fencing-Resource", key)
+        if not await write(request.app, key, resource, token, await request.read()):
+            return web.json_response({"error": "stale_token"}, status=409)
+        return web.json_response({"key": key, "token": token}, status=201)
+
+    app = web.Application()
+    app.cleanup_ctx.append(connect)
+    app.router.add_put("/v1/objects/{key}", put)
+    return app
 
 
 def memory_app() -> web.Application:
@@ -83,31 +100,21 @@ def naive_app(path: Path) -> web.Application:
         yield
         await db.close()
 
-    async def put(request: web.Request) -> web.Response:
-        fenced = _fenced(request)
-        if fenced is None:
-            return web.json_response({"error": "bad_token"}, status=400)
-        key, resource, token = fenced
-        data = await request.read()
-        db = request.app[DB]
+    async def write(app: web.Application, key: str, resource: str, token: int, data: bytes) -> bool:
+        db = app[DB]
         async with lock:
             await db.execute("BEGIN IMMEDIATE")
             try:
-                passed = await db.execute_fetchall(FENCE, (resource, token))
+                passed = bool(await db.execute_fetchall(FENCE, (resource, token)))
                 if passed:
                     await db.execute("INSERT OR REPLACE INTO objects (key, data) VALUES (?, ?)", (key, data))
                 await db.execute("COMMIT")
             except BaseException:
                 await db.execute("ROLLBACK")
                 raise
-        if not passed:
-            return web.json_response({"error": "stale_token"}, status=409)
-        return web.json_response({"key": key, "token": token}, status=201)
+        return passed
 
-    app = web.Application()
-    app.cleanup_ctx.append(connect)
-    app.router.add_put("/v1/objects/{key}", put)
-    return app
+    return _fenced_put_app(connect, write)
 
 
 def naive_postgresql_app(dsn: str) -> web.Application:
@@ -122,24 +129,14 @@ def naive_postgresql_app(dsn: str) -> web.Application:
         yield
         await pool.close()
 
-    async def put(request: web.Request) -> web.Response:
-        fenced = _fenced(request)
-        if fenced is None:
-            return web.json_response({"error": "bad_token"}, status=400)
-        key, resource, token = fenced
-        data = await request.read()
-        async with request.app[POOL].acquire() as conn, conn.transaction():
-            passed = await conn.fetchrow(PG_FENCE, resource, token)
-            if passed is not None:
-                await conn.execute(PG_WRITE, key, data)
-        if passed is None:
-            return web.json_response({"error": "stale_token"}, status=409)
-        return web.json_response({"key": key, "token": token}, status=201)
+    async def write(app: web.Application, key: str, resource: str, token: int, data: bytes) -> bool:
+        async with app[POOL].acquire() as conn, conn.transaction():
+            if await conn.fetchrow(PG_FENCE, resource, token) is None:
+                return False
+            await conn.execute(PG_WRITE, key, data)
+        return True
 
-    app = web.Application()
-    app.cleanup_ctx.append(connect)
-    app.router.add_put("/v1/objects/{key}", put)
-    return app
+    return _fenced_put_app(connect, write)
 
 
 def unfenced_app(path: Path) -> web.Application:
