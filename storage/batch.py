@@ -43,7 +43,6 @@ import logging
 import queue
 import sqlite3
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -72,17 +71,13 @@ class GroupCommitStore(QueuedStore):
         busy_timeout: float = SQLITE_BUSY_TIMEOUT,
         policy: Policy = FENCED,
     ) -> None:
-        super().__init__(store)
+        super().__init__(store, max_batch=max_batch)
         self._writer = BatchWriter(path, busy_timeout=busy_timeout, policy=policy)
-        self._max_batch = max(1, max_batch)
-        self._pending: deque[Op] = deque()  # submitted, not yet in a batch
         self._busy = False  # a batch is being applied or committed
         self._idle = asyncio.Event()  # nothing pending, no batch in flight
         self._idle.set()
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._running = False
-        self.batches = 0  # committed batches (tests read it to see that batching happened)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

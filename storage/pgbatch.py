@@ -214,17 +214,13 @@ class PgGroupCommitStore(QueuedStore):
         lanes: int = DEFAULT_LANES,
         policy: Policy = FENCED,
     ) -> None:
-        super().__init__(store)
+        super().__init__(store, max_batch=max_batch)
         self._engine = engine
         self._policy = policy
-        self._max_batch = max(1, max_batch)
         self._lanes = max(1, lanes)
         self._sql = _Sql()
-        self._pending: deque[Op] = deque()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._running = False
-        self.batches = 0  # committed batches (tests read it to see that batching happened)
 
     async def start(self) -> None:
         self._running = True

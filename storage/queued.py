@@ -9,6 +9,7 @@ to the per-request store underneath, which they never wait behind.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +44,12 @@ def settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
 class QueuedStore:
     """The `ObjectStore` methods of a batching store; subclasses define its writer's life and queue."""
 
-    def __init__(self, store: SqlObjectStore) -> None:
+    def __init__(self, store: SqlObjectStore, *, max_batch: int) -> None:
         self._store = store
+        self._max_batch = max(1, max_batch)
+        self._pending: deque[Op] = deque()  # submitted, not yet in a batch
+        self._running = False  # taking requests
+        self.batches = 0  # committed batches (tests read it to see that batching happened)
 
     async def start(self) -> None:
         """Start the writer; requests are taken from then on."""
