@@ -19,19 +19,15 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 from gateway.errors import TokenFromTheFuture, Unavailable
 from gateway.metrics import Metrics
 from lockclient.errors import LockClientError
 from lockclient.protocols import TokenSource
 from storage.errors import StaleTokenError
-from storage.models import DEFAULT_CONTENT_TYPE
-from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, ObjectStore
+from storage.protocols import FencedOps, FencedRequest, ObjectData, ObjectMeta, ObjectStore
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 BOUND_CACHE_SIZE = 100_000  # resources whose bound is remembered; the oldest are forgotten first
 
@@ -100,7 +96,7 @@ class FutureGuard:
             ) from stale
 
 
-class Fencer:
+class Fencer(FencedOps):
     """Every fenced operation: guard, one store transaction, timing, refusal accounting."""
 
     def __init__(self, *, store: ObjectStore, guard: FutureGuard, metrics: Metrics) -> None:
@@ -108,46 +104,17 @@ class Fencer:
         self._guard = guard
         self._metrics = metrics
 
-    async def put(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        resource: str,
-        token: int,
-        caller: Caller = ANONYMOUS,
-        content_type: str = DEFAULT_CONTENT_TYPE,
-    ) -> ObjectMeta:
-        return await self._fenced(
-            resource,
-            token,
-            lambda: self._store.put(
-                key, data, resource=resource, token=token, caller=caller, content_type=content_type
-            ),
-        )
-
-    async def get(
-        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
-    ) -> ObjectData:
-        if token is None:
-            return await self._store.get(key, resource=resource, token=None)
-        return await self._fenced(
-            resource, token, lambda: self._store.get(key, resource=resource, token=token, caller=caller)
-        )
-
-    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
-        return await self._fenced(
-            resource, token, lambda: self._store.delete(key, resource=resource, token=token, caller=caller)
-        )
-
-    async def _fenced(self, resource: str, token: int, operation: Callable[[], Awaitable[T]]) -> T:
-        await self._guard.admit(resource, token)
+    async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
+        await self._guard.admit(request.resource, request.token)
         start = time.perf_counter()
         try:
-            return await operation()
+            return await self._store.fenced(request)
         except StaleTokenError as exc:
             await self._guard.explain(exc)
             self._metrics.stale_refusals.inc()
             raise
         finally:
             self._metrics.fence_check_seconds.observe(time.perf_counter() - start)
+
+    async def read(self, key: str, *, resource: str) -> ObjectData:
+        return await self._store.read(key, resource=resource)

@@ -29,9 +29,8 @@ import aiohttp
 
 from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
 from storage.errors import ObjectNotFound
-from storage.fenced import FencedRequest, digest_of
-from storage.models import DEFAULT_CONTENT_TYPE
-from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
+from storage.fenced import digest_of
+from storage.protocols import Caller, FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
 from storage.sql import SqlObjectStore
 
 PROXY_LIMIT = (
@@ -80,7 +79,22 @@ def _no_idempotency(caller: Caller) -> None:
         )
 
 
-class UpstreamStore:
+def _object_data(key: str, resource: str, answer: _Answer) -> ObjectData:
+    """An upstream GET's answer as the gateway returns it (the writer's token from its header)."""
+    written_by = answer.headers.get("Fencing-Token", "")
+    meta = ObjectMeta(
+        key=key,
+        resource=resource,
+        token=int(written_by) if written_by.isdigit() else None,
+        version=None,
+        size=len(answer.body),
+        digest=digest_of(answer.body),
+    )
+    content_type = answer.headers.get("Content-Type", "application/octet-stream")
+    return ObjectData(meta=meta, data=answer.body, content_type=content_type)
+
+
+class UpstreamStore(ObjectStore):
     """`ObjectStore` that fences in SQL and keeps the bytes in an upstream HTTP service.
 
     `fences` runs the fenced unit without objects (`Policy(objects=False)`).
@@ -143,59 +157,29 @@ class UpstreamStore:
             raise UpstreamTimeout("the upstream timed out (504)", fields=fields)
         raise UpstreamFailed(f"the upstream answered {method} {key!r} with {answer.status}", fields=fields)
 
-    async def put(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        resource: str,
-        token: int,
-        caller: Caller = ANONYMOUS,
-        content_type: str = DEFAULT_CONTENT_TYPE,
-    ) -> ObjectMeta:
-        _no_idempotency(caller)
+    async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
+        """The fence in SQL, then the request forwarded, both under the resource's lock."""
+        key, resource, token = request.key, request.resource, request.token
+        if request.method != "GET":
+            _no_idempotency(request.caller)
         async with self.locks.hold(resource):
-            await self._fences.fenced(FencedRequest("PUT", key, resource, token, data, content_type, caller))
-            answer = await self._forward(
-                "PUT", key, resource=resource, token=token, data=data, content_type=content_type
-            )
-        return ObjectMeta(
-            key=key,
-            resource=resource,
-            token=token,
-            version=None,
-            size=len(data),
-            digest=digest_of(data),
-            created=answer.status == 201,
-        )
-
-    async def get(
-        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
-    ) -> ObjectData:
-        if token is None:
-            answer = await self._forward("GET", key, resource=resource, token=None)
-        else:
-            async with self.locks.hold(resource):
-                await self._fences.fenced(FencedRequest("GET", key, resource, token, caller=caller))
-                answer = await self._forward("GET", key, resource=resource, token=token)
-        written_by = answer.headers.get("Fencing-Token", "")
-        meta = ObjectMeta(
-            key=key,
-            resource=resource,
-            token=int(written_by) if written_by.isdigit() else None,
-            version=None,
-            size=len(answer.body),
-            digest=digest_of(answer.body),
-        )
-        content_type = answer.headers.get("Content-Type", "application/octet-stream")
-        return ObjectData(meta=meta, data=answer.body, content_type=content_type)
-
-    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
-        _no_idempotency(caller)
-        async with self.locks.hold(resource):
-            await self._fences.fenced(FencedRequest("DELETE", key, resource, token, caller=caller))
-            await self._forward("DELETE", key, resource=resource, token=token)
+            await self._fences.fenced(request)
+            if request.method == "PUT":
+                answer = await self._forward(
+                    "PUT", key, resource=resource, token=token, data=request.data,
+                    content_type=request.content_type,
+                )  # fmt: skip
+                return ObjectMeta(
+                    key=key, resource=resource, token=token, version=None, size=len(request.data),
+                    digest=digest_of(request.data), created=answer.status == 201,
+                )  # fmt: skip
+            answer = await self._forward(request.method, key, resource=resource, token=token)
+        if request.method == "GET":
+            return _object_data(key, resource, answer)
         return ObjectMeta(key=key, resource=resource, token=token, version=None, size=0, digest=None)
+
+    async def read(self, key: str, *, resource: str) -> ObjectData:
+        return _object_data(key, resource, await self._forward("GET", key, resource=resource, token=None))
 
     async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]:
         raise NotSupported("listing is not available in proxy mode: list on the upstream service itself")

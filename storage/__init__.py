@@ -11,8 +11,8 @@ from storage.errors import (
     StorageError,
     StorageUnavailable,
 )
-from storage.fenced import FencedRequest, Policy
-from storage.protocols import Caller, ObjectData, ObjectMeta, ObjectStore, Refused
+from storage.fenced import Policy
+from storage.protocols import Caller, FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
 from storage.schema import SCHEMA_VERSION, migrate
 from storage.sql import SqlObjectStore
 from storage.verify import AuditReport, verify_audit

@@ -47,7 +47,7 @@ import hashlib
 from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from storage.errors import (
     IdempotencyKeyReused,
@@ -56,8 +56,7 @@ from storage.errors import (
     StaleTokenError,
     StorageError,
 )
-from storage.models import DEFAULT_CONTENT_TYPE
-from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta
+from storage.protocols import FencedRequest, ObjectData, ObjectMeta
 from storage.records import (
     ACCEPTED,
     NOT_FOUND,
@@ -82,7 +81,6 @@ __all__ = [
     "stale_token",
 ]
 
-Method = Literal["PUT", "GET", "DELETE"]
 Row = Mapping[str, Any]
 Outcome = ObjectMeta | ObjectData | StorageError
 
@@ -114,19 +112,6 @@ class Policy:
 
 
 FENCED = Policy()
-
-
-@dataclass(frozen=True, slots=True)
-class FencedRequest:
-    """One fenced request: `token` checked against `resource`'s mark, `key` bound to `resource`."""
-
-    method: Method
-    key: str
-    resource: str
-    token: int
-    data: bytes = b""
-    content_type: str = DEFAULT_CONTENT_TYPE
-    caller: Caller = ANONYMOUS
 
 
 class Retry(StorageError):

@@ -42,7 +42,8 @@ from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from storage.errors import StorageError, StorageUnavailable
-from storage.fenced import FENCED, FencedRequest, Outcome, Policy, Retry, apply
+from storage.fenced import FENCED, Outcome, Policy, Retry, apply
+from storage.protocols import FencedRequest
 from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
 from storage.records import refused_params
 from storage.sql import SqlObjectStore

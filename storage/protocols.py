@@ -8,10 +8,11 @@ resource's mark in the same transaction as the change, and raises
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Literal
 
 from storage.models import DEFAULT_CONTENT_TYPE
 
@@ -76,8 +77,32 @@ class Refused:
     outcome: str
 
 
-class ObjectStore(Protocol):
-    """A key-value store behind a fence."""
+Method = Literal["PUT", "GET", "DELETE"]
+
+
+@dataclass(frozen=True, slots=True)
+class FencedRequest:
+    """One fenced request: `token` checked against `resource`'s mark, `key` bound to `resource`."""
+
+    method: Method
+    key: str
+    resource: str
+    token: int
+    data: bytes = b""
+    content_type: str = DEFAULT_CONTENT_TYPE
+    caller: Caller = ANONYMOUS
+
+
+class FencedOps(ABC):
+    """`put`, fenced `get` and `delete`, written once over `fenced(request)`; plain `get` is `read`."""
+
+    @abstractmethod
+    async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
+        """Decide and apply one fenced request: `ObjectData` for a GET, `ObjectMeta` otherwise."""
+
+    @abstractmethod
+    async def read(self, key: str, *, resource: str) -> ObjectData:
+        """The object under `key`, no fence (`resource` is what the request named)."""
 
     async def put(
         self,
@@ -88,26 +113,42 @@ class ObjectStore(Protocol):
         token: int,
         caller: Caller = ANONYMOUS,
         content_type: str = DEFAULT_CONTENT_TYPE,
-    ) -> ObjectMeta: ...
+    ) -> ObjectMeta:
+        meta = await self.fenced(FencedRequest("PUT", key, resource, token, data, content_type, caller))
+        assert isinstance(meta, ObjectMeta)
+        return meta
 
     async def get(
         self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
-    ) -> ObjectData: ...
+    ) -> ObjectData:
+        if token is None:
+            return await self.read(key, resource=resource)
+        found = await self.fenced(FencedRequest("GET", key, resource, token, caller=caller))
+        assert isinstance(found, ObjectData)
+        return found
 
-    async def delete(
-        self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS
-    ) -> ObjectMeta: ...
+    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
+        meta = await self.fenced(FencedRequest("DELETE", key, resource, token, caller=caller))
+        assert isinstance(meta, ObjectMeta)
+        return meta
 
+
+class ObjectStore(FencedOps):
+    """A key-value store behind a fence."""
+
+    @abstractmethod
     async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]: ...
 
+    @abstractmethod
     async def mark(self, resource: str) -> int:
         """The resource's high-water mark; 0 if no token was ever accepted."""
-        ...
 
+    @abstractmethod
     async def marks_count(self) -> int: ...
 
+    @abstractmethod
     async def ping(self) -> None: ...
 
+    @abstractmethod
     async def record_refusals(self, entries: Sequence[Refused]) -> None:
         """Append refused requests to the audit trail, in one transaction."""
-        ...

@@ -14,9 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage.fenced import FencedRequest
-from storage.models import DEFAULT_CONTENT_TYPE
-from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
+from storage.protocols import FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
 from storage.sql import SqlObjectStore
 
 DEFAULT_MAX_BATCH = 256  # requests per transaction; bounds how long one batch holds its locks
@@ -41,7 +39,7 @@ def settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_exception(value)
 
 
-class QueuedStore:
+class QueuedStore(ObjectStore):
     """The `ObjectStore` methods of a batching store; subclasses define its writer's life and queue."""
 
     def __init__(self, store: SqlObjectStore, *, max_batch: int) -> None:
@@ -65,33 +63,12 @@ class QueuedStore:
     async def _submit(self, op: Op) -> Any:
         raise NotImplementedError
 
-    async def put(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        resource: str,
-        token: int,
-        caller: Caller = ANONYMOUS,
-        content_type: str = DEFAULT_CONTENT_TYPE,
-    ) -> ObjectMeta:
-        request = FencedRequest("PUT", key, resource, token, data, content_type, caller)
-        meta: ObjectMeta = await self._submit(Op(request))
-        return meta
+    async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
+        outcome: ObjectMeta | ObjectData = await self._submit(Op(request))
+        return outcome
 
-    async def get(
-        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
-    ) -> ObjectData:
-        if token is None:
-            return await self._store.get(key, resource=resource, token=None)
-        found: ObjectData = await self._submit(Op(FencedRequest("GET", key, resource, token, caller=caller)))
-        return found
-
-    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
-        meta: ObjectMeta = await self._submit(
-            Op(FencedRequest("DELETE", key, resource, token, caller=caller))
-        )
-        return meta
+    async def read(self, key: str, *, resource: str) -> ObjectData:
+        return await self._store.read(key, resource=resource)
 
     async def record_refusals(self, entries: Sequence[Refused]) -> None:
         """Refusals ride along in the next batch: no commit of their own."""

@@ -25,9 +25,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from storage.engine import READ_ONLY
 from storage.errors import ObjectNotFound, StorageError, StorageUnavailable, map_storage_errors
-from storage.fenced import FENCED, FencedRequest, Policy, Retry, apply, object_data
-from storage.models import DEFAULT_CONTENT_TYPE, Fence, StoredObject
-from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, Refused
+from storage.fenced import FENCED, Policy, Retry, apply, object_data
+from storage.models import Fence, StoredObject
+from storage.protocols import FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
 from storage.records import refused_params
 from storage.statements import Statements
 
@@ -66,7 +66,7 @@ class AsyncTx:
         await self._conn.execute(self._sql.audit_insert, dict(params))
 
 
-class SqlObjectStore:
+class SqlObjectStore(ObjectStore):
     """`ObjectStore` over one SQLAlchemy async engine (SQLite or PostgreSQL).
 
     The engine is owned by the caller (a cleanup context), not by the store.
@@ -106,28 +106,7 @@ class SqlObjectStore:
             f"{request.method} {request.key!r} kept conflicting with concurrent requests; retry"
         )
 
-    async def put(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        resource: str,
-        token: int,
-        caller: Caller = ANONYMOUS,
-        content_type: str = DEFAULT_CONTENT_TYPE,
-    ) -> ObjectMeta:
-        request = FencedRequest("PUT", key, resource, token, data, content_type, caller)
-        meta = await self.fenced(request)
-        assert isinstance(meta, ObjectMeta)
-        return meta
-
-    async def get(
-        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
-    ) -> ObjectData:
-        if token is not None:
-            found = await self.fenced(FencedRequest("GET", key, resource, token, caller=caller))
-            assert isinstance(found, ObjectData)
-            return found
+    async def read(self, key: str, *, resource: str) -> ObjectData:
         sql = self._sql.object_select
         with map_storage_errors("get"):
             async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
@@ -135,11 +114,6 @@ class SqlObjectStore:
         if row is None:
             raise ObjectNotFound(f"no object under key {key!r}", key=key)
         return object_data(cast(Mapping[str, Any], row._mapping))
-
-    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
-        meta = await self.fenced(FencedRequest("DELETE", key, resource, token, caller=caller))
-        assert isinstance(meta, ObjectMeta)
-        return meta
 
     async def record_refusals(self, entries: Sequence[Refused]) -> None:
         """Append refused requests to the audit trail in one transaction (they changed nothing)."""
