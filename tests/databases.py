@@ -1,5 +1,6 @@
-"""A fresh PostgreSQL database of its own, on the suite's shared server, for tests whose data must
-not meet another test's (a fence violation made on purpose, an old schema, a whole-trail check)."""
+"""Databases for tests: a store over a migrated engine, and a fresh PostgreSQL database of its own
+on the suite's shared server, for tests whose data must not meet another test's (a fence
+violation made on purpose, an old schema, a whole-trail check)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,18 @@ from urllib.parse import urlsplit
 import asyncpg
 
 from fencegate.lab.cluster import LocalCluster
+from storage import SqlObjectStore, migrate, open_engine
+
+
+@contextlib.asynccontextmanager
+async def migrated_store(url: str) -> AsyncIterator[SqlObjectStore]:
+    """A store over a fresh engine on `url`, its schema migrated; the engine is disposed afterwards."""
+    engine = open_engine(url)
+    await migrate(engine)
+    try:
+        yield SqlObjectStore(engine)
+    finally:
+        await engine.dispose()
 
 
 @contextlib.asynccontextmanager

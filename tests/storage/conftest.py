@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
-from storage import SqlObjectStore, migrate, open_engine
+from storage import SqlObjectStore
+from tests.databases import migrated_store
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -25,12 +26,8 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 async def store(store_url: str) -> AsyncIterator[SqlObjectStore]:
-    engine = open_engine(store_url)
-    await migrate(engine)
-    try:
-        yield SqlObjectStore(engine)
-    finally:
-        await engine.dispose()
+    async with migrated_store(store_url) as store:
+        yield store
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ import asyncpg
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
-from storage import ResourceMismatch, SqlObjectStore, migrate, open_engine
+from storage import ResourceMismatch, SqlObjectStore
+from tests.databases import migrated_store
 from tests.waiting import eventually
 
 Names = Callable[[str], str]
@@ -29,12 +30,8 @@ Names = Callable[[str], str]
 
 @pytest.fixture
 async def pg_store(postgres_cluster: LocalCluster) -> AsyncIterator[SqlObjectStore]:
-    engine = open_engine(postgres_cluster.postgres_dsn)
-    await migrate(engine)
-    try:
-        yield SqlObjectStore(engine)
-    finally:
-        await engine.dispose()
+    async with migrated_store(postgres_cluster.postgres_dsn) as store:
+        yield store
 
 
 @pytest.fixture

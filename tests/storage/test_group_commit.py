@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from storage import ObjectNotFound, SqlObjectStore, StaleTokenError, StorageUnavailable, migrate, open_engine
+from storage import ObjectNotFound, SqlObjectStore, StaleTokenError, StorageUnavailable
 from storage.batch import GroupCommitStore
 from storage.writer import INLINE_BYTES
+from tests.databases import migrated_store
 from tests.waiting import eventually
 
 
@@ -28,12 +29,8 @@ async def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def sql(db_path: Path) -> AsyncIterator[SqlObjectStore]:
-    engine = open_engine(f"sqlite:///{db_path}")
-    await migrate(engine)
-    try:
-        yield SqlObjectStore(engine)
-    finally:
-        await engine.dispose()
+    async with migrated_store(f"sqlite:///{db_path}") as store:
+        yield store
 
 
 @pytest.fixture
