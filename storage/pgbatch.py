@@ -170,7 +170,7 @@ async def run_lockstep(
                     batch.fenced_at[statement.index] = next(fences)
             records = await pg.fetchmany(sql.text[name], [sql.args(name, s.params) for s in group])
             for statement, record in zip(group, records, strict=True):
-                step(statement.index, None if record[0] is None else dict(record.items()))
+                step(statement.index, None if record[0] is None else record)  # a Record reads by name
     last = len(units)
     audits = sorted(batch.audits, key=lambda entry: batch.fenced_at.get(entry[0], last))
     done = [outcome for outcome in outcomes if outcome is not None]
