@@ -11,7 +11,7 @@ What keeps storage safe is the token, checked by the fence (the gateway).
 
 from typing import TYPE_CHECKING
 
-from lockclient.config import DEFAULT_RETRY, RedlockSettings, RetryPolicy
+from lockclient.config import DEFAULT_RETRY, RedlockSettings, RetryPolicy, TLSSettings
 from lockclient.errors import (
     ConfigurationError,
     ExtensionLimitReached,
@@ -55,6 +55,7 @@ __all__ = [
     "RetryPolicy",
     "SQLiteTokens",
     "StaleToken",
+    "TLSSettings",
     "TokenSource",
     "TokenSourceError",
     "ZooKeeperTokens",

@@ -1,6 +1,6 @@
 """One Redis master as Redlock uses it: one pipelined connection, and the commands it is sent.
 
-Each master keeps one connection (`lockclient._resp`), reused by every attempt
+Each master keeps one connection (`lockclient.transport`), reused by every attempt
 and every concurrent caller. There is no client-side retry: a retry would hide
 a slow node inside the per-node timeout that `fan_out` enforces, and Redlock
 already retries whole attempts with a fresh value. A command abandoned at that
@@ -14,15 +14,16 @@ them as one batch, with no task or future per node.
 from __future__ import annotations
 
 import functools
-from urllib.parse import urlsplit
 
-from lockclient._resp import Command, Connection, Endpoint, Link, Push, Script, open_link, pack
 from lockclient._scripts import EXTEND, RELEASE
+from lockclient.config import TLSSettings
 from lockclient.errors import ConfigurationError
+from lockclient.transport.codec import Command, Script, pack
+from lockclient.transport.connection import Connection, Link, Push
+from lockclient.transport.endpoint import Endpoint, redact
 
 __all__ = ["PING", "Master", "extend", "release", "release_channel", "set_nx"]
 
-SCHEMES = ("redis", "rediss", "unix")
 RELEASE_SCRIPT = Script(RELEASE)
 EXTEND_SCRIPT = Script(EXTEND)
 
@@ -32,19 +33,12 @@ def release_channel(key: str) -> str:
     return f"{key}:released"
 
 
-def check_url(url: str) -> str:
-    scheme = urlsplit(url).scheme
-    if scheme not in SCHEMES:
-        raise ConfigurationError(
-            f"master {url!r} is not a Redis URL: use redis://host:port, rediss://host:port or unix:///path"
-        )
+def endpoint(url: str, tls: TLSSettings | None = None) -> Endpoint:
+    """`url` read as a master's endpoint; `ConfigurationError` naming the master and the fix."""
     try:
-        Endpoint.from_url(url)
+        return Endpoint.from_url(url, tls=tls)
     except ValueError as exc:
-        raise ConfigurationError(
-            f"master {url!r} is not a valid Redis URL ({exc}): check its port and /db"
-        ) from exc
-    return url
+        raise ConfigurationError(f"master {redact(url)!r}: {exc}") from None
 
 
 def _is_ok(reply: object) -> bool:
@@ -86,15 +80,23 @@ def extend(key: str, value: str, ttl_ms: int) -> Command[bool]:
 
 
 class Master(Connection):
-    """A Redis master: its command connection, and subscriber connections on demand; `url` names it
-    in per-node reasons."""
+    """A Redis master: its command connection, and subscriber connections on demand.
 
-    def __init__(self, url: str, *, connect_timeout: float) -> None:
-        super().__init__(Endpoint.from_url(check_url(url)), url, connect_timeout=connect_timeout)
+    `url` names it in per-node reasons; messages name it without its password.
+    `tls` are the settings of every `rediss://` master (its URL may override
+    them); given them, a plaintext URL is refused.
+    """
+
+    def __init__(self, url: str, *, connect_timeout: float, tls: TLSSettings | None = None) -> None:
+        where = endpoint(url, tls)
+        try:
+            super().__init__(where, redact(url), connect_timeout=connect_timeout)
+        except ValueError as exc:  # a certificate or key file that cannot be used
+            raise ConfigurationError(f"master {redact(url)!r}: {exc}") from None
         self.url = url
 
     async def subscriber(self, push: Push, *, timeout: float) -> Link:  # noqa: ASYNC109 - a handshake bound
         """A new connection of its own for pub/sub, every message passed to `push`."""
-        link = await open_link(self.endpoint, self.url, timeout=timeout)
+        link = await self.connect(timeout=timeout)
         link.push = push
         return link

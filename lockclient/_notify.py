@@ -20,7 +20,8 @@ from collections.abc import Sequence
 
 from lockclient._nodes import Master
 from lockclient._quorum import fan_out
-from lockclient._resp import Link, pack
+from lockclient.transport.codec import pack
+from lockclient.transport.connection import Link
 
 __all__ = ["Notifier", "Watch"]
 

@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
-from lockclient._resp import PENDING, Batch, Reply
+from lockclient.transport.connection import Reply
+from lockclient.transport.fanout import Batch, Outcome, Pending, current
 
 __all__ = [
     "DRIFT_CONSTANT",
@@ -54,15 +55,16 @@ def validity(ttl: float, elapsed: float, drift_allowance: float) -> float:
     return ttl - elapsed - drift_allowance
 
 
-def tally(outcomes: Sequence[object]) -> Tally:
-    """Count one fan-out's answers: True granted, False refused, an exception failed, PENDING not yet."""
+def tally(outcomes: Sequence[Outcome[object]]) -> Tally:
+    """Count one fan-out's answers as known now: True granted, False refused, an exception failed, and
+    `Pending` not yet (a `Pending` whose answer has landed since counts as that answer)."""
     granted = refused = pending = 0
-    for outcome in outcomes:
+    for outcome in map(current, outcomes):
         if outcome is True:
             granted += 1
         elif outcome is False:
             refused += 1
-        elif outcome is PENDING:
+        elif isinstance(outcome, Pending):
             pending += 1
     failed = len(outcomes) - granted - refused - pending
     return Tally(granted=granted, refused=refused, failed=failed, pending=pending)
@@ -125,9 +127,10 @@ class Refusal:
             )
 
 
-def reason(outcome: object, timeout: float) -> str:
-    """One node's answer in words, for `LockNotAcquired.reasons` and `Lease.nodes`."""
-    if outcome is PENDING:
+def reason(outcome: Outcome[object], timeout: float) -> str:
+    """One node's answer in words, as known now, for `LockNotAcquired.reasons` and `Lease.nodes`."""
+    outcome = current(outcome)
+    if isinstance(outcome, Pending):
         return "no answer yet: the outcome was settled by the others"
     if isinstance(outcome, TimeoutError):
         return f"no answer within {timeout * 1000:.0f} ms"
@@ -141,7 +144,7 @@ class NodeAnswers(Mapping[str, str]):
 
     __slots__ = ("_outcomes", "_per_node", "_urls")
 
-    def __init__(self, urls: Sequence[str], outcomes: Sequence[object], per_node: float) -> None:
+    def __init__(self, urls: Sequence[str], outcomes: Sequence[Outcome[object]], per_node: float) -> None:
         self._urls = urls
         self._outcomes = outcomes
         self._per_node = per_node
@@ -173,14 +176,14 @@ def fan_out(
     need: int | None = None,
     errors_count: bool = True,
     shielded: bool = False,
-) -> Awaitable[list[T | BaseException]]:
+) -> Awaitable[list[Outcome[T]]]:
     """Wait for the calls concurrently, each for at most `per_node` seconds; errors are returned, not raised.
 
     With `need` (a quorum), return once the outcome is settled: `need` calls
     answered True, or too many did not (False, or an error when
-    `errors_count`) for `need` to be reached. Calls still out are then
-    `PENDING` in the list, and their answers replace it when they land;
-    they still expire at `per_node`. Without `need`, or for awaitables
+    `errors_count`) for `need` to be reached. Calls still out are then a
+    `Pending` in the list, through which their answers are read once they
+    land; they still expire at `per_node`. Without `need`, or for awaitables
     other than the masters' replies, wait for every call.
 
     One node's error never cancels the others, whose answers still count
@@ -196,12 +199,12 @@ def fan_out(
     """
     if calls and all(isinstance(call, Reply) for call in calls):
         replies = cast(Sequence[Reply[T]], calls)
-        return Batch(replies, per_node, need=need, errors_count=errors_count, shielded=shielded).done
+        return Batch(replies, per_node, need=need, errors_count=errors_count, shielded=shielded)
     gathered = _gather(calls, per_node)
     return asyncio.shield(gathered) if shielded else gathered
 
 
-async def _gather(calls: Sequence[Awaitable[T]], per_node: float) -> list[T | BaseException]:
+async def _gather(calls: Sequence[Awaitable[T]], per_node: float) -> list[Outcome[T]]:
     loop = asyncio.get_running_loop()
     tasks = [asyncio.ensure_future(call) for call in calls]
     timer = loop.call_later(per_node, _expire, tasks)

@@ -3,7 +3,7 @@
 Release and extend must compare the owner's value and act in one step on the
 server: a client-side GET followed by DEL could delete a key that expired and
 was taken by someone else in between. Each constant's header names its keys,
-arguments and reply; the transport (`_resp.py`) sends them with EVALSHA, and as EVAL on NOSCRIPT.
+arguments and reply; the transport (`lockclient/transport/`) sends them with EVALSHA, and as EVAL on NOSCRIPT.
 """
 
 from __future__ import annotations

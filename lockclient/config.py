@@ -7,9 +7,11 @@ built, and a bad value is refused when it is given, with the fix.
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from lockclient.errors import ConfigurationError
 
@@ -21,8 +23,10 @@ __all__ = [
     "DEFAULT_RETRY",
     "DEFAULT_TTL",
     "DEFAULT_WATCHDOG_FRACTION",
+    "CertReqs",
     "RedlockSettings",
     "RetryPolicy",
+    "TLSSettings",
     "check_masters",
     "check_ttl",
     "require_positive",
@@ -131,3 +135,58 @@ class RedlockSettings:
             raise ConfigurationError(
                 f"watchdog_fraction must be in (0, 1), got {self.watchdog_fraction!r}: try 1/3"
             )
+
+
+CertReqs = Literal["required", "optional", "none"]
+CERT_REQS: tuple[CertReqs, ...] = get_args(CertReqs)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TLSSettings:
+    """How `rediss://` masters are reached: redis-py's `ssl_*` settings, under the same names.
+
+    The same names work as query parameters of a master's URL, which win over
+    these for that master. Files are PEM. Nothing here turns TLS on: the
+    scheme does, and a Redlock given TLS settings refuses a plaintext master.
+
+    ssl_ca_certs: the CAs that may sign a master's certificate (only these);
+        None trusts the system's store.
+    ssl_certfile, ssl_keyfile: the client certificate and its key, for
+        masters that require one (`tls-auth-clients yes`); the key may sit in
+        the certificate file.
+    ssl_cert_reqs: "required" (the default) verifies the master's
+        certificate; "optional" the same, as a client; "none" accepts any
+        certificate, which gives encryption without knowing who answers.
+    ssl_check_hostname: the certificate must name the host of the URL;
+        None (the default) checks unless ssl_cert_reqs is "none".
+    """
+
+    ssl_ca_certs: str | os.PathLike[str] | None = None
+    ssl_certfile: str | os.PathLike[str] | None = None
+    ssl_keyfile: str | os.PathLike[str] | None = None
+    ssl_cert_reqs: CertReqs = "required"
+    ssl_check_hostname: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.ssl_cert_reqs not in CERT_REQS:
+            raise ConfigurationError(
+                f"ssl_cert_reqs must be one of {', '.join(CERT_REQS)}, got {self.ssl_cert_reqs!r}: "
+                "'required' verifies the master's certificate"
+            )
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ConfigurationError(
+                "ssl_keyfile is given without ssl_certfile: the key belongs to a client certificate, "
+                "give both (or neither)"
+            )
+        if self.ssl_check_hostname and self.ssl_cert_reqs == "none":
+            raise ConfigurationError(
+                "ssl_check_hostname needs a verified certificate, but ssl_cert_reqs is 'none': "
+                "use ssl_cert_reqs='required' (and ssl_ca_certs), or drop ssl_check_hostname"
+            )
+
+    @property
+    def checks_hostname(self) -> bool:
+        """Whether the master's certificate must name the host it was reached by."""
+        if self.ssl_check_hostname is None:
+            return self.ssl_cert_reqs != "none"
+        return self.ssl_check_hostname

@@ -37,12 +37,14 @@ from lockclient.config import (
     DEFAULT_WATCHDOG_FRACTION,
     RedlockSettings,
     RetryPolicy,
+    TLSSettings,
     check_masters,
     check_ttl,
 )
 from lockclient.errors import ConfigurationError, ExtensionLimitReached, LockLost, LockNotAcquired
 from lockclient.lease import EXPIRED, Lease, TokenT, lock_value
 from lockclient.protocols import Clock, TokenSource
+from lockclient.transport.fanout import Outcome
 
 __all__ = ["Redlock"]
 
@@ -68,7 +70,7 @@ class Redlock(Generic[TokenT]):
         self: Redlock[int], masters: Sequence[str], *, tokens: TokenSource, ttl: float = ...,
         node_timeout: float = ..., retry: RetryPolicy = ..., clock: Clock = ...,
         drift_factor: float = ..., max_extensions: int = ..., watchdog_fraction: float = ...,
-        reentrant: bool = ..., key_prefix: str = ...,
+        reentrant: bool = ..., key_prefix: str = ..., tls: TLSSettings | None = ...,
     ) -> None: ...  # fmt: skip
 
     @overload
@@ -76,7 +78,7 @@ class Redlock(Generic[TokenT]):
         self: Redlock[None], masters: Sequence[str], *, tokens: None = None, ttl: float = ...,
         node_timeout: float = ..., retry: RetryPolicy = ..., clock: Clock = ...,
         drift_factor: float = ..., max_extensions: int = ..., watchdog_fraction: float = ...,
-        reentrant: bool = ..., key_prefix: str = ...,
+        reentrant: bool = ..., key_prefix: str = ..., tls: TLSSettings | None = ...,
     ) -> None: ...  # fmt: skip
 
     @overload
@@ -84,7 +86,7 @@ class Redlock(Generic[TokenT]):
         self: Redlock[int | None], masters: Sequence[str], *, tokens: TokenSource | None, ttl: float = ...,
         node_timeout: float = ..., retry: RetryPolicy = ..., clock: Clock = ...,
         drift_factor: float = ..., max_extensions: int = ..., watchdog_fraction: float = ...,
-        reentrant: bool = ..., key_prefix: str = ...,
+        reentrant: bool = ..., key_prefix: str = ..., tls: TLSSettings | None = ...,
     ) -> None: ...  # fmt: skip
 
     def __init__(
@@ -101,6 +103,7 @@ class Redlock(Generic[TokenT]):
         watchdog_fraction: float = DEFAULT_WATCHDOG_FRACTION,
         reentrant: bool = False,
         key_prefix: str = DEFAULT_KEY_PREFIX,
+        tls: TLSSettings | None = None,
     ) -> None:
         check_masters(masters)
         self.settings = RedlockSettings(
@@ -108,7 +111,7 @@ class Redlock(Generic[TokenT]):
             max_extensions=max_extensions, watchdog_fraction=watchdog_fraction, reentrant=reentrant,
             key_prefix=key_prefix,
         )  # fmt: skip
-        self._masters = [Master(url, connect_timeout=max(node_timeout, 0.2)) for url in masters]
+        self._masters = [Master(url, connect_timeout=max(node_timeout, 0.2), tls=tls) for url in masters]
         self._urls = tuple(masters)
         self._tokens = tokens
         self._clock = clock
@@ -272,7 +275,7 @@ class Redlock(Generic[TokenT]):
 
     async def _undo(
         self, key: str, value: str, masters: Sequence[Master], *, need: int | None = None
-    ) -> list[bool | BaseException]:
+    ) -> list[Outcome[bool]]:
         """Compare-and-delete on `masters`; shielded so a second cancellation cannot leave keys behind.
 
         With `need`, return once `need` masters deleted it or too many said "not yours" for that

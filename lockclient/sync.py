@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any, Generic, TypedDict, TypeVar, Unpack, overload
 
 from lockclient import redlock
-from lockclient.config import RetryPolicy
+from lockclient.config import RetryPolicy, TLSSettings
 from lockclient.lease import Lease, TokenT
 from lockclient.protocols import Clock, TokenSource
 
@@ -43,6 +43,7 @@ class RedlockOptions(TypedDict, total=False):
     watchdog_fraction: float
     reentrant: bool
     key_prefix: str
+    tls: TLSSettings | None
 
 
 class Redlock(Generic[TokenT]):

@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 import hiredis
 
 from fencegate.bench.runner import Op
-from lockclient._resp import Script, pack
 from lockclient._scripts import RELEASE
+from lockclient.transport.codec import Script, pack
 
 PING = b"*1\r\n$4\r\nPING\r\n"
 PONG = b"+PONG\r\n"

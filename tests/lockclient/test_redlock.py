@@ -220,6 +220,6 @@ async def test_connect_opens_a_connection_to_every_master(urls: list[str]) -> No
     try:
         answers = await locker.connect()
         assert [answers[url] for url in urls] == ["ok"] * 5
-        assert "ConnectionError" in answers["redis://127.0.0.1:1"]
+        assert answers["redis://127.0.0.1:1"].startswith("ConnectionRefusedError: cannot connect to")
     finally:
         await locker.aclose()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -19,10 +19,12 @@ import uvloop
 from redis.asyncio import Redis
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
-from lockclient import Redlock
+from lockclient import Redlock, TLSSettings
 from lockclient._nodes import PING, Master, release, set_nx
 from lockclient._quorum import fan_out
-from lockclient._resp import Command, Connection, Endpoint, Reply, ServerError, pack
+from lockclient.transport.codec import Command, ServerError, pack
+from lockclient.transport.connection import Connection, Reply
+from lockclient.transport.endpoint import Endpoint
 from tests.lockclient.conftest import eventually
 
 Factory = Callable[[ClusterSpec], LocalCluster]
@@ -35,6 +37,10 @@ def _same(reply: Any) -> Any:
 def _call(connection: Connection, *args: str) -> Reply[Any]:
     """Any command, its reply as Redis sent it."""
     return connection.send(Command(pack(*args), _same))
+
+
+async def _wait(outcomes: Awaitable[list[Any]]) -> list[Any]:
+    return await outcomes
 
 
 async def one_master(cluster_factory: Factory) -> LocalCluster:
@@ -122,9 +128,13 @@ async def test_a_shielded_fan_out_still_sends_what_waited_for_its_connection(
         await raw[0].set(key, "mine")
         master = Master(urls[0], connect_timeout=1.0)  # no connection yet: the release queues
         try:
-            waiting = fan_out([master.send(release(key, "mine"))], 1.0, shielded=shielded)
-            assert isinstance(waiting, asyncio.Future)
-            waiting.cancel()  # the caller is gone before the connection opened
+            sent = master.send(release(key, "mine"))
+            caller = asyncio.create_task(_wait(fan_out([sent], 1.0, shielded=shielded)))
+            await asyncio.sleep(0)  # the caller now waits on the batch; the connection is still opening
+            assert not sent.done()
+            caller.cancel()  # the caller is gone before the connection opened
+            with pytest.raises(asyncio.CancelledError):
+                await caller
             [pong] = await fan_out([master.send(PING)], 1.0)  # sent after anything that was queued
             assert pong is True
             kept[shielded] = await raw[0].get(key)
@@ -236,7 +246,7 @@ async def test_the_url_logs_in_and_selects_its_database(cluster_factory: Factory
 def test_endpoints_are_read_from_urls() -> None:
     assert Endpoint.from_url("redis://127.0.0.1:7000") == Endpoint(host="127.0.0.1", port=7000)
     assert Endpoint.from_url("rediss://u:p%40ss@h/2") == Endpoint(
-        host="h", tls=True, username="u", password="p@ss", db=2
+        host="h", tls=TLSSettings(), username="u", password="p@ss", db=2
     )
     assert Endpoint.from_url("unix:///run/redis.sock?db=1") == Endpoint(path="/run/redis.sock", db=1)
 

@@ -1,0 +1,402 @@
+"""One master's connection: a socket (TCP, TLS or unix), its login, and replies matched to requests.
+
+How it stays correct:
+- Redis answers a connection's commands in the order it received them, so
+  requests are written as soon as they are issued (pipelined, whoever issues
+  them) and replies are matched to requests first in, first out.
+- A request abandoned at the per-node timeout drops its connection at once:
+  commands queued behind a slow or hung server would inherit its delay, and a
+  late reply is never read. Every other request in flight on it fails with
+  `ConnectionAbortedError` (it may or may not have been applied; Redlock
+  undoes both). The next command opens a new connection. A request whose
+  caller was cancelled keeps its place instead: its reply is read and
+  discarded, so an undo sent next on the same connection runs after it.
+- A lost connection fails what is in flight on it; the next command reconnects.
+- Scripts go as EVALSHA; a NOSCRIPT reply (a restarted server forgets its
+  scripts) resends that one request as EVAL from the reply path, in order.
+- `rediss://` is TLS or nothing: a failed handshake is a `TLSError` naming
+  the master and the reason, never a retry in plaintext.
+
+A failed request or connection is one of these exceptions (what each means
+for a fan-out is in `lockclient.transport.fanout`): `TimeoutError` (no
+answer within the per-node timeout), `ConnectTimeout`,
+`ConnectionRefusedError`, `ConnectionResetError` (lost, or closed by the
+master), `ConnectionAbortedError` (dropped by this client), `TLSError`,
+`AuthenticationError`, `ServerError` (an error reply), or a plain
+`ConnectionError` for anything else that kept the connection from opening.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import ssl
+from collections.abc import Callable, Generator
+from typing import Any, Final, Generic, Protocol, TypeVar, cast
+
+from lockclient.transport.codec import Command, Convert, ProtocolError, ServerError, reader
+from lockclient.transport.endpoint import Endpoint, tls_context
+
+__all__ = [
+    "UNSET",
+    "AuthenticationError",
+    "ConnectTimeout",
+    "Connection",
+    "Link",
+    "Push",
+    "Reply",
+    "TLSError",
+    "Unset",
+    "Waiter",
+    "open_link",
+]
+
+T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+Push = Callable[[object], None]
+
+
+class TLSError(ConnectionError):
+    """TLS failed: the master's certificate (CA, expiry, host name), or the master refused ours.
+
+    A setting to fix, not an outage; the message says which.
+    """
+
+
+class AuthenticationError(ConnectionError):
+    """The master refused the URL's login (AUTH) or database (SELECT)."""
+
+
+class ConnectTimeout(ConnectionError):
+    """A connection (with its TLS handshake and login) did not open within its timeout."""
+
+
+class Unset(enum.Enum):
+    """The type of `UNSET`: a reply that has not settled yet."""
+
+    UNSET = enum.auto()
+
+
+UNSET: Final = Unset.UNSET
+
+
+class Waiter(Protocol[T_contra]):
+    """Who a reply hands its outcome to when it settles (a fan-out's batch)."""
+
+    def deliver(self, outcome: T_contra | BaseException) -> None: ...
+
+
+class Reply(Generic[T]):
+    """The answer to one request, settled once: handed to its `Waiter`, or to whoever awaits it.
+
+    Not a future: a fan-out reads its replies through its batch, so none of
+    them pays for a future of its own; one is made only if the reply is
+    awaited directly. `expire()` (the per-node timeout) drops the connection
+    it was written to; `cancel()` (the caller was cancelled) keeps its place
+    in the order: its reply is read and discarded, and whatever the caller
+    sends next runs after it.
+    """
+
+    __slots__ = ("_future", "convert", "fallback", "link", "outcome", "waiter")
+
+    def __init__(self, convert: Convert[T], fallback: bytes | None = None) -> None:
+        self.convert = convert
+        self.fallback = fallback  # the script's EVAL, sent after a NOSCRIPT reply
+        # the converted reply, or the exception that ended the request; UNSET until then
+        self.outcome: T | BaseException | Unset = UNSET
+        self.link: Link | None = None
+        self.waiter: Waiter[T] | None = None
+        self._future: asyncio.Future[T] | None = None
+
+    def done(self) -> bool:
+        return self.outcome is not UNSET
+
+    def resolve(self, outcome: T | BaseException) -> bool:
+        """Settle with a value or an exception; False if it was settled already."""
+        if self.outcome is not UNSET:
+            return False
+        self.outcome = outcome
+        if self.waiter is not None:
+            self.waiter.deliver(outcome)
+        if self._future is not None and not self._future.done():
+            _settle(self._future, outcome)
+        return True
+
+    def cancel(self) -> bool:
+        return self.resolve(asyncio.CancelledError())
+
+    def expire(self) -> None:
+        """Give up at the per-node timeout: the server is slow or hung, so close the connection."""
+        if self.resolve(TimeoutError()) and self.link is not None:
+            self.link.drop("a request on it timed out")
+
+    def __await__(self) -> Generator[Any, None, T]:
+        future = self._future
+        if future is None:
+            future = self._future = asyncio.get_running_loop().create_future()
+            if self.outcome is not UNSET:
+                _settle(future, self.outcome)
+            else:
+                future.add_done_callback(self._awaiter_gone)
+        return future.__await__()
+
+    def _awaiter_gone(self, future: asyncio.Future[T]) -> None:
+        if future.cancelled():  # the task awaiting it was cancelled
+            self.cancel()
+
+
+def _settle(future: asyncio.Future[T], outcome: T | BaseException) -> None:
+    if isinstance(outcome, asyncio.CancelledError):
+        future.cancel()
+    elif isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+class Link(asyncio.Protocol):
+    """One open connection: requests in flight, matched to replies in order; or, with `push`,
+    a subscriber connection whose every message goes to `push`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.push: Push | None = None
+        self._reader = reader()
+        self._inflight: collections.deque[Reply[Any]] = collections.deque()
+        self._transport: asyncio.Transport | None = None
+        self.open = True
+        self.why = ""  # why it was dropped
+        self.gone = asyncio.Event()  # set once the connection is closed, whoever closed it
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport, whatever its class: uvloop's implement the interface without subclassing.
+        self._transport = cast(asyncio.Transport, transport)
+
+    def send(self, payload: bytes, reply: Reply[Any]) -> None:
+        assert self._transport is not None
+        reply.link = self
+        self._inflight.append(reply)
+        self._transport.write(payload)
+
+    def write(self, payload: bytes) -> None:
+        """Send without expecting a matched reply (subscriber connections)."""
+        if self._transport is not None and self.open:
+            self._transport.write(payload)
+
+    def data_received(self, data: bytes) -> None:
+        reader = self._reader
+        reader.feed(data)
+        while True:
+            try:
+                reply = reader.gets()
+            except ProtocolError as exc:
+                self.drop(f"the server sent something that is not RESP: {exc}")
+                return
+            if reply is False:
+                return
+            if self.push is not None:
+                self.push(reply)
+            elif self._inflight:
+                request = self._inflight.popleft()
+                if request.outcome is not UNSET:
+                    continue  # its caller was cancelled: the reply is read and dropped, so the order holds
+                if isinstance(reply, ServerError):
+                    self._failed(request, reply)
+                else:
+                    request.resolve(request.convert(reply))
+            else:
+                self.drop("the server sent a reply nobody asked for")
+                return
+
+    def _failed(self, request: Reply[Any], error: ServerError) -> None:
+        fallback = request.fallback
+        if fallback is not None and str(error).startswith("NOSCRIPT"):
+            # the server forgot the script (a restart): send its source, behind what is in flight
+            request.fallback = None
+            self.send(fallback, request)
+        else:
+            request.resolve(error)
+
+    def drop(self, why: str, kind: type[ConnectionError] = ConnectionAbortedError) -> None:
+        """Close at once and fail every request in flight with `kind` (whether the server applied it is
+        unknown); by default the client gave up on the connection."""
+        if not self.open:
+            return
+        self.open = False
+        self.why = why
+        self.gone.set()
+        if self._transport is not None:
+            self._transport.abort()
+        error = kind(f"connection to {self.name} dropped: {why}")
+        while self._inflight:
+            self._inflight.popleft().resolve(error)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ssl.SSLError):
+            self.drop(f"TLS: {describe_tls(exc)}", TLSError)
+        else:
+            self.drop(f"lost ({exc})" if exc is not None else "closed by the server", ConnectionResetError)
+
+
+# What an OpenSSL verify code means for whoever has to fix it.
+_VERIFY_HINTS = {
+    2: "it is not signed by a CA in ssl_ca_certs",
+    18: "it is self-signed: put it, or the CA that signed it, in ssl_ca_certs",
+    19: "it is not signed by a CA in ssl_ca_certs",
+    20: "it is not signed by a CA in ssl_ca_certs",
+    21: "it is not signed by a CA in ssl_ca_certs",
+    9: "it is not valid yet: check the clocks of this machine and of the one that issued it",
+    10: "renew the master's certificate (or check this machine's clock)",
+    26: "it is not a server certificate",
+    62: "reach the master by a name its certificate lists",
+    64: "reach the master by an address its certificate lists",
+}
+# What an alert or an OpenSSL reason means, for the failures met without a verify code.
+_REASON_HINTS = {
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": (
+        "the master requires a client certificate: give ssl_certfile and ssl_keyfile"
+    ),
+    "SSLV3_ALERT_HANDSHAKE_FAILURE": (
+        "the master refused the handshake: does it require a client certificate?"
+    ),
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the master refused the client certificate (ssl_certfile)",
+    "TLSV1_ALERT_UNKNOWN_CA": (
+        "the master does not trust the CA that signed the client certificate (ssl_certfile)"
+    ),
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "the client certificate (ssl_certfile) has expired",
+    "WRONG_VERSION_NUMBER": "the master does not speak TLS on this port: is it a plaintext port (redis://)?",
+    "RECORD_LAYER_FAILURE": "the master does not speak TLS on this port: is it a plaintext port (redis://)?",
+    "PACKET_LENGTH_TOO_LONG": "the master does not speak TLS on this port: is it a plaintext port (redis://)?",
+}
+
+
+def describe_tls(exc: ssl.SSLError) -> str:
+    """A TLS failure in words, with what to check."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        detail = str(exc.verify_message).rstrip(".")
+        verify_hint = _VERIFY_HINTS.get(exc.verify_code, "check ssl_ca_certs and the master's certificate")
+        return f"the master's certificate was refused: {detail} ({verify_hint})"
+    if isinstance(exc, ssl.SSLEOFError):
+        return (
+            "the master closed the connection during the TLS handshake (does it speak TLS on this port, "
+            "and does it require a client certificate?)"
+        )
+    hint = _REASON_HINTS.get(exc.reason or "")
+    text = str(exc.strerror or exc)
+    return f"{text} ({hint})" if hint else text
+
+
+def _same(reply: object) -> object:
+    return reply
+
+
+def _connect_error(name: str, exc: BaseException, link: Link | None) -> ConnectionError:
+    """What kept a connection from opening, as one of the transport's failures, naming the master."""
+    prefix = f"cannot connect to {name}"
+    if isinstance(exc, ssl.SSLError):
+        return TLSError(f"{prefix}: TLS: {describe_tls(exc)}")
+    if isinstance(exc, ServerError):
+        return AuthenticationError(f"{prefix}: the master refused the URL's login or database: {exc}")
+    if isinstance(exc, ConnectionError):  # the OS's (refused, reset), or the link's own when it dropped
+        why = link.why if link is not None and not link.open else str(exc)
+        return type(exc)(f"{prefix}: {why}")
+    return ConnectionError(f"{prefix}: {exc}")
+
+
+async def open_link(
+    endpoint: Endpoint,
+    name: str,
+    *,
+    timeout: float,  # noqa: ASYNC109 - a handshake bound
+    tls: ssl.SSLContext | None,
+) -> Link:
+    """Connect (over TLS with `tls`) and log in within `timeout` seconds; a `ConnectionError` saying
+    why not."""
+    loop = asyncio.get_running_loop()
+    link: Link | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            if endpoint.path is not None:
+                _, link = await loop.create_unix_connection(lambda: Link(name), endpoint.path)
+            else:
+                _, link = await loop.create_connection(
+                    lambda: Link(name), endpoint.host, endpoint.port, ssl=tls
+                )
+            try:
+                for command in endpoint.handshake():
+                    reply: Reply[object] = Reply(_same)
+                    link.send(command, reply)
+                    await reply
+            except BaseException:
+                link.drop("the handshake failed")
+                raise
+    except TimeoutError:
+        raise ConnectTimeout(f"cannot connect to {name}: no answer within {timeout * 1000:.0f} ms") from None
+    except (OSError, ServerError) as exc:  # OSError holds ssl.SSLError and every ConnectionError
+        raise _connect_error(name, exc, link) from exc
+    return link
+
+
+class Connection:
+    """A master's command connection: opened on first use, reopened on the first use after a failure.
+
+    Requests issued while it opens wait in a queue; one that is abandoned
+    meanwhile is never sent. The TLS context is built once, when the
+    connection is made, so a certificate file that cannot be read is an
+    error then (`ValueError`), not at the first lock.
+    """
+
+    def __init__(self, endpoint: Endpoint, name: str, *, connect_timeout: float) -> None:
+        self.endpoint = endpoint
+        self.name = name
+        self.tls = tls_context(endpoint.tls) if endpoint.tls is not None else None
+        self._connect_timeout = connect_timeout
+        self._link: Link | None = None
+        self._opening: asyncio.Task[None] | None = None
+        self._queued: list[tuple[bytes, Reply[Any]]] = []
+
+    def send(self, command: Command[T]) -> Reply[T]:
+        """Send `command` (pipelined); its reply, converted, settles the returned `Reply`."""
+        reply = Reply(command.convert, command.fallback)
+        link = self._link
+        if link is not None and link.open:
+            link.send(command.payload, reply)
+            return reply
+        self._queued.append((command.payload, reply))
+        if self._opening is None:
+            self._opening = asyncio.get_running_loop().create_task(self._open(), name=f"connect {self.name}")
+        return reply
+
+    async def connect(self, *, timeout: float) -> Link:  # noqa: ASYNC109 - a handshake bound
+        """A new connection to the same master, of its own (a subscriber's)."""
+        return await open_link(self.endpoint, self.name, timeout=timeout, tls=self.tls)
+
+    async def _open(self) -> None:
+        try:
+            link = await self.connect(timeout=self._connect_timeout)
+        except ConnectionError as exc:
+            queued, self._queued = self._queued, []
+            for _, reply in queued:
+                reply.resolve(exc)
+            return
+        finally:
+            self._opening = None
+        self._link = link
+        queued, self._queued = self._queued, []
+        for payload, reply in queued:
+            if not reply.done():
+                link.send(payload, reply)
+
+    async def aclose(self) -> None:
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            opening.cancel()
+            await asyncio.gather(opening, return_exceptions=True)
+        for _, reply in self._queued:
+            reply.cancel()
+        self._queued = []
+        if self._link is not None:
+            self._link.drop("closed by the client")
+            self._link = None

@@ -1,0 +1,191 @@
+"""Where a master listens and how to reach it, read from its URL: address, login, database, TLS.
+
+`redis://[user:password@]host[:port][/db]`, `rediss://...` (TLS) and
+`unix:///path[?db=n]`. A `rediss://` URL takes redis-py's TLS query
+parameters (`ssl_ca_certs`, `ssl_certfile`, `ssl_keyfile`, `ssl_cert_reqs`,
+`ssl_check_hostname`), which win over the `TLSSettings` given for every
+master. Every other parameter is refused, not ignored: a misspelt TLS
+setting must not quietly weaken the connection. TLS is never inferred or
+dropped: a plaintext URL with TLS settings is an error, and a `rediss://`
+master is only ever spoken to over TLS.
+
+Errors are `ValueError`s that say what to fix; the caller names the master.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
+
+from lockclient.config import TLSSettings
+from lockclient.errors import ConfigurationError
+from lockclient.transport.codec import pack
+
+__all__ = ["SCHEMES", "URL_PARAMETERS", "Endpoint", "redact", "tls_context"]
+
+SCHEMES = ("redis", "rediss", "unix")
+_FALSE = ("0", "false", "f", "no", "n", "off")
+_TRUE = ("1", "true", "t", "yes", "y", "on")
+
+
+def _flag(value: str) -> bool:
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise ValueError(f"{value!r} is not true or false")
+
+
+def _same(value: str) -> str:
+    return value
+
+
+# the TLS query parameters, each read into the TLSSettings field of the same name
+_TLS_PARAMETERS: dict[str, Callable[[str], Any]] = {
+    "ssl_ca_certs": _same,
+    "ssl_certfile": _same,
+    "ssl_keyfile": _same,
+    "ssl_cert_reqs": _same,  # checked by TLSSettings
+    "ssl_check_hostname": _flag,
+}
+URL_PARAMETERS = ("db", *_TLS_PARAMETERS)
+
+
+def redact(url: str) -> str:
+    """`url` with its password replaced by `***`, fit for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A master's address, login and database, and its TLS settings if it is spoken to over TLS."""
+
+    host: str = "localhost"
+    port: int = 6379
+    path: str | None = None  # a unix socket
+    tls: TLSSettings | None = None  # None: plaintext
+    username: str | None = None
+    password: str | None = None
+    db: int = 0
+
+    @classmethod
+    def from_url(cls, url: str, *, tls: TLSSettings | None = None) -> Endpoint:
+        """Read `url`; `tls` are the settings of every `rediss://` master, which its URL may override."""
+        parts = urlsplit(url)
+        if parts.scheme not in SCHEMES:
+            raise ValueError(
+                "it is not a Redis URL: use redis://host:port, rediss://host:port or unix:///path"
+            )
+        query = _query(parts.query)
+        overrides = {name: query.pop(name) for name in list(query) if name in _TLS_PARAMETERS}
+        if query.keys() - {"db"}:
+            unknown = ", ".join(sorted(query.keys() - {"db"}))
+            raise ValueError(
+                f"it has query parameters lockclient does not read ({unknown}): it reads "
+                f"{', '.join(URL_PARAMETERS)}; timeouts are the Redlock's node_timeout"
+            )
+        if parts.scheme != "rediss" and (overrides or tls is not None):
+            given = ", ".join(overrides) if overrides else "TLS settings"
+            raise ValueError(
+                f"it is a plaintext URL but {given} were given: use rediss:// for a master reached over "
+                "TLS (a plaintext connection is never made in its place)"
+            )
+        username = unquote(parts.username) if parts.username else None
+        password = unquote(parts.password) if parts.password else None
+        default_db = parts.path.lstrip("/") if parts.scheme != "unix" else ""
+        db_text = query.get("db", default_db) or "0"
+        try:
+            db = int(db_text)
+        except ValueError:
+            raise ValueError(f"its database {db_text!r} is not a number: use /0 .. /15 or ?db=n") from None
+        if parts.scheme == "unix":
+            return cls(path=parts.path, username=username, password=password, db=db)
+        try:
+            port = parts.port or 6379
+        except ValueError as exc:
+            raise ValueError(f"its port is not valid ({exc})") from None
+        settings = None
+        if parts.scheme == "rediss":
+            settings = _with_overrides(tls or TLSSettings(), overrides)
+        return cls(
+            host=parts.hostname or "localhost", port=port, tls=settings,
+            username=username, password=password, db=db,
+        )  # fmt: skip
+
+    def handshake(self) -> list[bytes]:
+        """The commands a new connection sends before any other.
+
+        AUTH and SELECT when needed; over TLS at least a PING, so a master that
+        refuses the client's certificate (TLS 1.3 says so only after the
+        handshake) is found while connecting, as a TLS failure, and not by the
+        first command of a lock.
+        """
+        commands = []
+        if self.password is not None:
+            auth = (self.username, self.password) if self.username else (self.password,)
+            commands.append(pack("AUTH", *auth))
+        if self.db:
+            commands.append(pack("SELECT", self.db))
+        if self.tls is not None and not commands:
+            commands.append(pack("PING"))
+        return commands
+
+
+def _query(text: str) -> dict[str, str]:
+    found = parse_qs(text, keep_blank_values=True, strict_parsing=False)
+    repeated = [name for name, values in found.items() if len(values) > 1]
+    if repeated:
+        raise ValueError(f"it gives {', '.join(repeated)} more than once: give each parameter once")
+    return {name: values[0] for name, values in found.items()}
+
+
+def _with_overrides(base: TLSSettings, overrides: dict[str, str]) -> TLSSettings:
+    fields: dict[str, Any] = {}
+    for name, text in overrides.items():
+        try:
+            fields[name] = _TLS_PARAMETERS[name](text)
+        except ValueError as exc:
+            raise ValueError(f"its {name} is not valid ({exc})") from None
+    try:
+        return dataclasses.replace(base, **fields)
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def tls_context(settings: TLSSettings) -> ssl.SSLContext:
+    """An SSL context for `settings`; `ValueError` naming the file that cannot be used."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # TLS 1.2 and up, the default ciphers
+    try:
+        if settings.ssl_ca_certs is not None:
+            context.load_verify_locations(cafile=settings.ssl_ca_certs)
+        else:
+            context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    except OSError as exc:  # ssl.SSLError included
+        raise ValueError(
+            f"ssl_ca_certs {str(settings.ssl_ca_certs)!r} cannot be used as CA certificates: {exc}"
+        ) from None
+    if settings.ssl_certfile is not None:
+        try:
+            context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile)
+        except OSError as exc:
+            names = ", ".join(str(f) for f in (settings.ssl_certfile, settings.ssl_keyfile) if f is not None)
+            raise ValueError(
+                f"the client certificate ({names}) cannot be used: {exc}; "
+                "ssl_certfile must hold a PEM certificate and ssl_keyfile its private key"
+            ) from None
+    context.check_hostname = settings.checks_hostname
+    context.verify_mode = {
+        "required": ssl.CERT_REQUIRED,
+        "optional": ssl.CERT_OPTIONAL,
+        "none": ssl.CERT_NONE,
+    }[settings.ssl_cert_reqs]
+    return context
