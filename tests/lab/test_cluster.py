@@ -219,3 +219,33 @@ def test_cli_up_with_etcd_prints_its_url_and_down_stops_it(tmp_path: Path) -> No
     assert all(_alive(pid) for pid in pids)
     subprocess.run([*cli, "down", "--dir", str(state)], capture_output=True, check=True, timeout=120)
     assert not any(_alive(pid) for pid in pids)
+
+
+def test_tls_masters_speak_tls_only_to_the_acl_user_and_come_back_so_after_a_restart(tmp_path: Path) -> None:
+    import redis
+
+    with LocalCluster.running(ClusterSpec(redis=1, redis_tls=True), tmp_path / "state") as cluster:
+        node = cluster.nodes["redis-0"]
+        user, password = cluster.tls_login
+        assert node.url.startswith(f"rediss://{user}:{password}@127.0.0.1:{node.port}?ssl_ca_certs=")
+        try:
+            plaintext = _redis(f"redis://127.0.0.1:{node.port}", "PING")
+        except OSError:  # reset: the port speaks TLS only
+            plaintext = b""
+        assert b"PONG" not in plaintext
+        cluster.kill("redis-0")
+        cluster.restart("redis-0")  # the same port, the same certificates and user
+        client = redis.Redis.from_url(node.url)
+        try:
+            assert client.acl_whoami() == user
+            assert client.config_get("port") == {"port": "0"}
+        finally:
+            client.close()
+        anonymous = redis.Redis.from_url(node.url.replace(f"{user}:{password}@", ""))
+        try:
+            with pytest.raises(redis.AuthenticationError):  # the default user is off
+                anonymous.ping()
+        finally:
+            anonymous.close()
+        attached = LocalCluster.attach(tmp_path / "state")
+        assert attached.redis_urls == cluster.redis_urls

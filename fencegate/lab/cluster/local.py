@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import subprocess
@@ -28,11 +29,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fencegate.lab.cluster.certs import Authority, KeyPair
 from fencegate.lab.cluster.errors import ClusterArgumentError, ClusterError, ServerStartError
 from fencegate.lab.cluster.servers import (
     HOST,
     EtcdPeer,
     Node,
+    RedisTLS,
     ZooKeeperPeer,
     etcd_is_leader,
     etcd_node,
@@ -49,13 +52,21 @@ START_DEADLINE = 60.0  # a cold JVM on a loaded 2-core machine takes tens of sec
 STOP_DEADLINE = 15.0
 POLL = 0.02
 START_ATTEMPTS = 3  # a free port can be taken between probe and bind
+TLS_USER = "fencegate"  # the ACL user of TLS masters started with `ClusterSpec(redis_tls=True)`
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """What to start: N redis masters, optionally ZooKeeper and PostgreSQL, and gateways behind HAProxy."""
+    """What to start: N redis masters, optionally ZooKeeper and PostgreSQL, and gateways behind HAProxy.
+
+    With `redis_tls` the masters are set up as a careful deployment runs them:
+    TLS only, a client certificate required, and one ACL user (the default
+    user off); each URL carries what a client needs (`rediss://user:pass@...
+    ?ssl_ca_certs=...&ssl_certfile=...&ssl_keyfile=...`).
+    """
 
     redis: int = 5
+    redis_tls: bool = False
     zookeeper: bool = False
     zookeeper_ensemble: int = 0  # > 0: an ensemble of this many members instead of one standalone
     postgres: bool = False
@@ -134,6 +145,9 @@ class LocalCluster:
         self.nodes: dict[str, Node] = {}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._extra_dirs: list[str] = []
+        self._authority: Authority | None = None
+        self._client_certificate: KeyPair | None = None
+        self._tls_login: tuple[str, str] | None = None
 
     # -- reading the cluster ------------------------------------------------
 
@@ -202,7 +216,11 @@ class LocalCluster:
 
     def up(self, spec: ClusterSpec) -> LocalCluster:
         """Start everything in `spec` at once, then wait for all of it."""
-        names = [self.add_redis(aof=spec.aof, wait=False).name for _ in range(spec.redis)]
+        login = self.tls_login if spec.redis_tls else None
+        names = [
+            self.add_redis(aof=spec.aof, tls=spec.redis_tls, login=login, wait=False).name
+            for _ in range(spec.redis)
+        ]
         if spec.zookeeper_ensemble:
             names += [n.name for n in self.add_zookeeper_ensemble(spec.zookeeper_ensemble, wait=False)]
         elif spec.zookeeper:
@@ -219,13 +237,53 @@ class LocalCluster:
 
     def add_redis(
         self, *, aof: bool = False, args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-        wait: bool = True,
+        tls: bool | RedisTLS = False, login: tuple[str, str] | None = None, wait: bool = True,
     ) -> Node:  # fmt: skip
-        """Start one more redis-server master (extra `args` and `env`, e.g. LD_PRELOAD)."""
+        """Start one more redis-server master (extra `args` and `env`, e.g. LD_PRELOAD).
+
+        `tls=True`: TLS only, with a certificate of its own from this cluster's
+        CA, requiring the cluster's client certificate; or exactly the
+        certificates of a `RedisTLS`. `login`: its one ACL user and password.
+        """
         name = self._name("redis")
-        node = redis_node(name, self._node_dir(name), aof=aof, args=args)
+        if tls is True:
+            tls = self.redis_tls(name)
+        node = redis_node(
+            name, self._node_dir(name), aof=aof, args=args, tls=tls or None, login=login
+        )  # fmt: skip
         node.env = dict(env or {})
         return self._launch(node, wait)
+
+    # -- TLS ------------------------------------------------------------------
+
+    @property
+    def authority(self) -> Authority:
+        """This cluster's throwaway CA (in its state dir), made on first use."""
+        if self._authority is None:
+            self._authority = Authority(self.dir / "tls")
+        return self._authority
+
+    @property
+    def client_certificate(self) -> KeyPair:
+        """The client certificate TLS masters of this cluster require, signed by its CA."""
+        if self._client_certificate is None:
+            self._client_certificate = self.authority.issue("client", server=False, client=True)
+        return self._client_certificate
+
+    @property
+    def tls_login(self) -> tuple[str, str]:
+        """The ACL user and password of `ClusterSpec(redis_tls=True)` masters (a fresh password)."""
+        if self._tls_login is None:
+            self._tls_login = (TLS_USER, secrets.token_hex(12))
+        return self._tls_login
+
+    def redis_tls(
+        self, name: str, *, hosts: tuple[str, ...] = (HOST, "localhost"), expired: bool = False
+    ) -> RedisTLS:
+        """Certificates for a TLS master named `name`: its own from this cluster's CA (for `hosts`,
+        `expired` if asked), requiring the cluster's client certificate."""
+        server = self.authority.issue(name, hosts=hosts, expired=expired)
+        return RedisTLS(ca=self.authority.cert, server=server, client=self.client_certificate)
 
     def add_zookeeper(self, *, wait: bool = True) -> Node:
         name = self._name("zookeeper")

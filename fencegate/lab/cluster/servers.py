@@ -11,10 +11,13 @@ import glob
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
+from fencegate.lab.cluster.certs import KeyPair
 from fencegate.lab.cluster.errors import MissingServerError
 
 HOST = "127.0.0.1"
@@ -44,6 +47,9 @@ class Node:
     env: dict[str, str] = field(default_factory=dict)
     user: str | None = None
     pid: int | None = None
+    # a TLS-only Redis: what its clients set, as redis-py's URL parameters (ssl_ca_certs, ...)
+    tls: dict[str, str] = field(default_factory=dict)
+    login: list[str] = field(default_factory=list)  # [user, password] of its ACL user, if it has one
 
     @property
     def address(self) -> str:
@@ -52,7 +58,10 @@ class Node:
     @property
     def url(self) -> str:
         if self.kind == "redis":
-            return f"redis://{HOST}:{self.port}"
+            login = f"{quote(self.login[0], safe='')}:{quote(self.login[1], safe='')}@" if self.login else ""
+            if self.tls:
+                return f"rediss://{login}{HOST}:{self.port}?{urlencode(self.tls)}"
+            return f"redis://{login}{HOST}:{self.port}"
         if self.kind == "postgres":
             return f"postgresql://postgres@{HOST}:{self.port}/postgres"
         if self.kind == "etcd":
@@ -92,17 +101,55 @@ def postgres_bindir() -> str:
     raise MissingServerError("postgres", package="postgresql")
 
 
-def redis_node(name: str, data_dir: Path, *, aof: bool = False, args: tuple[str, ...] = ()) -> Node:
-    """A redis-server master; persistence is off unless `aof` (fsync every write)."""
+@dataclass(frozen=True)
+class RedisTLS:
+    """A TLS-only master's certificates: its own, the CA that signed it (which its clients trust, and
+    by which it checks theirs), and the client certificate it requires (None: it requires none)."""
+
+    ca: Path
+    server: KeyPair
+    client: KeyPair | None = None
+
+    def client_settings(self) -> dict[str, str]:
+        """What a client of this master sets, as redis-py's URL parameters."""
+        settings = {"ssl_ca_certs": str(self.ca)}
+        if self.client is not None:
+            settings |= {"ssl_certfile": str(self.client.cert), "ssl_keyfile": str(self.client.key)}
+        return settings
+
+
+def redis_node(
+    name: str, data_dir: Path, *, aof: bool = False, args: tuple[str, ...] = (),
+    tls: RedisTLS | None = None, login: tuple[str, str] | None = None,
+) -> Node:  # fmt: skip
+    """A redis-server master; persistence is off unless `aof` (fsync every write).
+
+    With `tls` it listens on TLS only (`--port 0 --tls-port P`); with `login`
+    its only user is that ACL user (the default user is off).
+    """
     binary = _require("redis-server", "redis-server")
     port = free_port()
+    listen = ["--port", str(port)]
+    if tls is not None:
+        listen = [
+            "--port", "0", "--tls-port", str(port),
+            "--tls-cert-file", str(tls.server.cert), "--tls-key-file", str(tls.server.key),
+            "--tls-ca-cert-file", str(tls.ca), "--tls-auth-clients", "no" if tls.client is None else "yes",
+        ]  # fmt: skip
+    users = []
+    if login is not None:
+        user, password = login
+        users = ["--user", "default", "off", "--user", user, "on", f">{password}", "~*", "&*", "+@all"]
     argv = [
-        binary, "--port", str(port), "--bind", HOST, "--dir", str(data_dir),
+        binary, *listen, "--bind", HOST, "--dir", str(data_dir),
         "--daemonize", "no", "--protected-mode", "no", "--save", "",
         "--appendonly", "yes" if aof else "no", "--appendfsync", "always",
-        "--logfile", "", *args,
+        "--logfile", "", *users, *args,
     ]  # fmt: skip
-    return Node(name, "redis", port, argv, str(data_dir), str(data_dir / "server.log"))
+    node = Node(name, "redis", port, argv, str(data_dir), str(data_dir / "server.log"))
+    node.tls = tls.client_settings() if tls is not None else {}
+    node.login = list(login) if login is not None else []
+    return node
 
 
 @dataclass(frozen=True)
@@ -219,23 +266,45 @@ def probe(node: Node) -> bool:
         return _http_get(node.port, HTTP_PROBES[node.kind])[0] == 200
     if node.kind == "etcd":
         return _http_get(node.port, ETCD_HEALTH)[0] == 200
-    question, answer = {
-        "redis": (b"PING\r\n", b"+PONG"),
-        "zookeeper": (b"srvr", b"Mode: "),
+    question, answers = {
+        "redis": (b"PING\r\n", (b"+PONG", b"-NOAUTH")),  # an ACL-only master answers, asking for a login
+        "zookeeper": (b"srvr", (b"Mode: ",)),
     }[node.kind]
     try:
-        with socket.create_connection((HOST, node.port), timeout=PROBE_TIMEOUT) as sock:
+        with _probe_socket(node) as sock:
             sock.sendall(question)
             reply = b""
             while chunk := sock.recv(4096):
                 reply += chunk
-                if answer in reply:
+                if any(answer in reply for answer in answers):
                     return True
                 if node.kind == "redis":
                     return False
     except OSError:
         return False
-    return answer in reply
+    return any(answer in reply for answer in answers)
+
+
+def _probe_socket(node: Node) -> socket.socket:
+    """A connection to `node`, over TLS for a TLS-only Redis.
+
+    The probe asks whether the server answers, not whether its certificate is
+    good: it checks no certificate (tests start masters with bad ones on
+    purpose), and presents the client certificate the master requires.
+    """
+    sock = socket.create_connection((HOST, node.port), timeout=PROBE_TIMEOUT)
+    if not node.tls:
+        return sock
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # readiness only: the clients under test verify
+    if "ssl_certfile" in node.tls:
+        context.load_cert_chain(node.tls["ssl_certfile"], node.tls["ssl_keyfile"])
+    try:
+        return context.wrap_socket(sock)
+    except OSError:
+        sock.close()
+        raise
 
 
 def _http_get(port: int, path: str, *, limit: int = 64) -> tuple[int, bytes]:
