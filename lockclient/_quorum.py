@@ -59,7 +59,9 @@ def tally(outcomes: Sequence[Outcome[object]]) -> Tally:
     """Count one fan-out's answers as known now: True granted, False refused, an exception failed, and
     `Pending` not yet (a `Pending` whose answer has landed since counts as that answer)."""
     granted = refused = pending = 0
-    for outcome in map(current, outcomes):
+    for outcome in outcomes:
+        if isinstance(outcome, Pending):
+            outcome = outcome.now()
         if outcome is True:
             granted += 1
         elif outcome is False:

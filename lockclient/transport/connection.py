@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import re
 import ssl
 from collections.abc import Callable, Generator
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
@@ -174,6 +175,11 @@ class Link(asyncio.Protocol):
         # A stream transport, whatever its class: uvloop's implement the interface without subclassing.
         self._transport = cast(asyncio.Transport, transport)
 
+    @property
+    def made(self) -> bool:
+        """Whether the connection was made (over TLS: the handshake finished)."""
+        return self._transport is not None
+
     def send(self, payload: bytes, reply: Reply[Any]) -> None:
         assert self._transport is not None
         reply.link = self
@@ -243,12 +249,13 @@ class Link(asyncio.Protocol):
 # What an OpenSSL verify code means for whoever has to fix it.
 _VERIFY_HINTS = {
     2: "it is not signed by a CA in ssl_ca_certs",
+    7: "it is not signed by a CA in ssl_ca_certs",
     18: "it is self-signed: put it, or the CA that signed it, in ssl_ca_certs",
     19: "it is not signed by a CA in ssl_ca_certs",
     20: "it is not signed by a CA in ssl_ca_certs",
     21: "it is not signed by a CA in ssl_ca_certs",
     9: "it is not valid yet: check the clocks of this machine and of the one that issued it",
-    10: "renew the master's certificate (or check this machine's clock)",
+    10: "renew the master's certificate, or check this machine's clock",
     26: "it is not a server certificate",
     62: "reach the master by a name its certificate lists",
     64: "reach the master by an address its certificate lists",
@@ -284,7 +291,8 @@ def describe_tls(exc: ssl.SSLError) -> str:
             "and does it require a client certificate?)"
         )
     hint = _REASON_HINTS.get(exc.reason or "")
-    text = str(exc.strerror or exc)
+    # "[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate required (_ssl.c:2580)" -> the words
+    text = re.sub(r"^\[\w+: \w+\] | \(_ssl\.c:\d+\)$", "", str(exc.strerror or exc))
     return f"{text} ({hint})" if hint else text
 
 
@@ -292,7 +300,7 @@ def _same(reply: object) -> object:
     return reply
 
 
-def _connect_error(name: str, exc: BaseException, link: Link | None) -> ConnectionError:
+def _connect_error(endpoint: Endpoint, name: str, exc: BaseException, link: Link | None) -> ConnectionError:
     """What kept a connection from opening, as one of the transport's failures, naming the master."""
     prefix = f"cannot connect to {name}"
     if isinstance(exc, ssl.SSLError):
@@ -301,6 +309,14 @@ def _connect_error(name: str, exc: BaseException, link: Link | None) -> Connecti
         return AuthenticationError(f"{prefix}: the master refused the URL's login or database: {exc}")
     if isinstance(exc, ConnectionError):  # the OS's (refused, reset), or the link's own when it dropped
         why = link.why if link is not None and not link.open else str(exc)
+        if isinstance(exc, ConnectionResetError) and endpoint.tls is not None and link and link.made:
+            # The handshake finished and the master hung up before its first answer: with TLS 1.3 that
+            # is how a master refuses the client's certificate (its alert is often lost to the reset).
+            if endpoint.tls.ssl_certfile is None:
+                fix = _REASON_HINTS["TLSV13_ALERT_CERTIFICATE_REQUIRED"]
+            else:
+                fix = "the master refused the client certificate: is it signed by a CA the master trusts?"
+            return TLSError(f"{prefix}: TLS: the master hung up right after the handshake ({why}): {fix}")
         return type(exc)(f"{prefix}: {why}")
     return ConnectionError(f"{prefix}: {exc}")
 
@@ -315,15 +331,18 @@ async def open_link(
     """Connect (over TLS with `tls`) and log in within `timeout` seconds; a `ConnectionError` saying
     why not."""
     loop = asyncio.get_running_loop()
-    link: Link | None = None
+    made: list[Link] = []  # the link exists once the socket is connected (before a TLS handshake)
+
+    def new_link() -> Link:
+        made.append(Link(name))
+        return made[-1]
+
     try:
         async with asyncio.timeout(timeout):
             if endpoint.path is not None:
-                _, link = await loop.create_unix_connection(lambda: Link(name), endpoint.path)
+                _, link = await loop.create_unix_connection(new_link, endpoint.path)
             else:
-                _, link = await loop.create_connection(
-                    lambda: Link(name), endpoint.host, endpoint.port, ssl=tls
-                )
+                _, link = await loop.create_connection(new_link, endpoint.host, endpoint.port, ssl=tls)
             try:
                 for command in endpoint.handshake():
                     reply: Reply[object] = Reply(_same)
@@ -333,9 +352,12 @@ async def open_link(
                 link.drop("the handshake failed")
                 raise
     except TimeoutError:
-        raise ConnectTimeout(f"cannot connect to {name}: no answer within {timeout * 1000:.0f} ms") from None
+        why = f"no answer within {timeout * 1000:.0f} ms"
+        if tls is not None and made and not made[0].made:
+            why += " to the TLS handshake (is the master hung, or does it not speak TLS on this port?)"
+        raise ConnectTimeout(f"cannot connect to {name}: {why}") from None
     except (OSError, ServerError) as exc:  # OSError holds ssl.SSLError and every ConnectionError
-        raise _connect_error(name, exc, link) from exc
+        raise _connect_error(endpoint, name, exc, made[0] if made else None) from exc
     return link
 
 

@@ -56,13 +56,12 @@ URL_PARAMETERS = ("db", *_TLS_PARAMETERS)
 
 
 def redact(url: str) -> str:
-    """`url` with its password replaced by `***`, fit for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """`url` as messages and logs name a master: its password as `***`, without its query (settings)."""
+    parts = urlsplit(url)._replace(query="")
+    if parts.password is not None:
+        host = parts.netloc.rpartition("@")[2]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    return urlunsplit(parts)
 
 
 @dataclass(frozen=True, slots=True)

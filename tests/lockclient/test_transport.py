@@ -23,8 +23,9 @@ from lockclient import Redlock, TLSSettings
 from lockclient._nodes import PING, Master, release, set_nx
 from lockclient._quorum import fan_out
 from lockclient.transport.codec import Command, ServerError, pack
-from lockclient.transport.connection import Connection, Reply
+from lockclient.transport.connection import AuthenticationError, Connection, Reply
 from lockclient.transport.endpoint import Endpoint
+from lockclient.transport.fanout import UNREACHABLE, Pending
 from tests.lockclient.conftest import eventually
 
 Factory = Callable[[ClusterSpec], LocalCluster]
@@ -174,7 +175,8 @@ async def test_the_connection_comes_back_after_a_server_restart(cluster_factory:
         assert await master.send(PING)
         await asyncio.to_thread(cluster.stop, "redis-0")
         [down] = await fan_out([master.send(PING)], 1.0)
-        assert isinstance(down, ConnectionError)  # refused, reported, not hung
+        assert isinstance(down, ConnectionRefusedError)  # refused, reported, not hung
+        assert isinstance(down, UNREACHABLE)
         await asyncio.to_thread(cluster.restart, "redis-0")
 
         async def answers() -> bool:
@@ -236,11 +238,40 @@ async def test_the_url_logs_in_and_selects_its_database(cluster_factory: Factory
         wrong = Master(f"redis://:wrong@127.0.0.1:{node.port}", connect_timeout=1.0)
         [refused] = await fan_out([wrong.send(PING)], 1.0)
         await wrong.aclose()
-        assert isinstance(refused, ConnectionError)
+        assert isinstance(refused, AuthenticationError)  # a setting to fix, not a master that is down
+        assert not isinstance(refused, UNREACHABLE)
         assert "WRONGPASS" in str(refused) or "invalid" in str(refused)
+        assert f"cannot connect to redis://:***@127.0.0.1:{node.port}:" in str(refused)  # no password shown
     finally:
         await raw.aclose()
         await master.aclose()
+
+
+async def test_a_fan_outs_outcomes_do_not_change_once_returned_and_late_answers_are_read_through_pending(
+    cluster_factory: Factory,
+) -> None:
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=3))
+    masters = [Master(url, connect_timeout=1.0) for url in cluster.redis_urls]
+    try:
+        for master in masters:
+            assert await master.send(PING)
+        cluster.pause("redis-2")  # it accepts the command and answers only once resumed
+        try:
+            key = f"test-{uuid.uuid4().hex}"
+            outcomes = await fan_out([m.send(set_nx(key, "v", 10_000)) for m in masters], 30.0, need=2)
+            returned = list(outcomes)
+            late = outcomes[2]
+            assert outcomes[:2] == [True, True]
+            assert isinstance(late, Pending)
+            assert late.now() is late  # still out
+        finally:
+            cluster.resume("redis-2")
+        await eventually(lambda: late.now() is True, what="the late grant")
+        assert outcomes == returned  # the list the fan-out returned is the same; the answer came via Pending
+        assert outcomes[2] is late
+    finally:
+        for master in masters:
+            await master.aclose()
 
 
 def test_endpoints_are_read_from_urls() -> None:
