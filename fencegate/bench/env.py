@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 import tempfile
@@ -30,7 +31,16 @@ class BenchEnv:
 
     @property
     def redis_urls(self) -> list[str]:
-        return self.cluster.redis_urls
+        """The plaintext masters."""
+        return [n.url for n in self.cluster.nodes.values() if n.kind == "redis" and not n.tls]
+
+    async def tls_redis_urls(self, count: int) -> list[str]:
+        """`count` TLS-only masters (a client certificate, an ACL user), started on first use."""
+        urls = [n.url for n in self.cluster.nodes.values() if n.kind == "redis" and n.tls]
+        while len(urls) < count:
+            node = await asyncio.to_thread(self.cluster.add_redis, tls=True, login=self.cluster.tls_login)
+            urls.append(node.url)
+        return urls[:count]
 
     def token_url(self, kind: str) -> str:
         if kind == "sqlite":

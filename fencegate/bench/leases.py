@@ -2,7 +2,9 @@
 
 Goals (same-run ratios): on 5 masters fencegate >= 3.5x pottery's Redlock,
 >= 1.2x aioredlock, and >= 1/1.2 of the minimal asyncio Redlock; p50 at
-N=7 <= 1.5x p50 at N=1.
+N=7 <= 1.5x p50 at N=1. Reported beside them: fencegate over TLS (TLS-only
+masters, a client certificate, an ACL user) against plaintext, on 5 masters
+and on one, as the median of same-run ratios.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import uuid
 
 from fencegate.bench import fencegate_ops, floor, peers
 from fencegate.bench.env import BenchEnv
-from fencegate.bench.runner import Case, Result, ratio, run_alternating
+from fencegate.bench.runner import Case, Result, paired_ratio, ratio, run_alternating
 from fencegate.bench.section import Goal, Section
 
 
@@ -20,12 +22,17 @@ def _key(name: str) -> str:
     return f"bench:{name}:{uuid.uuid4().hex[:8]}"
 
 
+TLS = "fencegate over TLS (no tokens)"
+
+
 async def leases(env: BenchEnv) -> Section:
     five = env.redis_urls[:5]
     one = env.redis_urls[:1]
+    tls_five = await env.tls_redis_urls(5)
     f = functools.partial
     cases = [
         Case("leases N=5", "fencegate (no tokens)", f(fencegate_ops.fencegate_lease, five, _key("f5"))),
+        Case("leases N=5", TLS, f(fencegate_ops.fencegate_lease, tls_five, _key("t5"))),
         Case("leases N=5", "fencegate + sqlite tokens",
              f(fencegate_ops.fencegate_lease, five, _key("fs"), env.tokens("sqlite"))),
         Case("leases N=5", "fencegate + postgres tokens",
@@ -39,6 +46,7 @@ async def leases(env: BenchEnv) -> Section:
         Case("leases N=5", "pottery AIORedlock", f(peers.pottery_aioredlock, five, _key("pa5"))),
         Case("leases N=5", "pottery Redlock (sync)", f(peers.pottery_redlock, five, _key("p5"))),
         Case("leases N=1", "fencegate (no tokens)", f(fencegate_ops.fencegate_lease, one, _key("f1"))),
+        Case("leases N=1", TLS, f(fencegate_ops.fencegate_lease, tls_five[:1], _key("t1"))),
         Case("leases N=1", "redis-py Lock (sync)", f(peers.redis_py_lock, one, _key("r1"))),
         Case("leases N=1", "python-redis-lock (sync)", f(peers.python_redis_lock, one, _key("l1"))),
     ]  # fmt: skip
@@ -52,7 +60,13 @@ async def leases(env: BenchEnv) -> Section:
         Goal("5 masters: fencegate / minimal asyncio Redlock",
              ratio(five_results, "fencegate (no tokens)", "minimal asyncio Redlock"), ">=", 1 / 1.2),
     ]  # fmt: skip
-    return Section("leases", "uncontended acquire+release, one client", results, goals)
+    extra = {}
+    for group in ("leases N=5", "leases N=1"):
+        by_name = {r.name: r for r in results if r.group == group}
+        extra[f"{group}: over TLS / plaintext, acquire+release per second"] = paired_ratio(
+            by_name[TLS], by_name["fencegate (no tokens)"]
+        )
+    return Section("leases", "uncontended acquire+release, one client", results, goals, extra)
 
 
 async def scaling(env: BenchEnv) -> Section:
