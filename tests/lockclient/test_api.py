@@ -11,6 +11,7 @@ import pytest
 import lockclient
 import lockclient.sync
 import lockclient.tokens
+import lockclient.transport
 from lockclient import (
     ConfigurationError,
     Fenced,
@@ -23,7 +24,7 @@ from lockclient import (
 )
 
 
-@pytest.mark.parametrize("module", [lockclient, lockclient.tokens, lockclient.sync])
+@pytest.mark.parametrize("module", [lockclient, lockclient.tokens, lockclient.sync, lockclient.transport])
 def test_all_names_exist_and_are_unique(module: object) -> None:
     names = module.__all__  # type: ignore[attr-defined]
     assert len(names) == len(set(names))

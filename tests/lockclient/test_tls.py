@@ -25,9 +25,17 @@ from fencegate.lab.cluster.certs import Authority
 from fencegate.lab.cluster.servers import Node
 from lockclient import ConfigurationError, LockNotAcquired, Redlock, RetryPolicy, TLSSettings
 from lockclient import sync as lockclient_sync
+from lockclient._nodes import release_channel
 from lockclient.transport.endpoint import Endpoint
 from tests.lockclient.conftest import eventually, values
 from tests.waiting import eventually_sync
+
+# The lock user of docs/lockclient.md: its keys and release channels, and the commands the lock sends
+# (the scripts run with the caller's rights, so GET, DEL, PEXPIRE and PUBLISH too).
+LEAST_PRIVILEGE = (
+    "~fencegate:lock:*", "&fencegate:lock:*", "-@all", "+set", "+get", "+del", "+pexpire", "+eval",
+    "+evalsha", "+publish", "+subscribe", "+unsubscribe", "+ping",
+)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -127,6 +135,44 @@ async def test_a_waiter_is_woken_through_pub_sub_over_tls(tls: TLSMasters) -> No
     finally:
         for client in raw:
             await client.aclose()
+
+
+async def test_a_lock_user_with_only_the_documented_rights_can_lock_extend_release_and_wait(
+    tls: TLSMasters,
+) -> None:
+    cluster = tls.cluster
+    password = "least-privilege"
+    args = ("--user", "locker", "on", f">{password}", *LEAST_PRIVILEGE)
+    nodes = [await asyncio.to_thread(cluster.add_redis, tls=True, args=args) for _ in range(3)]
+    urls = [n.url.replace("rediss://", f"rediss://locker:{password}@") for n in nodes]
+    resource = f"tls-acl-{uuid.uuid4().hex[:8]}"
+    async with (
+        Redlock(urls, node_timeout=1.0) as holder,
+        Redlock(urls, node_timeout=1.0, retry=RetryPolicy(poll=600.0)) as waiter,
+    ):
+        lease = await holder.acquire(resource, blocking=False)
+        await holder.extend(lease)
+        waiting = asyncio.create_task(waiter.acquire(resource, timeout=600.0))
+        channel = release_channel(holder.key(resource))
+        admins = [Redis.from_url(n.url) for n in nodes]  # the default user, to look
+        try:
+
+            async def subscribed() -> bool:
+                counts = [dict(await admin.pubsub_numsub(channel)) for admin in admins]
+                return all(count.get(channel.encode()) == 1 for count in counts)
+
+            await eventually(subscribed, what="the waiter's subscription, as the lock user")
+        finally:
+            for admin in admins:
+                await admin.aclose()
+        await holder.release(lease)
+        async with asyncio.timeout(30):  # a deadline, not a measure: without the message it is 600 s
+            taken = await waiting
+        await waiter.release(taken)
+    async with Redlock(urls, node_timeout=1.0, key_prefix="other:") as elsewhere:
+        with pytest.raises(LockNotAcquired) as caught:  # and it can touch nothing else
+            await elsewhere.acquire(resource, blocking=False)
+    assert all("NOPERM" in why for why in caught.value.reasons.values())
 
 
 async def test_tls_settings_given_as_keywords_reach_every_master(tls: TLSMasters) -> None:

@@ -9,15 +9,18 @@ scripts (NOSCRIPT must be answered by EVAL, transparently).
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import uvloop
 from redis.asyncio import Redis
 
+import lockclient.transport
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from lockclient import Redlock, TLSSettings
 from lockclient._nodes import PING, Master, release, set_nx
@@ -292,3 +295,20 @@ def test_the_transport_runs_on_uvloop(urls: list[str], resource: str) -> None:
             return [type(asyncio.get_running_loop()).__module__]
 
     assert uvloop.run(lock_and_release()) == ["uvloop"]
+
+
+def test_each_transport_module_imports_only_the_ones_before_it() -> None:
+    """codec <- endpoint <- connection <- fanout: the seams stay where docs/decisions.md puts them."""
+    order = ["codec", "endpoint", "connection", "fanout"]
+    package = Path(lockclient.transport.__file__).parent
+    for position, name in enumerate(order):
+        tree = ast.parse((package / f"{name}.py").read_text())
+        imported = {
+            node.module.removeprefix("lockclient.transport.")
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("lockclient.transport.")
+        }
+        assert imported <= set(order[:position]), (name, imported)
+        assert "redis" not in {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}  # our own
