@@ -17,13 +17,10 @@ How it stays correct:
 - `rediss://` is TLS or nothing: a failed handshake is a `TLSError` naming
   the master and the reason, never a retry in plaintext.
 
-A failed request or connection is one of these exceptions (what each means
-for a fan-out is in `lockclient.transport.fanout`): `TimeoutError` (no
-answer within the per-node timeout), `ConnectTimeout`,
-`ConnectionRefusedError`, `ConnectionResetError` (lost, or closed by the
-master), `ConnectionAbortedError` (dropped by this client), `TLSError`,
-`AuthenticationError`, `ServerError` (an error reply), or a plain
-`ConnectionError` for anything else that kept the connection from opening.
+A failed request or connection ends in one exception that says what happened
+(`lockclient.transport.fanout` lists them, with what each means for a
+master): the OS's and the TLS library's errors are translated here, when
+the connection opens and when it is lost.
 """
 
 from __future__ import annotations
@@ -31,23 +28,26 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
-import re
 import ssl
 from collections.abc import Callable, Generator
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 from lockclient.transport.codec import Command, Convert, ProtocolError, ServerError, reader
 from lockclient.transport.endpoint import Endpoint, tls_context
+from lockclient.transport.errors import (
+    AuthenticationError,
+    ConnectTimeout,
+    TLSError,
+    describe_tls,
+    refused_client_certificate,
+)
 
 __all__ = [
     "UNSET",
-    "AuthenticationError",
-    "ConnectTimeout",
     "Connection",
     "Link",
     "Push",
     "Reply",
-    "TLSError",
     "Unset",
     "Waiter",
     "open_link",
@@ -57,21 +57,6 @@ T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
 
 Push = Callable[[object], None]
-
-
-class TLSError(ConnectionError):
-    """TLS failed: the master's certificate (CA, expiry, host name), or the master refused ours.
-
-    A setting to fix, not an outage; the message says which.
-    """
-
-
-class AuthenticationError(ConnectionError):
-    """The master refused the URL's login (AUTH) or database (SELECT)."""
-
-
-class ConnectTimeout(ConnectionError):
-    """A connection (with its TLS handshake and login) did not open within its timeout."""
 
 
 class Unset(enum.Enum):
@@ -246,56 +231,6 @@ class Link(asyncio.Protocol):
             self.drop(f"lost ({exc})" if exc is not None else "closed by the server", ConnectionResetError)
 
 
-# What an OpenSSL verify code means for whoever has to fix it.
-_VERIFY_HINTS = {
-    2: "it is not signed by a CA in ssl_ca_certs",
-    7: "it is not signed by a CA in ssl_ca_certs",
-    18: "it is self-signed: put it, or the CA that signed it, in ssl_ca_certs",
-    19: "it is not signed by a CA in ssl_ca_certs",
-    20: "it is not signed by a CA in ssl_ca_certs",
-    21: "it is not signed by a CA in ssl_ca_certs",
-    9: "it is not valid yet: check the clocks of this machine and of the one that issued it",
-    10: "renew the master's certificate, or check this machine's clock",
-    26: "it is not a server certificate",
-    62: "reach the master by a name its certificate lists",
-    64: "reach the master by an address its certificate lists",
-}
-# What an alert or an OpenSSL reason means, for the failures met without a verify code.
-_REASON_HINTS = {
-    "TLSV13_ALERT_CERTIFICATE_REQUIRED": (
-        "the master requires a client certificate: give ssl_certfile and ssl_keyfile"
-    ),
-    "SSLV3_ALERT_HANDSHAKE_FAILURE": (
-        "the master refused the handshake: does it require a client certificate?"
-    ),
-    "SSLV3_ALERT_BAD_CERTIFICATE": "the master refused the client certificate (ssl_certfile)",
-    "TLSV1_ALERT_UNKNOWN_CA": (
-        "the master does not trust the CA that signed the client certificate (ssl_certfile)"
-    ),
-    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "the client certificate (ssl_certfile) has expired",
-    "WRONG_VERSION_NUMBER": "the master does not speak TLS on this port: is it a plaintext port (redis://)?",
-    "RECORD_LAYER_FAILURE": "the master does not speak TLS on this port: is it a plaintext port (redis://)?",
-    "PACKET_LENGTH_TOO_LONG": "the master does not speak TLS on this port: is it a plaintext port (redis://)?",
-}
-
-
-def describe_tls(exc: ssl.SSLError) -> str:
-    """A TLS failure in words, with what to check."""
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        detail = str(exc.verify_message).rstrip(".")
-        verify_hint = _VERIFY_HINTS.get(exc.verify_code, "check ssl_ca_certs and the master's certificate")
-        return f"the master's certificate was refused: {detail} ({verify_hint})"
-    if isinstance(exc, ssl.SSLEOFError):
-        return (
-            "the master closed the connection during the TLS handshake (does it speak TLS on this port, "
-            "and does it require a client certificate?)"
-        )
-    hint = _REASON_HINTS.get(exc.reason or "")
-    # "[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate required (_ssl.c:2580)" -> the words
-    text = re.sub(r"^\[\w+: \w+\] | \(_ssl\.c:\d+\)$", "", str(exc.strerror or exc))
-    return f"{text} ({hint})" if hint else text
-
-
 def _same(reply: object) -> object:
     return reply
 
@@ -312,10 +247,7 @@ def _connect_error(endpoint: Endpoint, name: str, exc: BaseException, link: Link
         if isinstance(exc, ConnectionResetError) and endpoint.tls is not None and link and link.made:
             # The handshake finished and the master hung up before its first answer: with TLS 1.3 that
             # is how a master refuses the client's certificate (its alert is often lost to the reset).
-            if endpoint.tls.ssl_certfile is None:
-                fix = _REASON_HINTS["TLSV13_ALERT_CERTIFICATE_REQUIRED"]
-            else:
-                fix = "the master refused the client certificate: is it signed by a CA the master trusts?"
+            fix = refused_client_certificate(endpoint.tls.ssl_certfile is not None)
             return TLSError(f"{prefix}: TLS: the master hung up right after the handshake ({why}): {fix}")
         return type(exc)(f"{prefix}: {why}")
     return ConnectionError(f"{prefix}: {exc}")

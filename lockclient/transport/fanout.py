@@ -42,7 +42,8 @@ import asyncio
 from collections.abc import Generator, Sequence
 from typing import Any, Generic, TypeVar, Union
 
-from lockclient.transport.connection import UNSET, ConnectTimeout, Reply
+from lockclient.transport.connection import UNSET, Reply
+from lockclient.transport.errors import ConnectTimeout
 
 __all__ = ["UNREACHABLE", "Batch", "Outcome", "Pending", "current"]
 

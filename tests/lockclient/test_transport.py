@@ -26,8 +26,9 @@ from lockclient import Redlock, TLSSettings
 from lockclient._nodes import PING, Master, release, set_nx
 from lockclient._quorum import fan_out
 from lockclient.transport.codec import Command, ServerError, pack
-from lockclient.transport.connection import AuthenticationError, Connection, Reply
+from lockclient.transport.connection import Connection, Reply
 from lockclient.transport.endpoint import Endpoint
+from lockclient.transport.errors import AuthenticationError
 from lockclient.transport.fanout import UNREACHABLE, Pending
 from tests.lockclient.conftest import eventually
 
@@ -298,8 +299,8 @@ def test_the_transport_runs_on_uvloop(urls: list[str], resource: str) -> None:
 
 
 def test_each_transport_module_imports_only_the_ones_before_it() -> None:
-    """codec <- endpoint <- connection <- fanout: the seams stay where docs/decisions.md puts them."""
-    order = ["codec", "endpoint", "connection", "fanout"]
+    """codec <- endpoint <- errors <- connection <- fanout: the seams docs/decisions.md describes."""
+    order = ["codec", "endpoint", "errors", "connection", "fanout"]
     package = Path(lockclient.transport.__file__).parent
     for position, name in enumerate(order):
         tree = ast.parse((package / f"{name}.py").read_text())
