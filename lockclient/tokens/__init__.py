@@ -3,8 +3,8 @@
 | URL | source | safe because |
 |---|---|---|
 | `sqlite:///relative.db`, `sqlite:////abs/path.db` | `SQLiteTokens` | one file, one machine, fsynced |
-| `postgresql://user@host:port/db` | `PostgresTokens` | a `CACHE 1` sequence on one primary |
-| `zookeeper://host:port[,host:port...][/chroot]` | `ZooKeeperTokens` | zxids are totally ordered |
+| `postgresql://user@host:port/db[?sslmode=...]` | `PostgresTokens` | a `CACHE 1` sequence on one primary |
+| `zookeeper://host:port[,host:port...][/chroot][?use_ssl=...]` | `ZooKeeperTokens` | zxids are ordered |
 | `etcd://host:port[,host:port...]` | `EtcdTokens` | revisions are ordered by Raft |
 | `redis://host:port?unsafe=1` | `RedisIncrTokens` | it is NOT: lab only |
 
@@ -12,6 +12,10 @@ Each source's module, and its driver, is imported on first use (`open_token_sour
 or the class name): a program that never draws from ZooKeeper never loads kazoo.
 A driver that is not installed is a `MissingExtra` naming the extra to install
 (`pip install 'fencegate[zookeeper]'`, `[postgresql]`, `[etcd]`).
+
+TLS: PostgreSQL URLs take libpq's `sslmode`, `sslrootcert`, `sslcert`, `sslkey`
+(`lockclient.postgres_tls`); ZooKeeper URLs take kazoo's `use_ssl`, `ca`,
+`certfile`, `keyfile`, `verify_certs`, `check_hostname` (`ZooKeeperTokens`).
 """
 
 from __future__ import annotations
@@ -90,10 +94,10 @@ def open_token_source(url: str, *, allow_unsafe: bool = False) -> TokenSource:
 
         return PostgresTokens(url)
     if scheme == "zookeeper":
-        from lockclient.tokens.zookeeper import ZooKeeperTokens
+        from lockclient.tokens.zookeeper import ZooKeeperTokens, url_options
 
-        hosts, slash, chroot = url[len("zookeeper://") :].partition("/")
-        return ZooKeeperTokens(hosts, chroot=(slash + chroot).rstrip("/"))
+        parts = urlsplit(url)
+        return ZooKeeperTokens(parts.netloc, chroot=parts.path.rstrip("/"), **url_options(parts.query))
     if scheme == "etcd":
         from lockclient.tokens.etcd import EtcdTokens
 

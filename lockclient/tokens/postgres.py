@@ -12,6 +12,10 @@ as many values as there are draws, and they are handed out in ascending
 order to the draws in arrival order. 16 draws in flight cost about one round
 trip each round instead of 16.
 
+TLS: the DSN takes libpq's `sslmode`, `sslrootcert`, `sslcert`, `sslkey` and
+friends (`lockclient.postgres_tls`); without `sslmode` it is plaintext, and a
+TLS failure is an error that says why, never a plaintext retry.
+
 Caveat: a replica promoted after the primary crashed may not have the last
 increments (asynchronous replication), and the sequence would go back. Run
 the token database with synchronous replication, or accept that a failover
@@ -32,9 +36,11 @@ from lockclient.tokens._batch import Batcher
 
 try:
     import asyncpg  # noqa: F401 (SQLAlchemy loads it by name; a missing one is reported here, with its extra)
-    from sqlalchemy import TextClause, text
+    from sqlalchemy import TextClause, event, text
     from sqlalchemy.exc import DBAPIError, SQLAlchemyError
     from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+    from lockclient.postgres_tls import split_tls
 except ImportError as exc:
     raise missing_extra("PostgreSQL", "postgresql", exc) from exc
 
@@ -75,9 +81,11 @@ class PostgresTokens(ClosingSource):
             )
         self.sequence = sequence
         self.timeout = timeout
+        url, self.tls = split_tls(asyncpg_url(dsn))
         self._engine: AsyncEngine = create_async_engine(
-            asyncpg_url(dsn), isolation_level="AUTOCOMMIT", pool_size=pool_size
+            url, isolation_level="AUTOCOMMIT", pool_size=pool_size
         )
+        event.listen(self._engine.sync_engine, "do_connect", self.tls.do_connect)
         # the name passed IDENTIFIER above; identifiers cannot be bound parameters.
         # One value per draw of the batch; sorted by `_issue`, whatever order the rows come in.
         self._next = text(f"SELECT nextval('{sequence}') FROM generate_series(1, :n)")  # noqa: S608
@@ -149,4 +157,4 @@ class PostgresTokens(ClosingSource):
 
     def __repr__(self) -> str:
         url = self._engine.url.render_as_string(hide_password=True)
-        return f"PostgresTokens({url!r}, sequence={self.sequence!r})"
+        return f"PostgresTokens({url!r}, sequence={self.sequence!r}, tls={self.tls.describe()!r})"

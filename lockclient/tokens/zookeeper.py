@@ -24,6 +24,14 @@ connection chatter ("Connection dropped", once per retry while ZooKeeper is
 down) goes to the logger `lockclient.tokens.zookeeper.kazoo`, which passes on
 only errors unless the application sets its level.
 
+TLS (ZooKeeper's secure client port): kazoo's own settings, as keywords or in
+the URL (`zookeeper://zk1:2281,zk2:2281/chroot?use_ssl=true&ca=ca.pem&certfile=
+client.crt&keyfile=client.key`). Unlike kazoo's defaults, the CA given is the
+only one trusted and the server's host name is checked (`check_hostname`);
+a certificate, key or CA named without `use_ssl` is refused rather than
+ignored, and a failed handshake is reported with its reason (kazoo itself
+only retries it until the deadline). Never a plaintext retry.
+
 This is the only module that imports kazoo. Kazoo blocks on its own threads,
 so every call runs on this source's own small thread pool; the event loop never
 waits on it, and a ZooKeeper outage (calls blocked in retries until their
@@ -36,12 +44,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import socket
+import ssl
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote
 
+from lockclient._tls import client_context, explain
 from lockclient.errors import ConfigurationError, TokenSourceError
 from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors, missing_extra
 from lockclient.tokens._batch import Batcher
@@ -49,13 +60,21 @@ from lockclient.tokens._batch import Batcher
 try:
     from kazoo.client import KazooClient
     from kazoo.exceptions import ConnectionClosedError, KazooException, NoNodeError
-    from kazoo.handlers.threading import KazooTimeoutError
+    from kazoo.handlers import utils as kazoo_utils
+    from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
     from kazoo.protocol.states import KeeperState
     from kazoo.retry import ForceRetryError, KazooRetry
 except ImportError as exc:
     raise missing_extra("ZooKeeper", "zookeeper", exc) from exc
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_ROOT", "DEFAULT_TIMEOUT", "KAZOO_LOG", "ZooKeeperTokens"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_ROOT",
+    "DEFAULT_TIMEOUT",
+    "KAZOO_LOG",
+    "ZooKeeperTokens",
+    "url_options",
+]
 
 T = TypeVar("T")
 
@@ -65,7 +84,13 @@ DEFAULT_TIMEOUT = 10.0  # seconds for one token across reconnects; also the sess
 WORKERS = 16  # kazoo calls in flight at once; each holds a thread until its answer or deadline
 IN_FLIGHT = 4  # token requests out at once; the rest of the draws wait to share the next ones
 MAX_BATCH = 64  # resources in one multi at most
-FIX = "check that ZooKeeper is running and reachable at the given hosts"
+FIX = "check that ZooKeeper is running and reachable at the given hosts (a secure client port needs use_ssl)"
+TLS_FIX = "check ca, certfile and keyfile against the server's secure client port"
+# URL query parameters: kazoo's names for its TLS settings
+FLAGS = ("use_ssl", "verify_certs", "check_hostname")
+FILES = ("ca", "certfile", "keyfile", "keyfile_password")
+BOOLEANS = {"true": True, "1": True, "yes": True, "on": True}
+BOOLEANS |= {"false": False, "0": False, "no": False, "off": False}
 
 KAZOO_LOG = logging.getLogger(__name__ + ".kazoo")
 if KAZOO_LOG.level == logging.NOTSET:  # an application that set a level keeps it
@@ -76,6 +101,49 @@ def znode_name(resource: str) -> str:
     """Any resource name as one znode name ('/' and '%' escaped; '.' and '..' are reserved)."""
     name = quote(resource, safe="")
     return name.replace(".", "%2E") if name in (".", "..") else name
+
+
+def url_options(query: str) -> dict[str, Any]:
+    """The TLS keywords of `ZooKeeperTokens` from a `zookeeper://` URL's query."""
+    options: dict[str, Any] = {}
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name in options:
+            raise ConfigurationError(f"the URL sets {name} twice")
+        if name in FLAGS:
+            if value.lower() not in BOOLEANS:
+                raise ConfigurationError(f"{name}={value!r} is not a boolean: use true or false")
+            options[name] = BOOLEANS[value.lower()]
+        elif name in FILES:
+            options[name] = value
+        else:
+            raise ConfigurationError(
+                f"{name!r} is not a zookeeper:// URL parameter: use {', '.join(FLAGS + FILES)}"
+            )
+    return options
+
+
+class _TLSHandler(SequentialThreadingHandler):  # type: ignore[misc] # kazoo is untyped
+    """kazoo's threading handler, connecting with our TLS context instead of kazoo's (which trusts the
+    system's CAs beside the one given), made anew for each connection so renewed files are used; it
+    remembers why the last handshake failed, since kazoo only logs that and retries."""
+
+    def __init__(self, context: Callable[[], ssl.SSLContext]) -> None:
+        super().__init__()
+        self._context = context
+        self.failure: str | None = None
+
+    def create_connection(
+        self, address: tuple[str, int], hostname: str | None = None, timeout: float | None = None, **_: Any
+    ) -> ssl.SSLSocket:
+        sock = kazoo_utils.create_tcp_connection(socket, address, hostname=hostname, timeout=timeout)
+        try:
+            wrapped = self._context().wrap_socket(sock, server_hostname=hostname)
+        except (ssl.SSLError, ConfigurationError) as exc:
+            sock.close()
+            self.failure = f"{hostname}:{address[1]}: {explain(exc) or exc}"
+            raise OSError(self.failure) from exc  # a socket error: kazoo retries until the deadline
+        self.failure = None  # kept until a handshake succeeds: a member that refuses TCP does not hide it
+        return wrapped
 
 
 class ZooKeeperTokens(ClosingSource):
@@ -89,7 +157,15 @@ class ZooKeeperTokens(ClosingSource):
         root: str = DEFAULT_ROOT,
         timeout: float = DEFAULT_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        use_ssl: bool = False,
+        ca: str | None = None,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+        keyfile_password: str | None = None,
+        verify_certs: bool = True,
+        check_hostname: bool = True,
     ) -> None:
+        """`use_ssl` and the rest are kazoo's TLS settings; see the module docstring."""
         if not hosts or "/" in hosts:
             raise ConfigurationError(
                 f"hosts must be 'host:port[,host:port...]' without a path, got {hosts!r}: pass chroot="
@@ -106,6 +182,23 @@ class ZooKeeperTokens(ClosingSource):
         check_seconds(timeout=timeout, connect_timeout=connect_timeout)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
+        self.use_ssl = use_ssl
+        self._handler: _TLSHandler | None = None
+        if use_ssl:
+            context = functools.partial(
+                client_context, ca=ca, cert=certfile, key=keyfile, password=keyfile_password,
+                verify=verify_certs, check_hostname=check_hostname,
+            )  # fmt: skip
+            if (certfile is None) != (keyfile is None):
+                raise ConfigurationError("certfile and keyfile go together: give the certificate and its key")
+            context()  # the files are readable and fit, or the error says which one is not
+            self._handler = _TLSHandler(context)
+        else:
+            given = [n for n, v in zip(FILES, (ca, certfile, keyfile, keyfile_password), strict=True) if v]
+            if given:
+                raise ConfigurationError(
+                    f"{', '.join(given)} given but use_ssl is off: add use_ssl=true, or drop them"
+                )
         self._batch = Batcher(self._issue, max_batch=MAX_BATCH, in_flight=IN_FLIGHT, distinct=True)
         self._client: Any = None  # KazooClient once started (kazoo is untyped)
         self._start_lock = asyncio.Lock()
@@ -127,6 +220,8 @@ class ZooKeeperTokens(ClosingSource):
                     timeout=self.timeout,
                     connection_retry={"max_tries": -1, "max_delay": 1.0},
                     logger=KAZOO_LOG,
+                    handler=self._handler,  # None: kazoo's own, plaintext
+                    use_ssl=self.use_ssl,
                 )
                 try:
                     await self._blocking(client.start, self.connect_timeout)
@@ -134,7 +229,7 @@ class ZooKeeperTokens(ClosingSource):
                     await self._blocking(client.stop)
                     await self._blocking(client.close)
                     if isinstance(exc, KazooTimeoutError):
-                        raise TokenSourceError(
+                        raise self._tls_failed() or TokenSourceError(
                             f"zookeeper token source could not connect to {self.hosts} within "
                             f"connect_timeout={self.connect_timeout:g} s; {FIX}",
                             source="zookeeper",
@@ -142,6 +237,15 @@ class ZooKeeperTokens(ClosingSource):
                     raise
                 self._client = client
         return self._client
+
+    def _tls_failed(self) -> TokenSourceError | None:
+        """The error to raise if the last connection attempt failed its TLS handshake."""
+        failure = self._handler.failure if self._handler is not None else None
+        if failure is None:
+            return None
+        return TokenSourceError(
+            f"zookeeper token source could not connect over TLS to {failure}; {TLS_FIX}", source="zookeeper"
+        )
 
     def _retrying(self, client: KazooClient, call: Callable[[], T]) -> T:
         """Retry through connection loss and session expiry (a ZooKeeper restart) until the deadline."""
@@ -206,7 +310,13 @@ class ZooKeeperTokens(ClosingSource):
     async def _call(self, doing: str, op: Callable[[KazooClient, T], Any], arg: T) -> Any:
         with map_errors("zookeeper", doing, KazooException, KazooTimeoutError, OSError, fix=FIX):
             client = await self._started()
-            return await self._blocking(op, client, arg)
+            try:
+                return await self._blocking(op, client, arg)
+            except (KazooException, KazooTimeoutError) as exc:  # retried until the deadline: say why
+                failed = self._tls_failed()
+                if failed is None:
+                    raise
+                raise failed from exc
 
     async def _issue(self, resources: Sequence[str]) -> list[int]:
         tokens: list[int] = await self._call("issue a token", self._set, [self._path(r) for r in resources])
@@ -231,4 +341,5 @@ class ZooKeeperTokens(ClosingSource):
             pool.shutdown(wait=False)
 
     def __repr__(self) -> str:
-        return f"ZooKeeperTokens({self.hosts + self.chroot!r})"
+        tls = ", use_ssl=True" if self.use_ssl else ""
+        return f"ZooKeeperTokens({self.hosts + self.chroot!r}{tls})"
