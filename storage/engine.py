@@ -5,7 +5,10 @@ disk before it returns; writers start with `BEGIN IMMEDIATE`, which takes the
 write lock up front instead of failing with "database is locked" when a
 reader upgrades. PostgreSQL (asyncpg) is durable by default
 (`synchronous_commit=on`); connections are pinged before use so a restarted
-server costs one 503, not a pool of dead sockets.
+server costs one 503, not a pool of dead sockets. Its URL takes libpq's
+`sslmode`, `sslrootcert`, `sslcert`, `sslkey` and friends, read by the helper
+the PostgreSQL token source uses too (`lockclient.postgres_tls`): plaintext
+unless `sslmode` says otherwise, and a TLS failure is never retried in plaintext.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from lockclient.errors import ConfigurationError
+from lockclient.postgres_tls import split_tls
 from storage.errors import BadStorageURL
 
 SQLITE_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write lock
@@ -51,7 +56,11 @@ def open_engine(url: str, *, command_timeout: float = 10.0) -> AsyncEngine:
         engine = create_async_engine(target, connect_args={"timeout": SQLITE_BUSY_TIMEOUT})
         _configure_sqlite(engine)
         return engine
-    return create_async_engine(
+    try:
+        target, tls = split_tls(target)
+    except ConfigurationError as exc:
+        raise BadStorageURL(f"storage URL: {exc}") from exc
+    engine = create_async_engine(
         target,
         pool_pre_ping=True,
         pool_size=10,
@@ -59,6 +68,8 @@ def open_engine(url: str, *, command_timeout: float = 10.0) -> AsyncEngine:
         pool_timeout=command_timeout,
         connect_args={"timeout": CONNECT_TIMEOUT, "command_timeout": command_timeout},
     )
+    event.listen(engine.sync_engine, "do_connect", tls.do_connect)  # each new connection: TLS as the URL says
+    return engine
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:
