@@ -38,6 +38,24 @@ def postgres_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local
 
 
 @pytest.fixture(scope="session")
+def postgres_tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A PostgreSQL that speaks TLS only and requires a client certificate (clientcert=verify-full);
+    `postgres_dsn` carries sslmode=verify-full and the client's files. Shared by the session."""
+    spec = ClusterSpec(redis=0, postgres_tls="mutual")
+    with LocalCluster.running(spec, tmp_path_factory.mktemp("postgres-tls")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def zookeeper_tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A ZooKeeper on a secure client port only, requiring a client certificate; `zookeeper_url`
+    carries use_ssl and the client's files. Shared by the session."""
+    spec = ClusterSpec(redis=0, zookeeper_tls="mutual")
+    with LocalCluster.running(spec, tmp_path_factory.mktemp("zookeeper-tls")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
 def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A 3-member etcd cluster, shared by the session (`cluster.etcd` is its token source URL)."""
     spec = ClusterSpec(redis=0, etcd=3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import pwd
 import socket
 import subprocess
 import sys
@@ -17,6 +18,8 @@ import pytest
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster, MissingServerError
 from fencegate.lab.cluster.servers import probe
+from lockclient import TokenSourceError, ZooKeeperTokens, open_token_source
+from tests.urls import without_query
 from tests.waiting import eventually_sync
 
 
@@ -249,3 +252,45 @@ def test_tls_masters_speak_tls_only_to_the_acl_user_and_come_back_so_after_a_res
             anonymous.close()
         attached = LocalCluster.attach(tmp_path / "state")
         assert attached.redis_urls == cluster.redis_urls
+
+
+async def test_cli_up_with_tls_reports_urls_that_work_and_servers_refuse_plaintext(tmp_path: Path) -> None:
+    """`server` mode: TLS without client certificates; the reported URLs carry what a client needs."""
+    import asyncio
+
+    import asyncpg
+
+    state = tmp_path / "state"
+    cli = [sys.executable, "-m", "fencegate.cli", "cluster"]
+    argv = [*cli, "up", "--redis", "0", "--postgres-tls", "server", "--zookeeper-tls", "server", "--dir"]
+    up = await asyncio.to_thread(
+        subprocess.run, [*argv, str(state)], capture_output=True, text=True, check=True, timeout=180
+    )
+    endpoints = json.loads(up.stdout)
+    pids = list(endpoints["pids"].values())
+    try:
+        ca = str(state.resolve() / "tls" / "ca.pem")
+        postgres, zookeeper = endpoints["postgres"], endpoints["zookeeper"]
+        cluster = LocalCluster.attach(state)
+        assert postgres.endswith(f"/postgres?sslmode=verify-full&sslrootcert={ca}")
+        assert zookeeper == f"zookeeper://{cluster.zookeeper}?use_ssl=true&ca={ca}"
+        for url in (postgres, zookeeper):
+            source = open_token_source(url)
+            try:
+                assert await source.next_token("cli-tls") > 0
+            finally:
+                await source.aclose()
+        with pytest.raises(asyncpg.InvalidAuthorizationSpecificationError, match="no encryption"):
+            await asyncpg.connect(without_query(postgres), ssl=False)
+        async with ZooKeeperTokens(cluster.zookeeper, connect_timeout=1.0) as plaintext:
+            with pytest.raises(TokenSourceError, match="within connect_timeout"):
+                await plaintext.next_token("cli-tls")
+        key = Path(cluster.nodes["postgres-0"].data_dir) / "tls" / "server.key"
+        assert key.stat().st_mode & 0o777 == 0o600  # PostgreSQL refuses a key others can read
+        if os.geteuid() == 0:  # PostgreSQL runs as `postgres` and insists on owning its key
+            assert key.stat().st_uid == pwd.getpwnam("postgres").pw_uid
+    finally:
+        await asyncio.to_thread(
+            subprocess.run, [*cli, "down", "--dir", str(state)], capture_output=True, check=True, timeout=120
+        )
+    assert not any(_alive(pid) for pid in pids)

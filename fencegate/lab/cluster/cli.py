@@ -10,6 +10,7 @@ from pathlib import Path
 
 from fencegate.lab.cluster.errors import ClusterArgumentError
 from fencegate.lab.cluster.local import ClusterSpec, LocalCluster
+from fencegate.lab.cluster.servers import TLS_MODES
 
 DEFAULT_DIR = ".state/cluster"
 
@@ -18,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Start real redis-server masters, ZooKeeper, PostgreSQL, etcd and gateways behind HAProxy on "
         "loopback on free ports, record their PIDs and endpoints in DIR/cluster.json, and stop exactly "
-        "those processes again."
+        "those processes again. ZooKeeper and PostgreSQL can run TLS only."
     )
     parser.epilog = (
         "examples:\n"
@@ -26,6 +27,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "  fencegate cluster status\n"
         "  fencegate cluster up --redis 5 --zookeeper --postgres --gateways 2 --dir .state/native\n"
         "  fencegate cluster check --dir .state/native --seconds 10\n"
+        "  fencegate cluster up --redis 0 --postgres-tls mutual --zookeeper-tls mutual --dir .state/tls\n"
         "  fencegate cluster down"
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -55,9 +57,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="start a ZooKeeper ensemble of N members instead of one standalone server (default: 0, none)",
     )
     up.add_argument(
+        "--zookeeper-tls",
+        choices=TLS_MODES,
+        metavar="MODE",
+        help="ZooKeeper on a secure client port only (implies --zookeeper unless --zookeeper-ensemble): "
+        "`server` (the server's certificate) or `mutual` (a client certificate required too); "
+        "`zookeeper_url` in the endpoints carries use_ssl and ca (mutual: certfile and keyfile too) "
+        "(default: plaintext)",
+    )
+    up.add_argument(
         "--postgres",
         action="store_true",
         help="also start a throwaway PostgreSQL cluster (token source, storage)",
+    )
+    up.add_argument(
+        "--postgres-tls",
+        choices=TLS_MODES,
+        metavar="MODE",
+        help="PostgreSQL with ssl=on and TLS-only pg_hba lines (implies --postgres): `server` or `mutual` "
+        "(clientcert=verify-full); `postgres` in the endpoints carries sslmode=verify-full and sslrootcert "
+        "(mutual: sslcert and sslkey too). Certificates come from a throwaway CA in DIR/tls "
+        "(default: plaintext)",
     )
     up.add_argument(
         "--etcd",
@@ -146,6 +166,8 @@ def _up(args: argparse.Namespace) -> int:
         etcd=args.etcd,
         aof=args.aof,
         gateways=args.gateways,
+        postgres_tls=args.postgres_tls,
+        zookeeper_tls=args.zookeeper_tls,
     )
     try:
         cluster.up(spec)

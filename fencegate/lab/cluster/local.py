@@ -10,6 +10,10 @@ restarted on the same port: the lab's faults are built from these.
 
 Every server runs in its own session, so a signal reaches its whole process
 group (PostgreSQL's backends die with their postmaster).
+
+PostgreSQL and ZooKeeper can run TLS only (`tls="server"`, or `"mutual"` to
+require a client certificate), with certificates from one throwaway CA per
+cluster in DIR/tls; their URLs then carry the TLS parameters a client needs.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from fencegate.lab.cluster.certs import Authority, KeyPair
 from fencegate.lab.cluster.errors import ClusterArgumentError, ClusterError, ServerStartError
 from fencegate.lab.cluster.servers import (
     HOST,
+    TLS_MODES,
     EtcdPeer,
     Node,
     RedisTLS,
+    ServerTLS,
     ZooKeeperPeer,
     etcd_is_leader,
     etcd_node,
@@ -44,6 +50,7 @@ from fencegate.lab.cluster.servers import (
     probe,
     redis_node,
     zookeeper_node,
+    zookeeper_url,
 )
 from fencegate.lab.cluster.topology import HAPROXY_CFG, gateway_backends, gateway_node, haproxy_node
 
@@ -53,16 +60,21 @@ STOP_DEADLINE = 15.0
 POLL = 0.02
 START_ATTEMPTS = 3  # a free port can be taken between probe and bind
 TLS_USER = "fencegate"  # the ACL user of TLS masters started with `ClusterSpec(redis_tls=True)`
+TLS_DIR = "tls"
+# the client certificate's name per kind: PostgreSQL's clientcert=verify-full wants the role's name
+CLIENT_NAMES = {"postgres": "postgres", "zookeeper": "fencegate-client"}
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """What to start: N redis masters, optionally ZooKeeper and PostgreSQL, and gateways behind HAProxy.
+    """What to start: N redis masters, optionally ZooKeeper and PostgreSQL, etcd, and gateways behind
+    HAProxy.
 
     With `redis_tls` the masters are set up as a careful deployment runs them:
     TLS only, a client certificate required, and one ACL user (the default
     user off); each URL carries what a client needs (`rediss://user:pass@...
-    ?ssl_ca_certs=...&ssl_certfile=...&ssl_keyfile=...`).
+    ?ssl_ca_certs=...&ssl_certfile=...&ssl_keyfile=...`). With `zookeeper_tls`
+    or `postgres_tls` ("server" or "mutual") those run over TLS only too.
     """
 
     redis: int = 5
@@ -73,6 +85,8 @@ class ClusterSpec:
     etcd: int = 0  # > 0: an etcd cluster of this many members
     aof: bool = False
     gateways: int = 0  # > 0: this many `fencegate serve` replicas behind one HAProxy, started last
+    postgres_tls: str | None = None  # "server" | "mutual": PostgreSQL over TLS only (implies postgres)
+    zookeeper_tls: str | None = None  # "server" | "mutual": ZooKeeper's secure client port only
 
 
 def _tail(path: str, lines: int = 20) -> str:
@@ -148,6 +162,7 @@ class LocalCluster:
         self._authority: Authority | None = None
         self._client_certificate: KeyPair | None = None
         self._tls_login: tuple[str, str] | None = None
+        self._clients: dict[str, KeyPair] = {}
 
     # -- reading the cluster ------------------------------------------------
 
@@ -162,8 +177,22 @@ class LocalCluster:
         return ",".join(n.address for n in self.nodes.values() if n.kind == "zookeeper")
 
     @property
+    def zookeeper_url(self) -> str:
+        """The ZooKeeper token source URL: `zookeeper://`, every member, and the TLS parameters if any."""
+        self._one("zookeeper")
+        return zookeeper_url([n for n in self.nodes.values() if n.kind == "zookeeper"])
+
+    @property
     def postgres_dsn(self) -> str:
+        """The PostgreSQL URL (superuser `postgres`), with libpq's TLS parameters when it runs TLS."""
         return self._one("postgres").url
+
+    @property
+    def authority(self) -> Authority:
+        """This cluster's throwaway CA (made on first use, in DIR/tls): it signs every TLS certificate."""
+        if self._authority is None:
+            self._authority = Authority(self.dir / TLS_DIR)
+        return self._authority
 
     @property
     def etcd(self) -> str:
@@ -204,7 +233,7 @@ class LocalCluster:
         return {
             "dir": str(self.dir),
             "redis": self.redis_urls,
-            "zookeeper": f"zookeeper://{self.zookeeper}" if "zookeeper" in kinds else None,
+            "zookeeper": self.zookeeper_url if "zookeeper" in kinds else None,
             "postgres": self.postgres_dsn if "postgres" in kinds else None,
             "etcd": self.etcd if "etcd" in kinds else None,
             "gateways": self.gateway_urls,
@@ -221,12 +250,14 @@ class LocalCluster:
             self.add_redis(aof=spec.aof, tls=spec.redis_tls, login=login, wait=False).name
             for _ in range(spec.redis)
         ]
+        zookeeper_tls = spec.zookeeper_tls
         if spec.zookeeper_ensemble:
-            names += [n.name for n in self.add_zookeeper_ensemble(spec.zookeeper_ensemble, wait=False)]
-        elif spec.zookeeper:
-            names.append(self.add_zookeeper(wait=False).name)
-        if spec.postgres:
-            names.append(self.add_postgres(wait=False).name)
+            members = self.add_zookeeper_ensemble(spec.zookeeper_ensemble, tls=zookeeper_tls, wait=False)
+            names += [n.name for n in members]
+        elif spec.zookeeper or zookeeper_tls:
+            names.append(self.add_zookeeper(tls=zookeeper_tls, wait=False).name)
+        if spec.postgres or spec.postgres_tls:
+            names.append(self.add_postgres(tls=spec.postgres_tls, wait=False).name)
         if spec.etcd:
             names += [n.name for n in self.add_etcd_cluster(spec.etcd, wait=False)]
         for name in names:
@@ -257,13 +288,6 @@ class LocalCluster:
     # -- TLS ------------------------------------------------------------------
 
     @property
-    def authority(self) -> Authority:
-        """This cluster's throwaway CA (in its state dir), made on first use."""
-        if self._authority is None:
-            self._authority = Authority(self.dir / "tls")
-        return self._authority
-
-    @property
     def client_certificate(self) -> KeyPair:
         """The client certificate TLS masters of this cluster require, signed by its CA."""
         if self._client_certificate is None:
@@ -285,11 +309,15 @@ class LocalCluster:
         server = self.authority.issue(name, hosts=hosts, expired=expired)
         return RedisTLS(ca=self.authority.cert, server=server, client=self.client_certificate)
 
-    def add_zookeeper(self, *, wait: bool = True) -> Node:
+    def add_zookeeper(self, *, tls: str | None = None, wait: bool = True) -> Node:
+        """Start a standalone ZooKeeper; with `tls` ("server" or "mutual"), on a secure client port only."""
         name = self._name("zookeeper")
-        return self._launch(zookeeper_node(name, self._node_dir(name)), wait)
+        server_tls = self._server_tls(name, "zookeeper", tls)
+        return self._launch(zookeeper_node(name, self._node_dir(name), tls=server_tls), wait)
 
-    def add_zookeeper_ensemble(self, size: int = 3, *, wait: bool = True) -> list[Node]:
+    def add_zookeeper_ensemble(
+        self, size: int = 3, *, tls: str | None = None, wait: bool = True
+    ) -> list[Node]:
         """Start `size` ZooKeeper members that form one quorum (ready once a leader is elected)."""
         if size < 1:
             raise ClusterError(f"a ZooKeeper ensemble needs at least 1 member, not {size}")
@@ -297,7 +325,8 @@ class LocalCluster:
         nodes = []
         for peer in peers:
             name = self._name("zookeeper")
-            node = zookeeper_node(name, self._node_dir(name), peers=peers, myid=peer.myid)
+            server_tls = self._server_tls(name, "zookeeper", tls)
+            node = zookeeper_node(name, self._node_dir(name), peers=peers, myid=peer.myid, tls=server_tls)
             self.nodes[name] = node  # recorded before the next member is named
             nodes.append(node)
         for node in nodes:
@@ -322,8 +351,10 @@ class LocalCluster:
                 self.wait_ready(node.name)
         return nodes
 
-    def add_postgres(self, *, wait: bool = True) -> Node:
+    def add_postgres(self, *, tls: str | None = None, wait: bool = True) -> Node:
+        """Start a throwaway PostgreSQL; with `tls` ("server" or "mutual"), TLS only."""
         name = self._name("postgres")
+        server_tls = self._server_tls(name, "postgres", tls)
         user = _pg_user()
         if user is None:
             data_dir = self._node_dir(name)
@@ -331,7 +362,19 @@ class LocalCluster:
             data_dir = Path(tempfile.mkdtemp(prefix="fencegate-pg-"))
             self._extra_dirs.append(str(data_dir))
             shutil.chown(data_dir, user, user)
-        return self._launch(postgres_node(name, data_dir, user=user), wait)
+        return self._launch(postgres_node(name, data_dir, user=user, tls=server_tls), wait)
+
+    def _server_tls(self, name: str, kind: str, mode: str | None) -> ServerTLS | None:
+        """Certificates for the TLS server `name` (valid for 127.0.0.1 only), or None for plaintext."""
+        if mode is None:
+            return None
+        if mode not in TLS_MODES:
+            raise ClusterError(f"TLS mode {mode!r} is not one of {', '.join(TLS_MODES)}")
+        client = CLIENT_NAMES[kind]
+        if client not in self._clients:
+            self._clients[client] = self.authority.issue(client, hosts=(), server=False, client=True)
+        server = self.authority.issue(f"{name}-server", hosts=(HOST,))
+        return ServerTLS(self.authority.cert, server, self._clients[client], mutual=mode == "mutual")
 
     def add_gateways(self, count: int) -> list[Node]:
         """`count` gateway replicas on this cluster's storage and tokens, then HAProxy in front."""

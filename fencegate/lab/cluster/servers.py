@@ -3,6 +3,13 @@
 Everything here is about one server process; `LocalCluster` owns the set.
 Probes are plain sockets (or pg_isready) so readiness never depends on the
 client libraries under test.
+
+PostgreSQL and ZooKeeper can also run TLS only (`ServerTLS`): PostgreSQL with
+`ssl=on` and `hostssl` lines alone in its pg_hba.conf, ZooKeeper with a
+secure client port and no plaintext one. Their certificates name 127.0.0.1
+only, so `localhost` is a host name the certificate does not list (tests use
+it for the wrong-host case). A TLS node records what a client needs in
+`Node.tls`, in its URL's own parameter names.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -22,6 +30,10 @@ from fencegate.lab.cluster.errors import MissingServerError
 
 HOST = "127.0.0.1"
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
+# Debian's zookeeper.jar lists Netty in its manifest but not netty-codec, which the secure client port
+# (Netty's SslHandler) needs; both come with libnetty-java, a dependency of the zookeeper package
+ZOOKEEPER_NETTY_CODEC = "/usr/share/java/netty-codec.jar"
+TLS_MODES = ("server", "mutual")  # the server's certificate only / a client certificate required too
 PROBE_TIMEOUT = 0.5
 # HTTP servers are ready when this path answers 200: a gateway once its storage answers,
 # HAProxy once it routes to at least one ready gateway
@@ -47,13 +59,19 @@ class Node:
     env: dict[str, str] = field(default_factory=dict)
     user: str | None = None
     pid: int | None = None
-    # a TLS-only Redis: what its clients set, as redis-py's URL parameters (ssl_ca_certs, ...)
+    # a client's TLS parameters in its URL's names (redis-py's ssl_ca_certs, ..., libpq's sslrootcert, ...,
+    # kazoo's ca, ...)
     tls: dict[str, str] = field(default_factory=dict)
     login: list[str] = field(default_factory=list)  # [user, password] of its ACL user, if it has one
 
     @property
     def address(self) -> str:
         return f"{HOST}:{self.port}"
+
+    @property
+    def query(self) -> str:
+        """`?` and the TLS parameters, or nothing for a plaintext server."""
+        return "?" + urlencode(self.tls, safe="/") if self.tls else ""
 
     @property
     def url(self) -> str:
@@ -63,14 +81,39 @@ class Node:
                 return f"rediss://{login}{HOST}:{self.port}?{urlencode(self.tls)}"
             return f"redis://{login}{HOST}:{self.port}"
         if self.kind == "postgres":
-            return f"postgresql://postgres@{HOST}:{self.port}/postgres"
+            return f"postgresql://postgres@{HOST}:{self.port}/postgres{self.query}"
         if self.kind == "etcd":
             return f"etcd://{HOST}:{self.port}"
         if self.kind == "zookeeper":
-            return f"zookeeper://{HOST}:{self.port}"
+            return f"zookeeper://{HOST}:{self.port}{self.query}"
         if self.kind in HTTP_PROBES:
             return f"http://{HOST}:{self.port}"
         return self.address
+
+
+def zookeeper_url(members: Sequence[Node]) -> str:
+    """The token source URL of an ensemble: every member, and the TLS parameters if it has them."""
+    return "zookeeper://" + ",".join(n.address for n in members) + (members[0].query if members else "")
+
+
+@dataclass(frozen=True)
+class ServerTLS:
+    """What one TLS server gets: its certificate, the CA (which also vouches for clients), and the
+    client certificate a client shows; the server requires one only when `mutual`."""
+
+    ca: Path
+    server: KeyPair
+    client: KeyPair
+    mutual: bool
+
+
+def _private_copy(source: Path, target: Path, user: str | None, *, mode: int = 0o600) -> Path:
+    """A copy the server's user owns: PostgreSQL refuses a key file anyone else can read."""
+    shutil.copyfile(source, target)
+    os.chmod(target, mode)
+    if user is not None:
+        shutil.chown(target, user, user)
+    return target
 
 
 def free_port() -> int:
@@ -161,10 +204,37 @@ class ZooKeeperPeer:
     election_port: int
 
 
+def _zookeeper_tls(conf: Path, port: int, tls: ServerTLS) -> tuple[str, dict[str, str]]:
+    """zoo.cfg lines for a secure client port only, and a client's kazoo settings for it."""
+    keystore = conf / "server.pem"  # ZooKeeper's PEM key store: the key and the certificate in one file
+    keystore.write_bytes(tls.server.key.read_bytes() + tls.server.cert.read_bytes())
+    os.chmod(keystore, 0o600)
+    lines = (
+        f"secureClientPort={port}\nsecureClientPortAddress={HOST}\n"
+        "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n"
+        f"ssl.keyStore.location={keystore}\nssl.keyStore.type=PEM\n"
+        f"ssl.trustStore.location={tls.ca}\nssl.trustStore.type=PEM\n"
+        f"ssl.clientAuth={'need' if tls.mutual else 'none'}\n"
+    )
+    client = {"use_ssl": "true", "ca": str(tls.ca)}
+    if tls.mutual:
+        client |= {"certfile": str(tls.client.cert), "keyfile": str(tls.client.key)}
+    return lines, client
+
+
 def zookeeper_node(
-    name: str, data_dir: Path, *, peers: tuple[ZooKeeperPeer, ...] = (), myid: int = 0
+    name: str,
+    data_dir: Path,
+    *,
+    peers: tuple[ZooKeeperPeer, ...] = (),
+    myid: int = 0,
+    tls: ServerTLS | None = None,
 ) -> Node:
-    """A ZooKeeper JVM with 4-letter probes on; standalone unless `peers` names an ensemble."""
+    """A ZooKeeper JVM with 4-letter probes on; standalone unless `peers` names an ensemble.
+
+    With `tls`, clients reach it only on its secure client port (the members'
+    quorum traffic stays plaintext on loopback).
+    """
     java = _require("java", "default-jre-headless")
     if not os.path.exists(ZOOKEEPER_JAR):
         raise MissingServerError(ZOOKEEPER_JAR, package="zookeeper")
@@ -175,9 +245,14 @@ def zookeeper_node(
     servers = "".join(f"server.{p.myid}={HOST}:{p.quorum_port}:{p.election_port}\n" for p in peers)
     if peers:
         (data_dir / "data" / "myid").write_text(f"{myid}\n")
+    client_tls: dict[str, str] = {}
+    if tls is None:
+        listen = f"clientPort={port}\nclientPortAddress={HOST}\n"
+    else:
+        listen, client_tls = _zookeeper_tls(conf, port, tls)
     (conf / "zoo.cfg").write_text(
         f"tickTime=500\ninitLimit=10\nsyncLimit=5\ndataDir={data_dir / 'data'}\n"
-        f"clientPort={port}\nclientPortAddress={HOST}\nadmin.enableServer=false\n"
+        f"{listen}admin.enableServer=false\n"
         "4lw.commands.whitelist=ruok,srvr,stat\nmaxSessionTimeout=60000\n" + servers
     )
     (conf / "log4j.properties").write_text(
@@ -190,10 +265,14 @@ def zookeeper_node(
         java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
         f"-Dzookeeper.log.dir={data_dir}",
         f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}",
-        "-cp", f"{conf}:{ZOOKEEPER_JAR}",
+        "-cp", f"{conf}:{ZOOKEEPER_JAR}" + (f":{ZOOKEEPER_NETTY_CODEC}" if tls else ""),
         "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(conf / "zoo.cfg"),
     ]  # fmt: skip
-    return Node(name, "zookeeper", port, argv, str(data_dir), str(data_dir / "server.log"))
+    if tls is not None and not os.path.exists(ZOOKEEPER_NETTY_CODEC):
+        raise MissingServerError(ZOOKEEPER_NETTY_CODEC, package="libnetty-java")
+    node = Node(name, "zookeeper", port, argv, str(data_dir), str(data_dir / "server.log"))
+    node.tls = client_tls
+    return node
 
 
 @dataclass(frozen=True)
@@ -235,8 +314,36 @@ def etcd_is_leader(node: Node) -> bool:
     return b"\netcd_server_is_leader 1" in _http_get(node.port, "/metrics", limit=1 << 20)[1]
 
 
-def postgres_node(name: str, data_dir: Path, *, user: str | None) -> Node:
-    """A throwaway PostgreSQL cluster; initdb runs here, as `user` when given."""
+def _postgres_tls(data_dir: Path, user: str | None, tls: ServerTLS) -> tuple[list[str], dict[str, str]]:
+    """Server settings for TLS only (`hostssl` lines alone; a client certificate whose name is the role
+    when `mutual`), and a client's libpq parameters for it."""
+    own = data_dir / "tls"
+    own.mkdir(exist_ok=True)
+    if user is not None:
+        shutil.chown(own, user, user)
+    cert = _private_copy(tls.server.cert, own / "server.crt", user, mode=0o644)
+    key = _private_copy(tls.server.key, own / "server.key", user)
+    ca = _private_copy(tls.ca, own / "ca.pem", user, mode=0o644)
+    check = " clientcert=verify-full" if tls.mutual else ""
+    hba = data_dir / "pg_hba_tls.conf"
+    hba.write_text(
+        "# written by the fencegate cluster helper: TLS only over TCP\n"
+        "local all all trust\n"
+        f"hostssl all all {HOST}/32 trust{check}\n"
+    )
+    os.chmod(hba, 0o644)
+    settings = [
+        "-c", "ssl=on", "-c", f"ssl_cert_file={cert}", "-c", f"ssl_key_file={key}",
+        "-c", f"ssl_ca_file={ca}", "-c", f"hba_file={hba}",
+    ]  # fmt: skip
+    client = {"sslmode": "verify-full", "sslrootcert": str(tls.ca)}
+    if tls.mutual:
+        client |= {"sslcert": str(tls.client.cert), "sslkey": str(tls.client.key)}
+    return settings, client
+
+
+def postgres_node(name: str, data_dir: Path, *, user: str | None, tls: ServerTLS | None = None) -> Node:
+    """A throwaway PostgreSQL cluster; initdb runs here, as `user` when given. With `tls`, TLS only."""
     bindir = postgres_bindir()
     port = free_port()
     pgdata = data_dir / "pgdata"
@@ -251,7 +358,11 @@ def postgres_node(name: str, data_dir: Path, *, user: str | None) -> Node:
         "-c", f"listen_addresses={HOST}", "-c", f"unix_socket_directories={data_dir}",
         "-c", "max_connections=300", "-c", "shared_buffers=64MB",
     ]  # fmt: skip
-    return Node(name, "postgres", port, argv, str(data_dir), str(data_dir / "server.log"), user=user)
+    node = Node(name, "postgres", port, argv, str(data_dir), str(data_dir / "server.log"), user=user)
+    if tls is not None:
+        settings, node.tls = _postgres_tls(data_dir, user, tls)
+        node.argv += settings
+    return node
 
 
 def probe(node: Node) -> bool:
@@ -286,11 +397,11 @@ def probe(node: Node) -> bool:
 
 
 def _probe_socket(node: Node) -> socket.socket:
-    """A connection to `node`, over TLS for a TLS-only Redis.
+    """A connection to `node`, over TLS for a TLS-only Redis or ZooKeeper.
 
     The probe asks whether the server answers, not whether its certificate is
-    good: it checks no certificate (tests start masters with bad ones on
-    purpose), and presents the client certificate the master requires.
+    good: it checks no certificate (tests start servers with bad ones on
+    purpose), and presents the client certificate the server requires.
     """
     sock = socket.create_connection((HOST, node.port), timeout=PROBE_TIMEOUT)
     if not node.tls:
@@ -298,8 +409,9 @@ def _probe_socket(node: Node) -> socket.socket:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # readiness only: the clients under test verify
-    if "ssl_certfile" in node.tls:
-        context.load_cert_chain(node.tls["ssl_certfile"], node.tls["ssl_keyfile"])
+    prefix = "ssl_" if node.kind == "redis" else ""  # redis-py's parameter names, or kazoo's
+    if f"{prefix}certfile" in node.tls:
+        context.load_cert_chain(node.tls[f"{prefix}certfile"], node.tls[f"{prefix}keyfile"])
     try:
         return context.wrap_socket(sock)
     except OSError:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from fencegate.lab.cluster.errors import MissingServerError
-from fencegate.lab.cluster.servers import HOST, Node, free_port
+from fencegate.lab.cluster.servers import HOST, Node, free_port, zookeeper_url
 
 HAPROXY_CFG = "conf/haproxy.cfg"
 LB_HEALTH_URI = "/lb-health"  # answered by HAProxy itself: 200 while one gateway is up, else 503
@@ -40,7 +40,7 @@ def gateway_backends(cluster_dir: Path, nodes: Iterable[Node]) -> tuple[str, str
         path.parent.mkdir(parents=True, exist_ok=True)
         storage = f"sqlite:///{path.resolve()}"
     if by_kind.get("zookeeper"):
-        tokens: str | None = "zookeeper://" + ",".join(n.address for n in by_kind["zookeeper"])
+        tokens: str | None = zookeeper_url(by_kind["zookeeper"])
     elif postgres:
         tokens = postgres[0].url
     else:
