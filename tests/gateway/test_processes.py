@@ -91,10 +91,13 @@ async def test_kill_9_during_writes_loses_no_acknowledged_write_and_no_mark(
                 assert (await resp.json())["highest"] >= highest
 
 
+@pytest.mark.parametrize("server", ["postgres_cluster", "postgres_tls_cluster"], ids=["plaintext", "tls"])
 async def test_two_replicas_on_one_postgres_never_accept_below_a_committed_token(
-    start_gateway: Start, postgres_cluster: LocalCluster
+    start_gateway: Start, request: pytest.FixtureRequest, server: str
 ) -> None:
-    dsn = postgres_cluster.postgres_dsn
+    """Also with the replicas' storage over TLS with a client certificate (sslmode=verify-full)."""
+    cluster: LocalCluster = request.getfixturevalue(server)
+    dsn = cluster.postgres_dsn
     replicas = [start_gateway("--storage", dsn, name=f"replica{i}") for i in range(2)]
     key = f"shared-{uuid.uuid4().hex[:8]}"
     tokens = itertools.count(1)

@@ -7,6 +7,7 @@ import bisect
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -30,16 +31,21 @@ TASKS = 16  # concurrent draws in each process
 BATCHED_DRAWS = 10  # per task
 
 
-@pytest.fixture
-async def pg_dsn(postgres_cluster: LocalCluster) -> str:
-    """A fresh, empty database, so the sequence does not exist yet."""
+async def fresh_database(dsn: str) -> str:
+    """`dsn` (TLS parameters included) on a new, empty database, so the sequence does not exist yet."""
     name = f"tokens_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(postgres_cluster.postgres_dsn)
+    conn = await asyncpg.connect(dsn)  # asyncpg reads libpq's TLS parameters in a DSN itself
     try:
         await conn.execute(f"CREATE DATABASE {name}")
     finally:
         await conn.close()
-    return postgres_cluster.postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@pytest.fixture
+async def pg_dsn(postgres_cluster: LocalCluster) -> str:
+    return await fresh_database(postgres_cluster.postgres_dsn)
 
 
 def assert_issue_order(recorded: list[list[list[int]]]) -> list[int]:
@@ -71,14 +77,22 @@ def assert_issue_order(recorded: list[list[list[int]]]) -> list[int]:
     return everything
 
 
-@pytest.fixture(params=["sqlite", "postgres", "zookeeper", "etcd", "redis-incr"])
-def source_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture(
+    params=["sqlite", "postgres", "postgres-tls", "zookeeper", "zookeeper-tls", "etcd", "redis-incr"]
+)
+async def source_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each source's URL; the -tls ones reach a TLS-only server with a client certificate."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'tokens.db'}"
     if request.param == "postgres":
         return str(request.getfixturevalue("pg_dsn"))
+    if request.param == "postgres-tls":
+        return await fresh_database(request.getfixturevalue("postgres_tls_cluster").postgres_dsn)
     if request.param == "zookeeper":
         return f"zookeeper://{request.getfixturevalue('zookeeper_cluster').zookeeper}/fencegate-tests"
+    if request.param == "zookeeper-tls":
+        cluster: LocalCluster = request.getfixturevalue("zookeeper_tls_cluster")
+        return urlunsplit(urlsplit(cluster.zookeeper_url)._replace(path="/fencegate-tests"))
     if request.param == "etcd":
         return str(request.getfixturevalue("etcd_cluster").etcd)
     return f"{request.getfixturevalue('redis_cluster').redis_urls[0]}?unsafe=1"

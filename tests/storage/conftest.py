@@ -1,4 +1,5 @@
-"""A fenced store on each backend: a fresh SQLite file, and the shared PostgreSQL.
+"""A fenced store on each backend: a fresh SQLite file, the shared PostgreSQL, and the shared
+TLS-only PostgreSQL (reached with sslmode=verify-full and a client certificate).
 
 Tests on the shared PostgreSQL use unique key and resource names (`names`).
 """
@@ -16,11 +17,12 @@ from storage import SqlObjectStore
 from tests.databases import migrated_store
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "postgresql-tls"])
 async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.db'}"
-    cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
+    fixture = "postgres_tls_cluster" if request.param == "postgresql-tls" else "postgres_cluster"
+    cluster: LocalCluster = request.getfixturevalue(fixture)
     return cluster.postgres_dsn
 
 
