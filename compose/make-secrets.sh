@@ -3,11 +3,25 @@
 #   .env                     POSTGRES_PASSWORD, read by compose for postgres and the gateways
 #   secrets/lab-api-key      the API key the one-shot `lab` service sends
 #   secrets/api-keys.json    the gateways' key file: SHA-256 hashes only, with their prefixes
-# Existing files are kept, so running it again never rotates a secret by surprise.
+#   secrets/tls/             a CA of the deployment's own and the certificates it signed (openssl):
+#     ca.pem                       what every client and server trusts (ca.key, the CA's key, is used only here)
+#     postgres.crt/.key            PostgreSQL's server certificate, for the name `postgres`
+#     zookeeper-N.pem              ZooKeeper member N's key and certificate in one file (ZooKeeper's PEM key store),
+#                                  for the name `zookeeper-N`
+#     fencegate.crt/.key           the gateways' client certificate; its name is their PostgreSQL role
+#                                  (clientcert=verify-full compares them)
+#     lab.crt/.key                 the `lab` service's client certificate (ZooKeeper)
+# Existing files are kept, so running it again never rotates a secret by surprise; to renew the
+# certificates, remove secrets/tls/ and run it again, then restart the services one at a time.
 set -eu
 cd "$(dirname "$0")"
-mkdir -p secrets
-# the gateway image runs as uid 10001 and reads the files compose mounts: keep them readable
+here=$(pwd)
+DAYS=825  # the longest validity clients accept for a server certificate
+mkdir -p secrets/tls
+# The containers read the mounted files as their own users (the gateway image runs as uid 10001,
+# postgres as 999, zookeeper as 1000), so the files are readable (0644) and the directory, on this
+# host, is the operator's alone (0700). PostgreSQL copies its key to a 0600 file of its own at start.
+chmod 700 secrets
 umask 022
 [ -e .env ] || printf 'POSTGRES_PASSWORD=%s\n' "$(openssl rand -hex 24)" > .env
 [ -e secrets/lab-api-key ] || openssl rand -hex 32 > secrets/lab-api-key
@@ -16,4 +30,36 @@ if [ ! -e secrets/api-keys.json ]; then
     printf '{"keys": [{"name": "lab", "sha256": "%s", "prefixes": ["loadcheck/"]}]}\n' "$hash" \
         > secrets/api-keys.json
 fi
-echo "secrets ready in $(pwd): .env, secrets/lab-api-key, secrets/api-keys.json" >&2
+
+cd secrets/tls
+if [ ! -e ca.pem ]; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days "$DAYS" \
+        -subj "/CN=fencegate deployment CA" -keyout ca.key -out ca.pem \
+        -addext "basicConstraints=critical,CA:TRUE,pathlen:0" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+    chmod 600 ca.key  # never mounted into a container
+fi
+
+# issue NAME USAGE [DNS_NAME]: NAME.crt and NAME.key (EC P-256, PKCS#8), signed by the CA
+issue() {
+    [ -e "$1.crt" ] && return 0
+    ext=$(mktemp)
+    printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=%s\n' \
+        "$2" > "$ext"
+    [ -z "${3:-}" ] || printf 'subjectAltName=DNS:%s\n' "$3" >> "$ext"
+    openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
+        -keyout "$1.key" -out "$1.csr" 2>/dev/null
+    openssl x509 -req -in "$1.csr" -CA ca.pem -CAkey ca.key -set_serial "0x$(openssl rand -hex 16)" \
+        -days "$DAYS" -extfile "$ext" -out "$1.crt" 2>/dev/null
+    rm -f "$ext" "$1.csr"
+    chmod 644 "$1.key"
+}
+
+issue postgres serverAuth postgres
+for n in 1 2 3; do
+    issue "zookeeper-$n" serverAuth "zookeeper-$n"
+    [ -e "zookeeper-$n.pem" ] || cat "zookeeper-$n.key" "zookeeper-$n.crt" > "zookeeper-$n.pem"
+done
+issue fencegate clientAuth
+issue lab clientAuth
+echo "secrets ready in $here: .env, secrets/lab-api-key, secrets/api-keys.json, secrets/tls/" >&2

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install the Debian packages fencegate runs for real: Redis, ZooKeeper,
 # PostgreSQL, etcd, a C compiler (the lab's clock shim, spin models), spin, wrk,
-# Chromium (the lab report test) and HAProxy (the native deployment's load
-# balancer). Idempotent: it installs only what is missing.
+# Chromium (the lab report test), HAProxy (the native deployment's load
+# balancer) and openssl (compose/make-secrets.sh, tested). Idempotent: it
+# installs only what is missing.
 set -euo pipefail
 
 missing=()
@@ -12,6 +13,7 @@ command -v java >/dev/null || missing+=(default-jre-headless)
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v faketime >/dev/null || missing+=(faketime)
+command -v openssl >/dev/null || missing+=(openssl)
 command -v gcc >/dev/null || missing+=(gcc)
 command -v spin >/dev/null || missing+=(spin)
 command -v wrk >/dev/null || missing+=(wrk)

@@ -120,7 +120,10 @@ def test_fencegate_commands_are_accepted_by_the_real_cli() -> None:
     assert (lab.command, lab.action) == ("cluster", "check")
     assert lab.gateway == "http://lb:8080"
     assert lab.redis == [f"redis://redis-{i}:6379" for i in range(1, 6)]
-    assert lab.tokens == "zookeeper://zookeeper-1:2181,zookeeper-2:2181,zookeeper-3:2181"
+    assert lab.tokens == (
+        "zookeeper://zookeeper-1:2281,zookeeper-2:2281,zookeeper-3:2281"
+        "?use_ssl=true&ca=/run/secrets/ca&certfile=/run/secrets/lab_cert&keyfile=/run/secrets/lab_key"
+    )
 
 
 def test_gateway_environment_names_only_real_settings() -> None:

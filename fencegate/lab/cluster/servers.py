@@ -204,17 +204,33 @@ class ZooKeeperPeer:
     election_port: int
 
 
+def zookeeper_tls_settings(*, keystore: str, truststore: str, mutual: bool) -> dict[str, str]:
+    """zoo.cfg settings of a secure client port (beside the port itself): Netty, PEM key and trust
+    stores, client certificates required when `mutual`. Compose's ZOO_CFG_EXTRA holds the same
+    (tests/deploy keeps them equal)."""
+    return {
+        "serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory",
+        "ssl.keyStore.location": keystore,
+        "ssl.keyStore.type": "PEM",
+        "ssl.trustStore.location": truststore,
+        "ssl.trustStore.type": "PEM",
+        "ssl.clientAuth": "need" if mutual else "none",
+    }
+
+
+def postgres_tls_settings(*, cert: str, key: str, ca: str, hba: str) -> dict[str, str]:
+    """PostgreSQL's TLS settings (`-c NAME=VALUE`); compose's postgres command holds the same."""
+    return {"ssl": "on", "ssl_cert_file": cert, "ssl_key_file": key, "ssl_ca_file": ca, "hba_file": hba}
+
+
 def _zookeeper_tls(conf: Path, port: int, tls: ServerTLS) -> tuple[str, dict[str, str]]:
     """zoo.cfg lines for a secure client port only, and a client's kazoo settings for it."""
     keystore = conf / "server.pem"  # ZooKeeper's PEM key store: the key and the certificate in one file
     keystore.write_bytes(tls.server.key.read_bytes() + tls.server.cert.read_bytes())
     os.chmod(keystore, 0o600)
-    lines = (
-        f"secureClientPort={port}\nsecureClientPortAddress={HOST}\n"
-        "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n"
-        f"ssl.keyStore.location={keystore}\nssl.keyStore.type=PEM\n"
-        f"ssl.trustStore.location={tls.ca}\nssl.trustStore.type=PEM\n"
-        f"ssl.clientAuth={'need' if tls.mutual else 'none'}\n"
+    settings = zookeeper_tls_settings(keystore=str(keystore), truststore=str(tls.ca), mutual=tls.mutual)
+    lines = f"secureClientPort={port}\nsecureClientPortAddress={HOST}\n" + "".join(
+        f"{name}={value}\n" for name, value in settings.items()
     )
     client = {"use_ssl": "true", "ca": str(tls.ca)}
     if tls.mutual:
@@ -332,14 +348,11 @@ def _postgres_tls(data_dir: Path, user: str | None, tls: ServerTLS) -> tuple[lis
         f"hostssl all all {HOST}/32 trust{check}\n"
     )
     os.chmod(hba, 0o644)
-    settings = [
-        "-c", "ssl=on", "-c", f"ssl_cert_file={cert}", "-c", f"ssl_key_file={key}",
-        "-c", f"ssl_ca_file={ca}", "-c", f"hba_file={hba}",
-    ]  # fmt: skip
+    settings = postgres_tls_settings(cert=str(cert), key=str(key), ca=str(ca), hba=str(hba))
     client = {"sslmode": "verify-full", "sslrootcert": str(tls.ca)}
     if tls.mutual:
         client |= {"sslcert": str(tls.client.cert), "sslkey": str(tls.client.key)}
-    return settings, client
+    return [arg for name, value in settings.items() for arg in ("-c", f"{name}={value}")], client
 
 
 def postgres_node(name: str, data_dir: Path, *, user: str | None, tls: ServerTLS | None = None) -> Node:
