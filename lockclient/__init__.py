@@ -21,6 +21,7 @@ from lockclient.errors import (
     LockNotAcquired,
     MissingExtra,
     StaleToken,
+    TLSError,
     TokenSourceError,
 )
 from lockclient.http import FetchedObject, GatewayClient, ObjectInfo
@@ -55,6 +56,7 @@ __all__ = [
     "RetryPolicy",
     "SQLiteTokens",
     "StaleToken",
+    "TLSError",
     "TLSSettings",
     "TokenSource",
     "TokenSourceError",

@@ -6,6 +6,7 @@ LockClientError
  ├── LockLost                          the lease expired or was taken away
  ├── ExtensionLimitReached             a lease was extended as often as allowed
  ├── TokenSourceError                  the token source failed or is unreachable
+ ├── TLSError (ConnectionError)        a TLS connection failed; says why (CA, host name, client certificate)
  ├── MissingExtra (ImportError)        a token source's driver is not installed; names the extra
  └── GatewayError                      the gateway answered with an error
       └── StaleToken                   409: a newer token has already written
@@ -57,6 +58,19 @@ class TokenSourceError(LockClientError):
     def __init__(self, message: str, *, source: str) -> None:
         super().__init__(message)
         self.source = source
+
+
+class TLSError(LockClientError, ConnectionError):
+    """A TLS connection to `server` could not be made; the message says why and what to change.
+
+    It is a `ConnectionError`, so a driver that retries socket errors (kazoo) or
+    a caller that maps them (storage) treats it as the server being unreachable:
+    never as a reason to try plaintext.
+    """
+
+    def __init__(self, message: str, *, server: str) -> None:
+        super().__init__(message)
+        self.server = server
 
 
 class MissingExtra(LockClientError, ImportError):

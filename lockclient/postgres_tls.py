@@ -27,9 +27,9 @@ Where this differs from libpq, on purpose:
   connection is made, on every machine it is used on.
 - As in libpq, `require` with a `sslrootcert` also verifies the chain
   (`verify-ca`); `verify-full` also checks the host name.
-A TLS failure is never retried in plaintext: it is a `ConnectionError` that
-says why (a CA that did not sign the server's certificate, another host
-name, a client certificate the server wants).
+A TLS failure is never retried in plaintext: it is a `TLSError` (a
+`ConnectionError`) that says why (a CA that did not sign the server's
+certificate, another host name, a client certificate the server wants).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from lockclient._tls import client_context, explain, tls_version
-from lockclient.errors import ConfigurationError
+from lockclient.errors import ConfigurationError, TLSError
 
 __all__ = ["MODES", "PostgresTLS", "split_tls"]
 
@@ -156,15 +156,20 @@ class PostgresTLS:
         """SQLAlchemy's `do_connect` event: connect as this says, with the files as they are now.
 
         `event.listen(engine.sync_engine, "do_connect", tls.do_connect)`. A TLS
-        failure becomes a `ConnectionError` naming the server and the reason;
-        nothing is retried in plaintext.
+        failure becomes a `TLSError` (a `ConnectionError`) naming the server and
+        the reason; nothing is retried in plaintext.
         """
         cparams.update(self.connect_args())
         try:
             return dialect.connect(*cargs, **cparams)
-        except ssl.SSLError as exc:
+        except (ssl.SSLError, ConnectionError) as exc:
+            # asyncpg raises a bare ConnectionError only while negotiating TLS (the server said no to
+            # it, or hung up); a server that is down is a subclass (refused, reset), not a TLS failure
+            if not isinstance(exc, ssl.SSLError) and not (self.enabled and type(exc) is ConnectionError):
+                raise
             where = f"{cparams.get('host')}:{cparams.get('port')}"
-            raise ConnectionError(f"TLS to PostgreSQL at {where} failed: {explain(exc) or exc}") from exc
+            reason = explain(exc) or f"the server did not take up TLS ({exc})"
+            raise TLSError(f"TLS to PostgreSQL at {where} failed: {reason}", server=where) from exc
 
     def describe(self) -> str:
         """One line for logs: the mode and the files, never the password."""

@@ -53,7 +53,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote
 
 from lockclient._tls import client_context, explain
-from lockclient.errors import ConfigurationError, TokenSourceError
+from lockclient.errors import ConfigurationError, TLSError, TokenSourceError
 from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors, missing_extra
 from lockclient.tokens._batch import Batcher
 
@@ -140,8 +140,9 @@ class _TLSHandler(SequentialThreadingHandler):  # type: ignore[misc] # kazoo is 
             wrapped = self._context().wrap_socket(sock, server_hostname=hostname)
         except (ssl.SSLError, ConfigurationError) as exc:
             sock.close()
-            self.failure = f"{hostname}:{address[1]}: {explain(exc) or exc}"
-            raise OSError(self.failure) from exc  # a socket error: kazoo retries until the deadline
+            server = f"{hostname}:{address[1]}"
+            self.failure = f"{server}: {explain(exc) or exc}"
+            raise TLSError(self.failure, server=server) from exc  # a socket error: kazoo retries it
         self.failure = None  # kept until a handshake succeeds: a member that refuses TCP does not hide it
         return wrapped
 
