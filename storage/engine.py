@@ -20,13 +20,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from lockclient.errors import ConfigurationError
+from lockclient.errors import ConfigurationError, TLSError
 from lockclient.postgres_tls import split_tls
-from storage.errors import BadStorageURL
+from storage.errors import BadStorageURL, StorageUnavailable
 
 SQLITE_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write lock
 CONNECT_TIMEOUT = 5.0  # seconds to open a PostgreSQL connection before answering 503
 USE = "use sqlite:///PATH or postgresql://USER@HOST/DB"
+REFUSED_LOGIN = "28"  # SQLSTATE class 28, invalid authorization specification: pg_hba.conf said no
 READ_ONLY = "fencegate_read_only"  # execution option: a plain deferred BEGIN on SQLite
 
 
@@ -68,7 +69,22 @@ def open_engine(url: str, *, command_timeout: float = 10.0) -> AsyncEngine:
         pool_timeout=command_timeout,
         connect_args={"timeout": CONNECT_TIMEOUT, "command_timeout": command_timeout},
     )
-    event.listen(engine.sync_engine, "do_connect", tls.do_connect)  # each new connection: TLS as the URL says
+
+    @event.listens_for(engine.sync_engine, "do_connect")
+    def _connect(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+        """Each new connection: TLS as the URL says. A refused handshake, or the server's refusal of the
+        client (pg_hba.conf: no TLS, no client certificate, a wrong password), is reported with its
+        reason, which names no SQL or parameter: it needs the operator's fix, not a retry."""
+        try:
+            return tls.do_connect(dialect, record, cargs, cparams)
+        except TLSError as exc:
+            raise StorageUnavailable(f"storage could not connect: {exc}") from exc
+        except dialect.loaded_dbapi.Error as exc:
+            if not str(getattr(exc, "sqlstate", "")).startswith(REFUSED_LOGIN):
+                raise
+            where = f"{cparams.get('host')}:{cparams.get('port')}"
+            raise StorageUnavailable(f"storage could not connect: PostgreSQL at {where} said: {exc}") from exc
+
     return engine
 
 

@@ -149,7 +149,7 @@ async def test_zookeeper_tokens_over_tls_with_a_client_certificate(
         tokens = [await source.next_token(resource) for _ in range(3)]
         assert tokens == sorted(tokens)
         assert len(set(tokens)) == 3
-        assert await source.upper_bound(resource) == tokens[-1]
+        assert await source.upper_bound(resource) >= tokens[-1]  # a fresh write's zxid: above every token
 
 
 async def test_zookeeper_tls_keyword_settings_are_the_url_parameters(
