@@ -8,13 +8,18 @@ mistake is refused with its reason, and nothing falls back to plaintext.
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+
+import asyncpg
 import pytest
 from sqlalchemy import text
 
 from fencegate.cli import main
 from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.cluster.certs import Authority
-from storage import SchemaError, StorageUnavailable, migrate, open_engine
+from storage import BadStorageURL, SqlObjectStore, StaleTokenError, StorageUnavailable, migrate, open_engine
+from storage.pgbatch import PgGroupCommitStore
 from tests.urls import edit_query, with_host, without_query
 
 
@@ -97,7 +102,7 @@ async def test_storage_that_asked_for_tls_never_falls_back_to_plaintext(
 def test_storage_urls_with_unusable_tls_parameters_are_refused_before_connecting(
     query: str, message: str
 ) -> None:
-    with pytest.raises(SchemaError, match=message):
+    with pytest.raises(BadStorageURL, match=message):
         open_engine(f"postgresql://fencegate@db.example:5432/fencegate?{query}")
 
 
@@ -107,7 +112,67 @@ def test_serve_refuses_to_start_with_one_line_saying_why(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     storage = edit_query(postgres_tls_cluster.postgres_dsn, sslrootcert=str(stranger.cert))
-    assert main(["serve", "--port", "0", "--storage", storage]) == 2
+    assert main(["serve", "--port", "0", "--storage", storage]) == 3  # a service in the way (docs/cli.md)
     error = capsys.readouterr().err
     assert error.startswith("fencegate serve: ")
     assert "not signed by the CA this client trusts" in error
+
+
+async def _client_backends(dsn: str) -> list[tuple[bool, str | None]]:
+    """TLS and client certificate of every client connection to the server, but the asking one."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT s.ssl, s.client_dn FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
+            "WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()"
+        )
+    finally:
+        await conn.close()
+    return [(row[0], row[1]) for row in rows]
+
+
+async def test_postgres_group_commit_writer_connects_over_tls_and_keeps_the_fence(
+    postgres_tls_cluster: LocalCluster,
+) -> None:
+    """The group-commit writer takes its connections from the engine's pool: TLS with the client
+    certificate like every other, and concurrent fenced writes on it still refuse stale tokens."""
+    dsn = postgres_tls_cluster.postgres_dsn
+    engine = open_engine(dsn)
+    await migrate(engine)
+    store = PgGroupCommitStore(SqlObjectStore(engine), engine=engine, lanes=2)
+    await store.start()
+    resource = f"tls-{uuid.uuid4().hex[:12]}"
+    tokens = [5, 3, 9, 7, 2, 9, 4]  # concurrent, after a committed 9: only the 9s pass
+    try:
+        await store.put(f"{resource}/first", b"x", resource=resource, token=9)
+        results = await asyncio.gather(
+            *(store.put(f"{resource}/k{i}", b"x", resource=resource, token=t) for i, t in enumerate(tokens)),
+            return_exceptions=True,
+        )
+        mark = await store.mark(resource)
+        connections = await _client_backends(dsn)  # the writer's lanes keep theirs while it runs
+    finally:
+        await store.aclose()
+        await engine.dispose()
+    assert mark == 9
+    passed = [t for t, r in zip(tokens, results, strict=True) if not isinstance(r, BaseException)]
+    assert passed == [9, 9], results
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert all(isinstance(r, StaleTokenError) and r.highest == 9 for r in refused), refused
+    assert connections, "the writer's connections are open while it runs"
+    assert all(c == (True, "/CN=postgres") for c in connections), connections
+
+
+async def test_postgres_group_commit_writer_gets_the_urls_tls_settings(
+    postgres_tls_cluster: LocalCluster, stranger: Authority
+) -> None:
+    """A wrong CA in the URL reaches the writer's connections too: requests fail, nothing is written."""
+    engine = open_engine(edit_query(postgres_tls_cluster.postgres_dsn, sslrootcert=str(stranger.cert)))
+    store = PgGroupCommitStore(SqlObjectStore(engine), engine=engine)
+    await store.start()
+    try:
+        with pytest.raises(StorageUnavailable):
+            await store.put(f"ca-{uuid.uuid4().hex[:12]}", b"x", resource="tls-ca", token=1)
+    finally:
+        await store.aclose()
+        await engine.dispose()
