@@ -48,6 +48,11 @@ async def pg_dsn(postgres_cluster: LocalCluster) -> str:
     return await fresh_database(postgres_cluster.postgres_dsn)
 
 
+@pytest.fixture
+async def pg_tls_dsn(postgres_tls_cluster: LocalCluster) -> str:
+    return await fresh_database(postgres_tls_cluster.postgres_dsn)
+
+
 def assert_issue_order(recorded: list[list[list[int]]]) -> list[int]:
     """Per resource: unique tokens; whenever one draw finished before another began, its token is
     lower; each task's own tokens increase. Records are `[before_ns, after_ns, token, task, resource]`."""
@@ -80,14 +85,14 @@ def assert_issue_order(recorded: list[list[list[int]]]) -> list[int]:
 @pytest.fixture(
     params=["sqlite", "postgres", "postgres-tls", "zookeeper", "zookeeper-tls", "etcd", "redis-incr"]
 )
-async def source_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def source_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Each source's URL; the -tls ones reach a TLS-only server with a client certificate."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'tokens.db'}"
     if request.param == "postgres":
         return str(request.getfixturevalue("pg_dsn"))
     if request.param == "postgres-tls":
-        return await fresh_database(request.getfixturevalue("postgres_tls_cluster").postgres_dsn)
+        return str(request.getfixturevalue("pg_tls_dsn"))
     if request.param == "zookeeper":
         return f"zookeeper://{request.getfixturevalue('zookeeper_cluster').zookeeper}/fencegate-tests"
     if request.param == "zookeeper-tls":
