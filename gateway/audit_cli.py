@@ -14,14 +14,14 @@ import asyncio
 
 from gateway.config import check_storage_url, env_name
 from gateway.errors import ConfigError
-from storage import open_engine
+from gateway.storage_tls import open_storage
 from storage.verify import AuditReport, verify_audit
 
 ENV_STORAGE = env_name("storage")
 
 
 async def _verify(url: str) -> AuditReport:
-    engine = open_engine(url)
+    engine = open_storage(url)
     try:
         return await verify_audit(engine)
     finally:

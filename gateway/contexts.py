@@ -22,8 +22,9 @@ from gateway.auth import ApiKeys
 from gateway.errors import ConfigError
 from gateway.fencing import Fencer, FutureGuard
 from gateway.keys import AppKeys
+from gateway.storage_tls import open_storage
 from gateway.upstream import PROXY_LIMIT, UpstreamStore
-from storage import SqlObjectStore, migrate, open_engine
+from storage import SqlObjectStore, migrate
 from storage.batch import GroupCommitStore
 from storage.queued import QueuedStore
 
@@ -37,7 +38,7 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
     settings, policy = app[AppKeys.settings], app[AppKeys.policy]
     if settings.storage is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = open_engine(settings.storage_url, command_timeout=settings.storage_timeout)
+    engine = open_storage(settings.storage_url, command_timeout=settings.storage_timeout)
     try:
         version = await migrate(engine)
         log.info("storage %s ready (schema version %d)", engine.url.render_as_string(), version)

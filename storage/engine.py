@@ -5,24 +5,34 @@ disk before it returns; writers start with `BEGIN IMMEDIATE`, which takes the
 write lock up front instead of failing with "database is locked" when a
 reader upgrades. PostgreSQL (asyncpg) is durable by default
 (`synchronous_commit=on`); connections are pinged before use so a restarted
-server costs one 503, not a pool of dead sockets. Its URL takes libpq's
-`sslmode`, `sslrootcert`, `sslcert`, `sslkey` and friends, read by the helper
-the PostgreSQL token source uses too (`lockclient.postgres_tls`): plaintext
-unless `sslmode` says otherwise, and a TLS failure is never retried in plaintext.
+server costs one 503, not a pool of dead sockets.
+
+TLS to PostgreSQL: the URL may carry libpq's `sslmode`, `sslrootcert`, ...
+parameters, read by a `TLSReader` the caller gives (the gateway's
+`gateway.storage_tls.open_storage` gives the one the PostgreSQL token source
+uses, so one syntax and one implementation serve both, while storage imports
+no lockclient: docs/architecture.md). Every connection of the engine's pool,
+the group-commit writer's too, opens through it. Without a reader, TLS
+parameters are refused rather than passed to the driver or dropped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from lockclient.errors import ConfigurationError, TLSError
-from lockclient.postgres_tls import split_tls
 from storage.errors import BadStorageURL, StorageUnavailable
+
+DoConnect = Callable[[Any, Any, Any, dict[str, Any]], Any]  # SQLAlchemy's do_connect event handler
+# A PostgreSQL URL (asyncpg's) -> the URL without its TLS parameters, and how to open each connection
+# with them; a bad parameter raises BadStorageURL, a failed handshake StorageUnavailable with the reason.
+TLSReader = Callable[[str], tuple[str, DoConnect]]
 
 SQLITE_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write lock
 CONNECT_TIMEOUT = 5.0  # seconds to open a PostgreSQL connection before answering 503
@@ -50,17 +60,23 @@ def normalize_url(url: str) -> str:
     raise BadStorageURL(f"{url!r}: unsupported storage; {USE}")
 
 
-def open_engine(url: str, *, command_timeout: float = 10.0) -> AsyncEngine:
-    """An engine for `url`; its owner must `await engine.dispose()`."""
+def open_engine(url: str, *, command_timeout: float = 10.0, tls: TLSReader | None = None) -> AsyncEngine:
+    """An engine for `url`, with PostgreSQL's TLS parameters read by `tls`; its owner must
+    `await engine.dispose()`."""
     target = normalize_url(url)
     if target.startswith("sqlite"):
         engine = create_async_engine(target, connect_args={"timeout": SQLITE_BUSY_TIMEOUT})
         _configure_sqlite(engine)
         return engine
-    try:
-        target, tls = split_tls(target)
-    except ConfigurationError as exc:
-        raise BadStorageURL(f"storage URL: {exc}") from exc
+    if tls is not None:
+        target, connect = tls(target)
+    elif tls_parameters := [k for k, _ in parse_qsl(urlsplit(target).query) if k.startswith("ssl")]:
+        raise BadStorageURL(
+            f"storage URL: TLS parameters ({', '.join(tls_parameters)}) need a TLS reader: open it with "
+            "gateway.storage_tls.open_storage, or drop them for plaintext"
+        )
+    else:
+        connect = _plain_connect
     engine = create_async_engine(
         target,
         pool_pre_ping=True,
@@ -72,13 +88,11 @@ def open_engine(url: str, *, command_timeout: float = 10.0) -> AsyncEngine:
 
     @event.listens_for(engine.sync_engine, "do_connect")
     def _connect(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
-        """Each new connection: TLS as the URL says. A refused handshake, or the server's refusal of the
-        client (pg_hba.conf: no TLS, no client certificate, a wrong password), is reported with its
-        reason, which names no SQL or parameter: it needs the operator's fix, not a retry."""
+        """Each new connection: TLS as the URL says. The server's refusal of the client (pg_hba.conf:
+        no TLS, no client certificate, a wrong password) is reported with its reason, which names no
+        SQL or parameter: it needs the operator's fix, not a retry."""
         try:
-            return tls.do_connect(dialect, record, cargs, cparams)
-        except TLSError as exc:
-            raise StorageUnavailable(f"storage could not connect: {exc}") from exc
+            return connect(dialect, record, cargs, cparams)
         except dialect.loaded_dbapi.Error as exc:
             if not str(getattr(exc, "sqlstate", "")).startswith(REFUSED_LOGIN):
                 raise
@@ -86,6 +100,10 @@ def open_engine(url: str, *, command_timeout: float = 10.0) -> AsyncEngine:
             raise StorageUnavailable(f"storage could not connect: PostgreSQL at {where} said: {exc}") from exc
 
     return engine
+
+
+def _plain_connect(dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+    return dialect.connect(*cargs, **cparams)
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

@@ -12,13 +12,14 @@ from urllib.parse import urlsplit
 import asyncpg
 
 from fencegate.lab.cluster import LocalCluster
-from storage import SqlObjectStore, migrate, open_engine
+from gateway.storage_tls import open_storage
+from storage import SqlObjectStore, migrate
 
 
 @contextlib.asynccontextmanager
 async def migrated_store(url: str) -> AsyncIterator[SqlObjectStore]:
     """A store over a fresh engine on `url`, its schema migrated; the engine is disposed afterwards."""
-    engine = open_engine(url)
+    engine = open_storage(url)
     await migrate(engine)
     try:
         yield SqlObjectStore(engine)

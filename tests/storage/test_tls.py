@@ -18,6 +18,7 @@ from sqlalchemy import text
 from fencegate.cli import main
 from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.cluster.certs import Authority
+from gateway.storage_tls import open_storage
 from storage import BadStorageURL, SqlObjectStore, StaleTokenError, StorageUnavailable, migrate, open_engine
 from storage.pgbatch import PgGroupCommitStore
 from tests.urls import edit_query, with_host, without_query
@@ -32,7 +33,7 @@ def stranger(tmp_path_factory: pytest.TempPathFactory) -> Authority:
 async def test_storage_connects_over_tls_with_its_client_certificate(
     postgres_tls_cluster: LocalCluster,
 ) -> None:
-    engine = open_engine(postgres_tls_cluster.postgres_dsn)
+    engine = open_storage(postgres_tls_cluster.postgres_dsn)
     try:
         await migrate(engine)
         async with engine.connect() as conn:
@@ -67,7 +68,7 @@ async def test_storage_tls_failures_are_unavailable_with_the_reason(
         "no client certificate": edit_query(dsn, sslcert=None, sslkey=None),
         "plaintext": without_query(dsn),
     }[break_it]
-    engine = open_engine(broken)
+    engine = open_storage(broken)
     try:
         with pytest.raises(StorageUnavailable, match=message):
             await migrate(engine)
@@ -79,7 +80,7 @@ async def test_storage_that_asked_for_tls_never_falls_back_to_plaintext(
     postgres_cluster: LocalCluster, stranger: Authority
 ) -> None:
     """The plain server accepts plaintext; a URL that says TLS must fail instead of using it."""
-    engine = open_engine(
+    engine = open_storage(
         edit_query(postgres_cluster.postgres_dsn, sslmode="verify-full", sslrootcert=str(stranger.cert))
     )
     try:
@@ -103,7 +104,7 @@ def test_storage_urls_with_unusable_tls_parameters_are_refused_before_connecting
     query: str, message: str
 ) -> None:
     with pytest.raises(BadStorageURL, match=message):
-        open_engine(f"postgresql://fencegate@db.example:5432/fencegate?{query}")
+        open_storage(f"postgresql://fencegate@db.example:5432/fencegate?{query}")
 
 
 def test_serve_refuses_to_start_with_one_line_saying_why(
@@ -137,7 +138,7 @@ async def test_postgres_group_commit_writer_connects_over_tls_and_keeps_the_fenc
     """The group-commit writer takes its connections from the engine's pool: TLS with the client
     certificate like every other, and concurrent fenced writes on it still refuse stale tokens."""
     dsn = postgres_tls_cluster.postgres_dsn
-    engine = open_engine(dsn)
+    engine = open_storage(dsn)
     await migrate(engine)
     store = PgGroupCommitStore(SqlObjectStore(engine), engine=engine, lanes=2)
     await store.start()
@@ -167,7 +168,7 @@ async def test_postgres_group_commit_writer_gets_the_urls_tls_settings(
     postgres_tls_cluster: LocalCluster, stranger: Authority
 ) -> None:
     """A wrong CA in the URL reaches the writer's connections too: requests fail, nothing is written."""
-    engine = open_engine(edit_query(postgres_tls_cluster.postgres_dsn, sslrootcert=str(stranger.cert)))
+    engine = open_storage(edit_query(postgres_tls_cluster.postgres_dsn, sslrootcert=str(stranger.cert)))
     store = PgGroupCommitStore(SqlObjectStore(engine), engine=engine)
     await store.start()
     try:
@@ -176,3 +177,11 @@ async def test_postgres_group_commit_writer_gets_the_urls_tls_settings(
     finally:
         await store.aclose()
         await engine.dispose()
+
+
+def test_storage_alone_refuses_tls_parameters_it_cannot_read() -> None:
+    """storage imports no lockclient: without the gateway's TLS reader, TLS parameters are an error,
+    never passed to the driver or dropped (a plaintext connection the URL did not ask for)."""
+    url = "postgresql://fencegate@db.example:5432/fencegate?sslmode=verify-full&sslrootcert=/etc/ca.pem"
+    with pytest.raises(BadStorageURL, match=r"TLS parameters \(sslmode, sslrootcert\) need a TLS reader"):
+        open_engine(url)
