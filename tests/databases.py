@@ -40,3 +40,16 @@ async def fresh_database(cluster: LocalCluster, prefix: str = "t") -> AsyncItera
             await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
     finally:
         await admin.close()
+
+
+async def client_connections_tls(dsn: str) -> set[tuple[bool, str | None]]:
+    """(TLS?, the client certificate's name) of every other client connection to the server at `dsn`."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT s.ssl, s.client_dn FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
+            "WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()"
+        )
+    finally:
+        await conn.close()
+    return {(row["ssl"], row["client_dn"]) for row in rows}

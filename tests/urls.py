@@ -27,3 +27,22 @@ def with_host(url: str, host: str) -> str:
 
 def without_query(url: str) -> str:
     return urlunsplit(urlsplit(url)._replace(query=""))
+
+
+# One PostgreSQL TLS mistake each, as a user would make it, and the words of the reason it gets.
+POSTGRES_TLS_MISTAKES = {
+    "wrong CA": "not signed by the CA this client trusts",
+    "wrong host": "not valid for the name connected to",
+    "no client certificate": "requires a valid client certificate",
+    "plaintext": "no encryption",  # the server is TLS only: a plaintext client is refused
+}
+
+
+def broken_postgres_tls(dsn: str, mistake: str, *, stranger_ca: str) -> str:
+    """`dsn` with one mistake of POSTGRES_TLS_MISTAKES (`stranger_ca`: a CA that signed nothing)."""
+    return {
+        "wrong CA": lambda: edit_query(dsn, sslrootcert=stranger_ca),
+        "wrong host": lambda: with_host(dsn, "localhost"),
+        "no client certificate": lambda: edit_query(dsn, sslcert=None, sslkey=None),
+        "plaintext": lambda: without_query(dsn),
+    }[mistake]()

@@ -14,11 +14,11 @@ import json
 from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
-import asyncpg
 import pytest
 
 from fencegate.cli import main
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
+from tests.databases import client_connections_tls
 
 SPEC = ClusterSpec(redis=3, zookeeper_tls="mutual", postgres_tls="mutual", gateways=2)
 
@@ -52,13 +52,5 @@ async def test_load_through_haproxy_is_clean_and_every_storage_connection_is_tls
     assert report["acknowledged"] > 0
     assert report["token_source_errors"] == 0
     assert code == 0
-    conn = await asyncpg.connect(topology.postgres_dsn)
-    try:
-        rows = await conn.fetch(
-            "SELECT s.ssl, s.client_dn FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
-            "WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()"
-        )
-    finally:
-        await conn.close()
-    assert len(rows) >= 2  # each replica keeps pooled connections open
-    assert {(row["ssl"], row["client_dn"]) for row in rows} == {(True, "/CN=postgres")}
+    connections = await client_connections_tls(topology.postgres_dsn)
+    assert connections == {(True, "/CN=postgres")}  # each replica keeps pooled connections open

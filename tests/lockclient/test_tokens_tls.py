@@ -24,7 +24,7 @@ from fencegate.lab.cluster.certs import Authority
 from lockclient import PostgresTokens, TokenSourceError, ZooKeeperTokens, open_token_source
 from lockclient.tokens.zookeeper import url_options
 from tests.lockclient.test_tokens import fresh_database
-from tests.urls import edit_query, with_host, without_query
+from tests.urls import POSTGRES_TLS_MISTAKES, broken_postgres_tls, edit_query, with_host, without_query
 
 WRONG_CA = "not signed by the CA this client trusts"
 WRONG_HOST = "not valid for the name connected to"
@@ -103,25 +103,12 @@ async def test_a_renewed_client_certificate_is_used_by_the_next_connection(
     assert serial_before not in serials
 
 
-@pytest.mark.parametrize(
-    ("break_it", "message"),
-    [
-        ("wrong CA", WRONG_CA),
-        ("wrong host", WRONG_HOST),
-        ("no client certificate", "requires a valid client certificate"),
-        ("plaintext", "no encryption"),
-    ],
-)
+@pytest.mark.parametrize(("break_it", "message"), POSTGRES_TLS_MISTAKES.items())
 async def test_postgres_tls_failures_say_why(
     postgres_tls_cluster: LocalCluster, stranger: Authority, resource: str, break_it: str, message: str
 ) -> None:
     dsn = postgres_tls_cluster.postgres_dsn
-    broken = {
-        "wrong CA": edit_query(dsn, sslrootcert=str(stranger.cert)),
-        "wrong host": with_host(dsn, "localhost"),
-        "no client certificate": edit_query(dsn, sslcert=None, sslkey=None),
-        "plaintext": without_query(dsn),  # the server is TLS only: a plaintext client is refused
-    }[break_it]
+    broken = broken_postgres_tls(dsn, break_it, stranger_ca=str(stranger.cert))
     async with PostgresTokens(broken, timeout=10.0) as source:
         with pytest.raises(TokenSourceError, match=message) as caught:
             await source.next_token(resource)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import asyncpg
 import pytest
 from sqlalchemy import text
 
@@ -21,7 +20,8 @@ from fencegate.lab.cluster.certs import Authority
 from gateway.storage_tls import open_storage
 from storage import BadStorageURL, SqlObjectStore, StaleTokenError, StorageUnavailable, migrate, open_engine
 from storage.pgbatch import PgGroupCommitStore
-from tests.urls import edit_query, with_host, without_query
+from tests.databases import client_connections_tls
+from tests.urls import POSTGRES_TLS_MISTAKES, broken_postgres_tls, edit_query
 
 
 @pytest.fixture(scope="module")
@@ -49,25 +49,11 @@ async def test_storage_connects_over_tls_with_its_client_certificate(
     assert client == "/CN=postgres"
 
 
-@pytest.mark.parametrize(
-    ("break_it", "message"),
-    [
-        ("wrong CA", "not signed by the CA this client trusts"),
-        ("wrong host", "not valid for the name connected to"),
-        ("no client certificate", "requires a valid client certificate"),
-        ("plaintext", "no encryption"),
-    ],
-)
+@pytest.mark.parametrize(("break_it", "message"), POSTGRES_TLS_MISTAKES.items())
 async def test_storage_tls_failures_are_unavailable_with_the_reason(
     postgres_tls_cluster: LocalCluster, stranger: Authority, break_it: str, message: str
 ) -> None:
-    dsn = postgres_tls_cluster.postgres_dsn
-    broken = {
-        "wrong CA": edit_query(dsn, sslrootcert=str(stranger.cert)),
-        "wrong host": with_host(dsn, "localhost"),
-        "no client certificate": edit_query(dsn, sslcert=None, sslkey=None),
-        "plaintext": without_query(dsn),
-    }[break_it]
+    broken = broken_postgres_tls(postgres_tls_cluster.postgres_dsn, break_it, stranger_ca=str(stranger.cert))
     engine = open_storage(broken)
     try:
         with pytest.raises(StorageUnavailable, match=message):
@@ -119,19 +105,6 @@ def test_serve_refuses_to_start_with_one_line_saying_why(
     assert "not signed by the CA this client trusts" in error
 
 
-async def _client_backends(dsn: str) -> list[tuple[bool, str | None]]:
-    """TLS and client certificate of every client connection to the server, but the asking one."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        rows = await conn.fetch(
-            "SELECT s.ssl, s.client_dn FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) "
-            "WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()"
-        )
-    finally:
-        await conn.close()
-    return [(row[0], row[1]) for row in rows]
-
-
 async def test_postgres_group_commit_writer_connects_over_tls_and_keeps_the_fence(
     postgres_tls_cluster: LocalCluster,
 ) -> None:
@@ -151,7 +124,7 @@ async def test_postgres_group_commit_writer_connects_over_tls_and_keeps_the_fenc
             return_exceptions=True,
         )
         mark = await store.mark(resource)
-        connections = await _client_backends(dsn)  # the writer's lanes keep theirs while it runs
+        connections = await client_connections_tls(dsn)  # the writer's lanes keep theirs while it runs
     finally:
         await store.aclose()
         await engine.dispose()
@@ -160,8 +133,7 @@ async def test_postgres_group_commit_writer_connects_over_tls_and_keeps_the_fenc
     assert passed == [9, 9], results
     refused = [r for r in results if isinstance(r, BaseException)]
     assert all(isinstance(r, StaleTokenError) and r.highest == 9 for r in refused), refused
-    assert connections, "the writer's connections are open while it runs"
-    assert all(c == (True, "/CN=postgres") for c in connections), connections
+    assert connections == {(True, "/CN=postgres")}  # the writer's lanes among them, open while it runs
 
 
 async def test_postgres_group_commit_writer_gets_the_urls_tls_settings(
