@@ -11,7 +11,8 @@ KEY = "{key:.+}"
 
 def setup_routes(app: web.Application) -> None:
     app.router.add_put(f"/v1/objects/{KEY}", views.put_object, name="put_object")
-    app.router.add_get(f"/v1/objects/{KEY}", views.get_object, name="get_object", allow_head=False)
+    # HEAD is GET without the body (RFC 9110): with a Fencing-Token it is a fenced read too.
+    app.router.add_get(f"/v1/objects/{KEY}", views.get_object, name="get_object")
     app.router.add_delete(f"/v1/objects/{KEY}", views.delete_object, name="delete_object")
     app.router.add_get("/v1/objects", views.list_objects, name="list_objects", allow_head=False)
     app.router.add_get("/v1/fences/{resource:.+}", views.get_fence, name="get_fence", allow_head=False)
