@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
+from fencegate.lab.cluster.gateway import GatewayProcess
 from tests.gateway.conftest import create_database
-from tests.gateway.processes import GatewayProcess
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")

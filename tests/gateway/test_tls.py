@@ -18,7 +18,7 @@ import pytest
 
 from fencegate.cli import main
 from fencegate.lab.cluster.certs import Authority, KeyPair
-from tests.gateway.processes import GatewayProcess
+from fencegate.lab.cluster.gateway import GatewayProcess
 
 
 class Pki:
