@@ -6,7 +6,10 @@ from aiohttp import web
 
 from gateway import views
 
-KEY = "{key:.+}"
+# Any characters, line breaks included, so a malformed name reaches the view and is 400 with the
+# reason, not 404 "no route".
+ANY = r"[\s\S]+"
+KEY = f"{{key:{ANY}}}"
 
 
 def setup_routes(app: web.Application) -> None:
@@ -15,7 +18,7 @@ def setup_routes(app: web.Application) -> None:
     app.router.add_get(f"/v1/objects/{KEY}", views.get_object, name="get_object")
     app.router.add_delete(f"/v1/objects/{KEY}", views.delete_object, name="delete_object")
     app.router.add_get("/v1/objects", views.list_objects, name="list_objects", allow_head=False)
-    app.router.add_get("/v1/fences/{resource:.+}", views.get_fence, name="get_fence", allow_head=False)
+    app.router.add_get(f"/v1/fences/{{resource:{ANY}}}", views.get_fence, name="get_fence", allow_head=False)
     app.router.add_get("/healthz", views.healthz, name="healthz", allow_head=False)
     app.router.add_get("/readyz", views.readyz, name="readyz", allow_head=False)
     app.router.add_get("/metrics", views.metrics, name="metrics", allow_head=False)

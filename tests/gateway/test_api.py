@@ -87,12 +87,18 @@ async def test_largest_token_is_accepted(client: AppClient) -> None:
     assert (status, body["token"]) == (201, MAX_TOKEN)
 
 
-@pytest.mark.parametrize("key", ["a//b", "a/", "sp%20ace", "a b", "é", "x" * 513])
+@pytest.mark.parametrize("key", ["a//b", "a/", "sp%20ace", "a b", "é", "x" * 513, "line%0Abreak", "%0A"])
 async def test_400_invalid_key(client: AppClient, key: str) -> None:
     status, body = await put(client, key, b"x", 1)
     assert (status, body["error"]) == (400, "bad_request")
     listing = await (await client.get("/v1/objects")).json()
     assert listing["objects"] == []
+
+
+@pytest.mark.parametrize("resource", ["line%0Abreak", "%0A", "a//b"])
+async def test_400_invalid_fence_resource_even_with_a_line_break(client: AppClient, resource: str) -> None:
+    resp = await client.get(f"/v1/fences/{resource}")
+    assert (resp.status, (await resp.json())["error"]) == (400, "bad_request")
 
 
 async def test_400_invalid_resource_header(client: AppClient) -> None:
