@@ -7,9 +7,10 @@ answer must be documented (status, content type, headers, body schema), a
 method a path does not take must be 405 with `Allow`, a deleted object must
 be gone, and nothing may be 5xx. `schemathesis.toml` beside this file adds
 428 (DESIGN.md's answer to a write without a token) to the statuses expected
-for a missing header, and gives each request an Idempotency-Key of its own
-(`schemathesis_hooks.py`); nothing else is relaxed. The gateway's log must
-hold no 5xx either.
+for a missing header and takes stateful links from the document only (see
+its comments); `schemathesis_hooks.py` gives each request an Idempotency-Key
+of its own. Nothing else is relaxed. The gateway's log must hold no 5xx
+either.
 """
 
 from __future__ import annotations
