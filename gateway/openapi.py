@@ -38,7 +38,9 @@ _STATUS_TEXT = {
     403: "the API key (or client certificate) is not scoped to this name, or may only read (forbidden)",
     404: "no such object (not_found)",
     408: "the body arrived too slowly (body_timeout); nothing changed",
-    409: "token below the resource's mark (stale_token; body has resource, token, highest); nothing changed",
+    409: "token below the resource's mark (stale_token; body has resource, token, highest), or the key "
+    "belongs to another resource than the one named (resource_mismatch; body has key, resource, "
+    "object_resource); nothing changed",
     413: "body over the gateway's --max-body (payload_too_large); nothing changed",
     422: "token above what the token source has issued (token_from_the_future; body has resource, token, "
     "bound), or an Idempotency-Key that stands for another request (idempotency_key_reused)",
@@ -185,6 +187,7 @@ def document(*, max_body: int) -> dict[str, Any]:
                         "detail": {"type": "string"},
                         "request_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
                         "resource": {"type": "string"},
+                        "object_resource": {"type": "string"},
                         "key": {"type": "string"},
                         "token": {"type": "integer"},
                         "highest": {"type": "integer"},
