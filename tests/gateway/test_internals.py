@@ -93,12 +93,15 @@ def requests(marker: str) -> list[tuple[str, str, dict[str, str], bytes | None]]
     ]
 
 
+@pytest.fixture
+async def cluster(cluster_factory: Callable[[ClusterSpec], LocalCluster]) -> LocalCluster:
+    """A PostgreSQL of this test's own: the test stops, pauses or kills it."""
+    return await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
+
+
 async def test_postgres_stopped_hung_and_killed_mid_request_answer_only_code_message_and_id(
-    make_client: MakeClient,
-    cluster_factory: Callable[[ClusterSpec], LocalCluster],
-    caplog: pytest.LogCaptureFixture,
+    make_client: MakeClient, cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
     dsn = cluster.postgres_dsn
     # one gateway per deadline: the request's, the database command's, and one that outwaits both
     deadline = await make_client(storage=dsn, request_timeout=1.0, storage_timeout=20.0)
@@ -173,11 +176,8 @@ async def test_statement_timeout_on_the_server_is_503_without_the_statement(
 
 
 async def test_token_source_down_is_503_without_its_address_and_not_ready(
-    make_client: MakeClient,
-    cluster_factory: Callable[[ClusterSpec], LocalCluster],
-    caplog: pytest.LogCaptureFixture,
+    make_client: MakeClient, cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
     tokens = open_token_source(cluster.postgres_dsn)
     token = await tokens.next_token("r")
     client = await make_client(tokens=tokens)
