@@ -9,7 +9,12 @@ with every stored hash in constant time (`hmac.compare_digest`, no early
 exit), so neither the answer's timing nor its content says how close a guess
 came. Without a key file the gateway runs open: allowed on loopback (and said
 loudly at start), refused elsewhere unless the operator passes
-`--allow-open`.
+`--allow-open` or requires client certificates (`--tls-client-ca`).
+
+With mutual TLS a request without `Authorization` is the entry named by its
+client certificate's subject CN (`gateway.tls`); a request that sends a
+bearer key is that key's entry alone, so a wrong key is 401 whatever the
+certificate.
 
 "write" is needed by everything that can move a mark: PUT, DELETE and a
 fenced GET. "read" covers plain reads, listing and `/v1/fences`.
@@ -120,6 +125,7 @@ class ApiKeys:
 
     def __init__(self, keys: Iterable[ApiKey], *, path: Path | None = None) -> None:
         self._keys = tuple(keys)
+        self._by_name = {key.name: key for key in self._keys}
         self._path = path
         self._stamp = self._stat()
 
@@ -145,6 +151,7 @@ class ApiKeys:
             return False
         keys = read_keys(self._path)
         self._keys, self._stamp = tuple(keys), stamp
+        self._by_name = {key.name: key for key in self._keys}
         return True
 
     def __len__(self) -> int:
@@ -163,6 +170,10 @@ class ApiKeys:
         if found is None:
             raise Unauthorized("unknown API key; ask the operator for a key scoped to your resources")
         return found
+
+    def named(self, name: str) -> ApiKey | None:
+        """The entry called `name`: a client certificate's subject CN names its client's entry."""
+        return self._by_name.get(name)
 
     @staticmethod
     def require(key: ApiKey, *names: str, access: Access) -> None:

@@ -1,7 +1,9 @@
 """Admission: who a request comes from, how many it may have in flight, and draining at shutdown.
 
 A client is its API key's name when keys are configured and the request
-presents a valid one, otherwise its peer address. The identity is computed
+presents a valid one (or, with mutual TLS and no bearer key, its client
+certificate names one), otherwise its certificate's name (`cert:<CN>`) or
+its peer address. The identity is computed
 once per request by `client_middleware` (the views reuse the key it found),
 names the client in the audit trail and in idempotency records, and is what
 the per-client cap counts: past `max_client_requests` in flight, a request is
@@ -28,6 +30,7 @@ from aiohttp.typedefs import Handler
 from gateway.auth import ApiKey
 from gateway.errors import TooManyRequests, Unauthorized, Unavailable
 from gateway.keys import AppKeys, RequestKeys
+from gateway.tls import peer_name
 
 PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 
@@ -109,7 +112,13 @@ def _identify(request: web.Request) -> tuple[str, ApiKey | None]:
         with contextlib.suppress(Unauthorized):
             key = api_keys.identify(header)
             return f"key:{key.name}", key
-    return f"ip:{request.remote or 'unknown'}", None
+    subject = peer_name(request) if request.app[AppKeys.settings].mutual_tls else None
+    if subject is None:
+        return f"ip:{request.remote or 'unknown'}", None
+    named = api_keys.named(subject) if api_keys is not None and header is None else None
+    if named is not None:
+        return f"key:{named.name}", named
+    return f"cert:{subject}", None
 
 
 @web.middleware

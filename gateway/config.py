@@ -84,6 +84,17 @@ class Settings:
         default=DEFAULT_GROUP_COMMIT,
         metadata={"help": "most fenced requests committed in one transaction (0: a transaction per request)"},
     )
+    tls_cert: Path | None = field(
+        default=None, metadata={"help": "serve HTTPS with this PEM certificate (chain); needs --tls-key"}
+    )
+    tls_key: Path | None = field(default=None, metadata={"help": "the PEM private key of --tls-cert"})
+    tls_client_ca: Path | None = field(
+        default=None,
+        metadata={
+            "help": "mutual TLS: require a client certificate signed by this PEM CA; its subject CN names "
+            "the client (and its API key entry)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -96,11 +107,16 @@ class Settings:
             raise ConfigError(f"max_body {self.max_body} is negative; give a size in bytes")
         if self.max_client_requests < 1:
             raise ConfigError(f"max_client_requests {self.max_client_requests} must be at least 1")
-        if self.api_keys is None and not self.loopback and not self.allow_open:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("give --tls-cert and --tls-key together (the certificate and its private key)")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError("--tls-client-ca needs HTTPS: give --tls-cert and --tls-key too")
+        # With client certificates required, only holders of the CA's certificates get in: not open.
+        if self.api_keys is None and not self.loopback and not self.allow_open and not self.mutual_tls:
             raise ConfigError(
                 f"refusing to serve {self.host} without API keys: anyone who can reach it could push every "
-                "mark; give --api-keys FILE (see `fencegate keys add`), listen on 127.0.0.1, or pass "
-                "--allow-open if a network boundary already keeps strangers out"
+                "mark; give --api-keys FILE (see `fencegate keys add`) or --tls-client-ca CA, listen on "
+                "127.0.0.1, or pass --allow-open if a network boundary already keeps strangers out"
             )
         for name in ("request_timeout", "storage_timeout", "upstream_timeout", "idle_timeout"):
             if getattr(self, name) <= 0:
@@ -118,6 +134,11 @@ class Settings:
     def storage_url(self) -> str:
         """The storage URL, defaulting to a SQLite file in `data_dir`."""
         return self.storage or f"sqlite:///{(self.data_dir / SQLITE_FILE).resolve()}"
+
+    @property
+    def mutual_tls(self) -> bool:
+        """Whether every client must present a certificate of `tls_client_ca`."""
+        return self.tls_client_ca is not None
 
     @property
     def loopback(self) -> bool:

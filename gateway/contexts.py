@@ -3,7 +3,7 @@
 They start in order (storage, then the fencer over it) and tear down in
 reverse, only if start-up finished. Start-up also says, in the log, which
 guards are off: no token source (no future-token guard), no API keys (open),
-proxy mode (and its limit).
+proxy mode (and its limit); and warns if the token source does not answer.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from aiohttp import web
 
 from gateway.audit import AuditLog
 from gateway.auth import ApiKeys
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, Unavailable
 from gateway.fencing import Fencer, FutureGuard
 from gateway.keys import AppKeys
+from gateway.readiness import check_token_source
 from gateway.storage_tls import open_storage
 from gateway.upstream import PROXY_LIMIT, UpstreamStore
 from storage import SqlObjectStore, migrate
@@ -91,6 +92,15 @@ async def fencer_ctx(app: web.Application) -> AsyncIterator[None]:
             "no token source configured: the token-from-the-future guard is OFF; a client sending a huge "
             "token can fence out every other client"
         )
+    else:
+        try:
+            await check_token_source(tokens)
+        except Unavailable as exc:
+            log.warning(
+                "%s; serving anyway, but /readyz answers 503 and a write whose token is above the cached "
+                "bound is refused 503 until the source answers",
+                exc,
+            )
     guard = FutureGuard(tokens, metrics=app[AppKeys.metrics])
     app[AppKeys.fencer] = Fencer(store=app[AppKeys.store], guard=guard, metrics=app[AppKeys.metrics])
     try:
@@ -116,7 +126,13 @@ async def auth_ctx(app: web.Application) -> AsyncIterator[None]:
     if settings.api_keys is None:
         app[AppKeys.api_keys] = None
         banner = "!" * 72
-        if settings.loopback:
+        if settings.mutual_tls:
+            log.warning(
+                "no API keys: client certificates of %s are required, and every one of them may write and "
+                "move every mark; give --api-keys FILE to scope them (an entry named after the subject CN)",
+                settings.tls_client_ca,
+            )
+        elif settings.loopback:
             log.warning(
                 "%s\nNO API KEYS: running OPEN on loopback (%s); any local process can write and move "
                 "marks. Give --api-keys FILE (fencegate keys add) before exposing it.\n%s",

@@ -1,9 +1,16 @@
 """Errors become a status and a JSON body; every answer is counted; every refusal is logged.
 
 This is the one place exceptions turn into HTTP. A client never sees a
-traceback or an HTML page: unknown failures are 500 `internal_error`, a lost
-storage outcome is 503 (never 2xx), and each refusal is logged as one JSON
-object (resource, token, highest, client) for operators.
+traceback or an HTML page, nor any text that came from elsewhere: a 5xx
+body holds its `error` code, a fixed message for that code and a
+`request_id` (also the `X-Request-Id` header), while the exception, its
+message (driver text, SQL, parameters, paths) and its traceback go to the
+log under that id. Unknown failures are 500 `internal_error`, a lost storage
+outcome is 503 (never 2xx), and each refusal is logged as one JSON object
+(resource, token, highest, client) for operators. An unknown route or a
+method a path does not take is answered like every other error, with a
+`detail` that says what exists (and, for 405, the `Allow` header of RFC
+9110).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -23,7 +31,6 @@ from storage.errors import (
     ResourceMismatch,
     StaleTokenError,
     StorageError,
-    StorageUnavailable,
 )
 
 log = logging.getLogger("gateway.refusals")
@@ -35,30 +42,65 @@ _HTTP_CODES = {
     413: "payload_too_large",
 }
 
+# The whole text of a 5xx body, per error code: the exception's own message may carry a driver's
+# text (SQL, parameters, file paths), so it goes to the log only.
+SERVER_ERROR_DETAILS = {
+    "storage_unavailable": "storage failed or did not answer; nothing was acknowledged and the outcome "
+    "is unknown: retry (with the same Idempotency-Key), and see the gateway log under request_id",
+    "request_timeout": "the request ran past its deadline; its outcome is unknown: retry (with the same "
+    "Idempotency-Key)",
+    "token_source_unavailable": "the token source did not answer; nothing was written, retry",
+    "token_source_regressed": "the token source's bound for this resource is below its mark: the source "
+    "went back (restored or reset) and must be moved past the mark; nothing was written",
+    "upstream_unavailable": "the upstream is unreachable; the request was not applied, retry",
+    "upstream_failed": "the upstream answered an error; see the gateway log under request_id",
+    "upstream_timeout": "the upstream did not answer in time; the outcome is unknown",
+    "shutting_down": "the gateway is shutting down and admits no new requests; nothing was written, "
+    "retry on another gateway",
+    "not_supported": "not available in this mode (proxy mode offers no listing and no Idempotency-Key)",
+    "internal_error": "unexpected failure; the gateway log has the detail under request_id",
+}
+SERVER_ERROR_DETAIL = "the gateway could not complete the request; see the gateway log under request_id"
+# Fields of a 5xx body that the gateway computed itself (no foreign text, no internal address).
+SERVER_ERROR_FIELDS = ("resource", "token", "highest", "bound", "key", "upstream_status")
+REQUEST_ID_HEADER = "X-Request-Id"
 
 # Routes whose refusals enter the audit trail: those that name a key or resource.
 AUDITED_ROUTES = frozenset({"put_object", "get_object", "delete_object", "list_objects", "get_fence"})
 RETRY_AFTER = "1"  # seconds a client told 429 should wait
 
 
-def _json_error(status: int, body: dict[str, object]) -> web.Response:
-    headers = {"Retry-After": RETRY_AFTER} if status == 429 else None
-    return web.json_response(body, status=status, headers=headers)
-
-
 def _refused(request: web.Request, exc: BaseException) -> web.Response:
     """The JSON answer to `exc`, logged, and queued for the audit trail unless already in it."""
-    status, body = _answer(exc)
-    _log_refusal(request, status, body)
+    status, body = _answer(request, exc)
+    headers: dict[str, str] = {}
+    if status >= 500:
+        body = _server_error_body(body)
+        headers[REQUEST_ID_HEADER] = str(body["request_id"])
+    elif status == 429:
+        headers["Retry-After"] = RETRY_AFTER
+    elif isinstance(exc, web.HTTPMethodNotAllowed):
+        headers["Allow"] = exc.headers["Allow"]
+    _log_refusal(request, status, body, exc)
     route = request.match_info.route.name
     already = isinstance(exc, ObjectNotFound) and exc.audited  # committed with its raised mark
     if route in AUDITED_ROUTES and not already and AppKeys.audit in request.app:
         client = request.get(RequestKeys.client) or f"ip:{request.remote}"
         request.app[AppKeys.audit].refused(request, client, status, body)
-    return _json_error(status, body)
+    return web.json_response(body, status=status, headers=headers)
 
 
-def _answer(exc: BaseException) -> tuple[int, dict[str, object]]:
+def _server_error_body(body: dict[str, object]) -> dict[str, object]:
+    """The code, the fixed message and the request id; only fields the gateway computed itself."""
+    code = str(body["error"])
+    clean: dict[str, object] = {"error": code}
+    clean |= {name: body[name] for name in SERVER_ERROR_FIELDS if name in body}
+    clean["detail"] = SERVER_ERROR_DETAILS.get(code, SERVER_ERROR_DETAIL)
+    clean["request_id"] = secrets.token_hex(8)
+    return clean
+
+
+def _answer(request: web.Request, exc: BaseException) -> tuple[int, dict[str, object]]:
     """Status and body for an exception raised while handling a request."""
     if isinstance(exc, Refusal):
         return exc.status, exc.body()
@@ -82,22 +124,33 @@ def _answer(exc: BaseException) -> tuple[int, dict[str, object]]:
         return 422, {"error": "idempotency_key_reused", "detail": str(exc)}
     if isinstance(exc, ObjectNotFound):
         return 404, {"error": "not_found", "key": exc.key, "detail": str(exc)}
-    if isinstance(exc, StorageUnavailable):
-        return 503, {"error": "storage_unavailable", "detail": f"{exc}; nothing was acknowledged"}
-    if isinstance(exc, StorageError):
-        return 503, {"error": "storage_error", "detail": str(exc)}
+    if isinstance(exc, StorageError):  # unavailable, or a failure nobody foresaw: the outcome is unknown
+        return 503, {"error": "storage_unavailable"}
     if isinstance(exc, TimeoutError):
-        return 503, {
-            "error": "request_timeout",
-            "detail": "the request ran past its deadline; its outcome is unknown",
-        }
+        return 503, {"error": "request_timeout"}
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        detail = f"{exc.method} is not allowed on {request.path[:80]!r}; it takes {allowed}"
+        return 405, {"error": "method_not_allowed", "detail": detail}
+    if isinstance(exc, web.HTTPNotFound):
+        return 404, {"error": "not_found", "detail": f"no route {request.path[:80]!r}; {_routes(request)}"}
     if isinstance(exc, web.HTTPException):
         code = _HTTP_CODES.get(exc.status, f"http_{exc.status}")
         return exc.status, {"error": code, "detail": exc.reason}
-    return 500, {"error": "internal_error", "detail": "unexpected failure; see the gateway log"}
+    return 500, {"error": "internal_error"}
 
 
-def _log_refusal(request: web.Request, status: int, body: dict[str, object]) -> None:
+def _routes(request: web.Request) -> str:
+    """What this gateway serves, for the answer to an unknown route."""
+    methods: dict[str, list[str]] = {}
+    for route in request.app.router.routes():
+        if route.resource is not None:
+            methods.setdefault(route.resource.canonical, []).append(route.method)
+    listed = "; ".join(f"{' '.join(sorted(set(m)))} {path}" for path, m in methods.items())
+    return f"this gateway serves {listed} (the contract: GET /v1/openapi.json)"
+
+
+def _log_refusal(request: web.Request, status: int, body: dict[str, object], exc: BaseException) -> None:
     record = {
         "status": status,
         "error": body.get("error"),
@@ -110,7 +163,25 @@ def _log_refusal(request: web.Request, status: int, body: dict[str, object]) -> 
         "highest": body.get("highest"),
         "client": request.get(RequestKeys.client, request.remote),
     }
-    log.log(logging.WARNING if status < 500 else logging.ERROR, "refused %s", json.dumps(record))
+    if status < 500:
+        log.warning("refused %s", json.dumps(record))
+        return
+    # The whole story, under the id the client was given: the message and, for a failure that
+    # came from elsewhere (a driver, a socket, a deadline, a bug), the traceback with its causes.
+    record |= {"request_id": body["request_id"], "exception": f"{type(exc).__name__}: {exc}"}
+    foreign = exc.__cause__ is not None or not isinstance(exc, Refusal)
+    log.error("refused %s", json.dumps(record), exc_info=exc if foreign else None)
+
+
+async def _route_of(request: web.Request) -> str:
+    """The route pattern of a request; for a 405 the pattern its path matched (a rare path)."""
+    resource = request.match_info.route.resource
+    if resource is not None:
+        return resource.canonical
+    for candidate in request.app.router.resources():
+        if (await candidate.resolve(request))[1]:
+            return candidate.canonical
+    return "unmatched"
 
 
 @web.middleware
@@ -122,14 +193,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         raise
     except web.HTTPException as exc:
         response = exc if exc.status < 400 else _refused(request, exc)
-    except Exception as exc:  # the last line: no traceback or HTML ever reaches a client
-        if not isinstance(exc, Refusal | StorageError | TimeoutError):
-            log.exception("unexpected failure on %s %s", request.method, request.path)
+    except Exception as exc:  # noqa: BLE001 - the last line, logged with its traceback by _refused
         response = _refused(request, exc)
-    route = request.match_info.route.resource
-    request.app[AppKeys.metrics].answered(
-        route.canonical if route is not None else "unmatched", request.method, response.status
-    )
+    if response.status == 405:
+        route = await _route_of(request)
+    else:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+    request.app[AppKeys.metrics].answered(route, request.method, response.status)
     return response
 
 

@@ -1,189 +1,356 @@
 """The OpenAPI 3.1 document of the gateway's HTTP API, served at /v1/openapi.json.
 
 Kept as data next to the routes; a test checks that both list the same
-methods and paths, so neither can drift alone.
+methods and paths, so neither can drift alone. It states every constraint
+the server enforces, from the same patterns `gateway.parsing` checks with
+(a client generated from it sends nothing refused as malformed), and every
+status each operation can answer; `schemathesis run --checks all` holds the
+two together on both storage engines (tests/gateway/test_contract.py). The
+body limit is the served gateway's own `--max-body`.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+from gateway.parsing import (
+    HEADER_RESOURCE_PATTERN,
+    IDEMPOTENCY_KEY_PATTERN,
+    KEY_PATTERN,
+    MAX_HTTP_KEY_LENGTH,
+    MAX_LIST_LIMIT,
+    MAX_TOKEN,
+    PRINTABLE_PATTERN,
+    TOKEN_PATTERN,
+)
+from storage.models import MAX_KEY_LENGTH, MAX_RESOURCE_LENGTH
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _META = {"$ref": "#/components/schemas/ObjectMeta"}
+_JSON = "application/json"
+
+# What each error status means; the `error` codes are those of docs/gateway.md.
+_STATUS_TEXT = {
+    400: "malformed request (bad_request): token, resource, key, prefix or limit; a fencing header, "
+    "Idempotency-Key or Authorization sent twice or as a comma list; nothing changed",
+    401: "API keys are configured and none, or an unknown one, was sent (unauthorized)",
+    403: "the API key (or client certificate) is not scoped to this name, or may only read (forbidden)",
+    404: "no such object (not_found)",
+    408: "the body arrived too slowly (body_timeout); nothing changed",
+    409: "token below the resource's mark (stale_token; body has resource, token, highest), or the key "
+    "belongs to another resource than the one named (resource_mismatch; body has key, resource, "
+    "object_resource); nothing changed",
+    413: "body over the gateway's --max-body (payload_too_large); nothing changed",
+    422: "token above what the token source has issued (token_from_the_future; body has resource, token, "
+    "bound), or an Idempotency-Key that stands for another request (idempotency_key_reused)",
+    428: "a write without Fencing-Token (token_required)",
+    429: "the client has --max-client-requests in flight (too_many_requests); see Retry-After",
+    500: "a failure nobody foresaw (internal_error): the detail is in the gateway log under request_id",
+    501: "not available in proxy mode (not_supported): listing, Idempotency-Key",
+    502: "proxy mode: the upstream answered an error (upstream_failed)",
+    503: "nothing acknowledged (storage_unavailable, request_timeout: the outcome is unknown; "
+    "token_source_unavailable, token_source_regressed, upstream_unavailable, shutting_down)",
+    504: "proxy mode: the upstream did not answer in time (upstream_timeout); the outcome is unknown",
+}
+_REQUEST_ID = {
+    "description": "names the gateway log lines holding this failure's detail",
+    "schema": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+}
+_HEADERS = {
+    "Fencing-Token": {
+        "description": "the token that wrote the object (absent in proxy mode if the upstream does not say)",
+        "schema": {"type": "string", "pattern": f"^(?:{TOKEN_PATTERN})$"},
+    },
+    "Fencing-Resource": {"description": "the resource whose mark fenced the request", "schema": {}},
+    "ETag": {
+        "description": "the SHA-256 of the bytes, quoted",
+        "schema": {"type": "string", "pattern": '^"[0-9a-f]{64}"$'},
+    },
+    "Object-Version": {
+        "description": "writes since the object was created",
+        "schema": {"type": "string", "pattern": "^[1-9][0-9]*$"},
+    },
+}
 
 
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
+def _error(status: int, *, bodyless: bool = False) -> dict[str, Any]:
+    answer: dict[str, Any] = {"description": _STATUS_TEXT[status]}
+    if not bodyless:
+        answer["content"] = {_JSON: {"schema": _ERROR}}
+    if status >= 500:
+        answer["headers"] = {"X-Request-Id": _REQUEST_ID}
+    elif status == 429:
+        answer["headers"] = {"Retry-After": {"schema": {"type": "string", "pattern": "^[0-9]+$"}}}
+    return answer
 
 
-def _errors(*statuses: int) -> dict[str, Any]:
-    text = {
-        400: "token, resource or key malformed (bad_request)",
-        401: "no or unknown API key (unauthorized)",
-        403: "the API key is not scoped to this resource or key (forbidden)",
-        404: "no such object (not_found)",
-        408: "the body arrived too slowly (body_timeout); nothing changed",
-        409: "token below the resource's mark (stale_token); nothing changed",
-        413: "body over the limit (payload_too_large)",
-        422: "token above the token source's upper bound (token_from_the_future), or an Idempotency-Key "
-        "already used for another request (idempotency_key_reused)",
-        428: "a write without Fencing-Token (token_required)",
-        429: "the client has too many requests in flight (too_many_requests); see Retry-After",
-        502: "proxy mode: the upstream answered an error (upstream_failed)",
-        503: "storage, token source or upstream unreachable, token_source_regressed, or shutting_down; "
-        "nothing acknowledged",
-        504: "proxy mode: the upstream did not answer in time (upstream_timeout)",
-    }
-    return {str(s): _json(_ERROR, text[s]) for s in statuses}
+def _errors(*statuses: int, bodyless: bool = False) -> dict[str, Any]:
+    return {str(s): _error(s, bodyless=bodyless) for s in sorted(statuses)}
 
 
+def _json(schema: dict[str, Any], description: str, *headers: str) -> dict[str, Any]:
+    answer: dict[str, Any] = {"description": description, "content": {_JSON: {"schema": schema}}}
+    if headers:
+        answer["headers"] = {name: _HEADERS[name] for name in headers}
+    return answer
+
+
+# The object a PUT wrote, to read and delete next (schemathesis' stateful phase follows these).
+_KEY_LINKS = {
+    name: {"operationId": name, "parameters": {"key": "$request.path.key"}}
+    for name in ("get_object", "delete_object")
+}
+
+
+def _name(pattern: str, limit: int) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "maxLength": limit, "pattern": f"^(?:{pattern})$"}
+
+
+_TOKEN_SCHEMA = {"type": "string", "pattern": f"^(?:{TOKEN_PATTERN})$"}
 _TOKEN = {
     "name": "Fencing-Token",
     "in": "header",
-    "description": "the lease's fencing token, a decimal integer in 1..2^63-1",
-    "schema": {"type": "string", "pattern": "^[1-9][0-9]{0,18}$"},
+    "description": f"the lease's fencing token: a decimal integer in 1..{MAX_TOKEN} with no sign, spaces "
+    "or leading zeros; one header, one value",
+    "schema": _TOKEN_SCHEMA,
 }
 _RESOURCE = {
     "name": "Fencing-Resource",
     "in": "header",
     "required": False,
-    "description": "the lock the token belongs to; default: the object key",
-    "schema": {"type": "string"},
+    "description": "the lock the token belongs to (default: the object key); one header, one value, so no "
+    "comma",
+    "schema": _name(HEADER_RESOURCE_PATTERN, MAX_RESOURCE_LENGTH),
 }
 _IDEMPOTENCY = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    "description": "a retry with the same key and request returns the first accepted outcome",
-    "schema": {"type": "string", "pattern": "^[!-~]{1,128}$"},
+    "description": "a retry with the same key and the same request returns the first accepted outcome",
+    "schema": {"type": "string", "pattern": f"^{IDEMPOTENCY_KEY_PATTERN}$"},
 }
-_KEY = {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}}
-_FENCED = (400, 401, 403, 409, 422, 429, 503)
+_KEY = {
+    "name": "key",
+    "in": "path",
+    "required": True,
+    "description": f"segments of letters, digits and _.~:@=+,%- joined by single slashes, no '.' or '..' "
+    f"segment; at most {MAX_HTTP_KEY_LENGTH} characters, since the key is the default resource",
+    "schema": _name(KEY_PATTERN, MAX_HTTP_KEY_LENGTH),
+}
+_PRINTABLE = {"type": "string", "maxLength": MAX_KEY_LENGTH, "pattern": f"^{PRINTABLE_PATTERN}$"}
+# every fenced object operation: malformed, credentials, stale, future, the client's cap, storage,
+# the proxy mode's upstream, and a bug
+_FENCED = (400, 401, 403, 409, 422, 429, 500, 502, 503, 504)
 
-OPENAPI: dict[str, Any] = {
-    "openapi": "3.1.0",
-    "info": {
-        "title": "fencegate gateway",
-        "version": "1",
-        "description": "A fenced object store: requests carry a fencing token; tokens below a resource's "
-        "high-water mark are refused.",
-    },
-    "components": {
-        "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
-        "schemas": {
-            "Error": {
-                "type": "object",
-                "required": ["error"],
-                "properties": {
-                    "error": {"type": "string"},
-                    "detail": {"type": "string"},
-                    "resource": {"type": "string"},
-                    "token": {"type": "integer"},
-                    "highest": {"type": "integer"},
-                    "bound": {"type": "integer"},
-                },
+
+@functools.cache
+def document(*, max_body: int) -> dict[str, Any]:
+    """The document served by a gateway whose body limit is `max_body` bytes."""
+    read: dict[str, Any] = {
+        "parameters": [_KEY, {**_TOKEN, "required": False}, _RESOURCE],
+        "responses": {
+            "200": {
+                "description": "the bytes, with the Content-Type they were written with",
+                "headers": {name: _HEADERS[name] for name in _HEADERS},
+                "content": {"*/*": {"schema": {}}},
             },
-            "ObjectMeta": {
-                "type": "object",
-                "required": ["key", "resource", "token", "version", "size"],
-                "properties": {
-                    "key": {"type": "string"},
-                    "resource": {"type": "string"},
-                    "token": {"type": ["integer", "null"]},
-                    "version": {"type": ["integer", "null"]},
-                    "size": {"type": "integer"},
+            **_errors(*_FENCED, 404),
+        },
+    }
+    head = {
+        "summary": "the headers of GET without the body; with Fencing-Token a fenced read",
+        "parameters": read["parameters"],
+        "responses": {
+            "200": {"description": "as GET", "headers": read["responses"]["200"]["headers"]},
+            **_errors(*_FENCED, 404, bodyless=True),
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "fencegate gateway",
+            "version": "1",
+            "description": "A fenced object store: requests carry a fencing token; tokens below a "
+            "resource's high-water mark are refused. Every error is JSON with an `error` code and a "
+            "`detail`; a 5xx adds `request_id` (and the X-Request-Id header) and never carries "
+            "internals. A method a path does not take is 405 with `Allow`; an unknown path is 404.",
+        },
+        "components": {
+            "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error", "detail"],
+                    "properties": {
+                        "error": {"type": "string"},
+                        "detail": {"type": "string"},
+                        "request_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+                        "resource": {"type": "string"},
+                        "object_resource": {"type": "string"},
+                        "key": {"type": "string"},
+                        "token": {"type": "integer"},
+                        "highest": {"type": "integer"},
+                        "bound": {"type": "integer"},
+                        "name": {"type": "string"},
+                        "access": {"type": "string"},
+                        "client": {"type": "string"},
+                        "limit": {"type": "integer"},
+                        "upstream_status": {"type": "string"},
+                    },
+                },
+                "ObjectMeta": {
+                    "type": "object",
+                    "required": ["key", "resource", "token", "version", "size"],
+                    "properties": {
+                        "key": {"type": "string"},
+                        "resource": {"type": "string"},
+                        "token": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_TOKEN},
+                        "version": {"type": ["integer", "null"], "minimum": 1},
+                        "size": {"type": "integer", "minimum": 0},
+                    },
                 },
             },
         },
-    },
-    "security": [{}, {"apiKey": []}],
-    "paths": {
-        "/v1/objects/{key}": {
-            "put": {
-                "summary": "store the body under the key, fenced",
-                "parameters": [_KEY, {**_TOKEN, "required": True}, _RESOURCE, _IDEMPOTENCY],
-                "requestBody": {"content": {"application/octet-stream": {"schema": {}}}},
-                "responses": {
-                    "200": _json(_META, "replaced"),
-                    "201": _json(_META, "created"),
-                    **_errors(*_FENCED, 408, 413, 428, 502, 504),
+        "security": [{}, {"apiKey": []}],
+        "paths": {
+            "/v1/objects/{key}": {
+                "put": {
+                    "operationId": "put_object",
+                    "summary": "store the body under the key, fenced",
+                    "parameters": [_KEY, {**_TOKEN, "required": True}, _RESOURCE, _IDEMPOTENCY],
+                    "requestBody": {
+                        "content": {
+                            "application/octet-stream": {
+                                "schema": {"type": "string", "format": "binary", "maxLength": max_body}
+                            }
+                        }
+                    },
+                    "responses": {
+                        "200": {
+                            **_json(_META, "replaced", "Fencing-Token", "Fencing-Resource", "ETag"),
+                            "links": _KEY_LINKS,
+                        },
+                        "201": {
+                            **_json(_META, "created", "Fencing-Token", "Fencing-Resource", "ETag"),
+                            "links": _KEY_LINKS,
+                        },
+                        **_errors(*_FENCED, 408, 413, 428, 501),
+                    },
+                },
+                "get": {
+                    "operationId": "get_object",
+                    "summary": "read the object; with Fencing-Token a fenced read that raises the mark",
+                    **read,
+                },
+                "head": {"operationId": "head_object", **head},
+                "delete": {
+                    "operationId": "delete_object",
+                    "summary": "delete the object, fenced",
+                    "parameters": [_KEY, {**_TOKEN, "required": True}, _RESOURCE, _IDEMPOTENCY],
+                    "responses": {
+                        "200": {
+                            **_json(_META, "deleted", "Fencing-Token", "Fencing-Resource"),
+                            "links": {"get_object": _KEY_LINKS["get_object"]},
+                        },
+                        **_errors(*_FENCED, 404, 428, 501),
+                    },
                 },
             },
-            "get": {
-                "summary": "read the object; with Fencing-Token a fenced read that raises the mark",
-                "parameters": [_KEY, {**_TOKEN, "required": False}, _RESOURCE],
-                "responses": {
-                    "200": {
-                        "description": "the bytes; headers Fencing-Token (writer), ETag, Object-Version",
-                        "content": {"application/octet-stream": {"schema": {}}},
-                    },
-                    **_errors(*_FENCED, 404, 502, 504),
-                },
-            },
-            "delete": {
-                "summary": "delete the object, fenced",
-                "parameters": [_KEY, {**_TOKEN, "required": True}, _RESOURCE, _IDEMPOTENCY],
-                "responses": {"200": _json(_META, "deleted"), **_errors(*_FENCED, 404, 428, 502, 504)},
-            },
-        },
-        "/v1/objects": {
-            "get": {
-                "summary": "list objects by key prefix, in key order",
-                "parameters": [
-                    {"name": "prefix", "in": "query", "schema": {"type": "string"}},
-                    {"name": "after", "in": "query", "schema": {"type": "string"}},
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
-                    },
-                ],
-                "responses": {
-                    "200": _json(
+            "/v1/objects": {
+                "get": {
+                    "operationId": "list_objects",
+                    "summary": "list objects by key prefix, in key order",
+                    "parameters": [
+                        {"name": "prefix", "in": "query", "schema": _PRINTABLE},
+                        {"name": "after", "in": "query", "schema": _PRINTABLE},
                         {
-                            "type": "object",
-                            "properties": {
-                                "prefix": {"type": "string"},
-                                "objects": {"type": "array", "items": _META},
-                                "next": {"type": ["string", "null"]},
+                            "name": "limit",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT},
+                        },
+                    ],
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["prefix", "objects", "next"],
+                                "properties": {
+                                    "prefix": {"type": "string"},
+                                    "objects": {"type": "array", "items": _META},
+                                    "next": {"type": ["string", "null"]},
+                                },
                             },
-                        },
-                        "the page of objects; `next` is the `after` of the next page",
-                    ),
-                    **_errors(400, 401, 403, 429, 503),
+                            "the page of objects; `next` is the `after` of the next page",
+                        ),
+                        **_errors(400, 401, 403, 429, 500, 501, 503),
+                    },
                 },
             },
-        },
-        "/v1/fences/{resource}": {
-            "get": {
-                "summary": "the resource's high-water mark (0 if never fenced)",
-                "parameters": [
-                    {"name": "resource", "in": "path", "required": True, "schema": {"type": "string"}}
-                ],
-                "responses": {
-                    "200": _json(
+            "/v1/fences/{resource}": {
+                "get": {
+                    "operationId": "get_fence",
+                    "summary": "the resource's high-water mark (0 if never fenced)",
+                    "parameters": [
                         {
-                            "type": "object",
-                            "properties": {"resource": {"type": "string"}, "highest": {"type": "integer"}},
-                        },
-                        "the mark",
-                    ),
-                    **_errors(400, 401, 403, 503),
+                            "name": "resource",
+                            "in": "path",
+                            "required": True,
+                            "schema": _name(KEY_PATTERN, MAX_RESOURCE_LENGTH),
+                        }
+                    ],
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["resource", "highest"],
+                                "properties": {
+                                    "resource": {"type": "string"},
+                                    "highest": {"type": "integer", "minimum": 0, "maximum": MAX_TOKEN},
+                                },
+                            },
+                            "the mark",
+                        ),
+                        **_errors(400, 401, 403, 429, 500, 503),
+                    },
                 },
             },
+            "/healthz": {
+                "get": {
+                    "operationId": "healthz",
+                    "summary": "liveness",
+                    "responses": {
+                        "200": _json({"type": "object", "required": ["status"]}, "alive"),
+                        **_errors(500),
+                    },
+                }
+            },
+            "/readyz": {
+                "get": {
+                    "operationId": "readyz",
+                    "summary": "readiness: storage and the token source answer, not shutting down",
+                    "responses": {
+                        "200": _json({"type": "object", "required": ["status"]}, "ready"),
+                        **_errors(500, 503),
+                    },
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "operationId": "metrics",
+                    "summary": "Prometheus text format",
+                    "responses": {
+                        "200": {"description": "metrics", "content": {"text/plain": {"schema": {}}}},
+                        **_errors(500, 503),
+                    },
+                }
+            },
+            "/v1/openapi.json": {
+                "get": {
+                    "operationId": "openapi",
+                    "summary": "this document",
+                    "responses": {"200": _json({"type": "object"}, "OpenAPI"), **_errors(500)},
+                }
+            },
         },
-        "/healthz": {"get": {"summary": "liveness", "responses": {"200": {"description": "alive"}}}},
-        "/readyz": {
-            "get": {
-                "summary": "readiness: storage reachable",
-                "responses": {"200": {"description": "ready"}, **_errors(503)},
-            }
-        },
-        "/metrics": {
-            "get": {"summary": "Prometheus text format", "responses": {"200": {"description": "metrics"}}}
-        },
-        "/v1/openapi.json": {
-            "get": {"summary": "this document", "responses": {"200": {"description": "OpenAPI"}}}
-        },
-    },
-}
+    }

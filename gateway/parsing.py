@@ -4,11 +4,23 @@ Fencing-Token is a decimal integer in 1..2**63-1 (the signed 64-bit range of
 the BIGINT mark), written without sign, spaces or leading zeros, so one token
 has one spelling. Keys and resources are printable ASCII path-like names with
 no empty, `.` or `..` segment, so they mean the same to every store.
+
+Each header the gateway decides on (`Fencing-Token`, `Fencing-Resource`,
+`Idempotency-Key`, and `Authorization` in `gateway.clients`) has exactly one
+value: sent twice, or as a comma list, it is refused. HTTP lets a proxy join
+repeated fields into one comma list or keep either one, so a proxy that
+authorizes or routes on one value and a gateway that fences on another would
+disagree on the token; refusing leaves nothing to disagree on.
+
+The patterns below are also the OpenAPI document's (`gateway.openapi`), so a
+client generated from it sends only what passes here.
 """
 
 from __future__ import annotations
 
 import re
+
+from multidict import CIMultiDictProxy
 
 from gateway.errors import BadRequest, TokenRequired
 from storage.models import (
@@ -21,9 +33,63 @@ from storage.models import (
 
 MAX_TOKEN = 2**63 - 1
 MAX_LIST_LIMIT = 1000
-_TOKEN = re.compile(r"[1-9][0-9]{0,18}")
-_IDEMPOTENCY_KEY = re.compile(rf"[!-~]{{1,{MAX_IDEMPOTENCY_KEY_LENGTH}}}")
-_NAME = re.compile(r"[A-Za-z0-9_.~:@=+,%-]+(?:/[A-Za-z0-9_.~:@=+,%-]+)*")
+# A key is its object's resource unless Fencing-Resource names another, so a longer key than a
+# resource may be would be refused or not depending on another header, which no schema can state.
+MAX_HTTP_KEY_LENGTH = min(MAX_KEY_LENGTH, MAX_RESOURCE_LENGTH)
+
+
+def _at_most(bound: int) -> str:
+    """A regex of the decimal integers 1..`bound` without leading zeros: shorter numbers, then each
+    digit of `bound` lowered once (any digits after it), then `bound` itself."""
+    digits = str(bound)
+    shorter = [rf"[1-9][0-9]{{0,{len(digits) - 2}}}"] if len(digits) > 1 else []
+    lowered = [
+        rf"{digits[:i]}[{low}-{int(d) - 1}]" + (rf"[0-9]{{{rest}}}" if (rest := len(digits) - i - 1) else "")
+        for i, d in enumerate(digits)
+        if int(d) > (low := 1 if i == 0 else 0)
+    ]
+    return "|".join([*shorter, *lowered, digits])
+
+
+TOKEN_PATTERN = _at_most(MAX_TOKEN)
+# printable ASCII without space and comma (a comma separates list values in a header)
+IDEMPOTENCY_KEY_PATTERN = rf"[!-+\--~]{{1,{MAX_IDEMPOTENCY_KEY_LENGTH}}}"
+
+
+def _name_pattern(chars: str) -> str:
+    """Segments of `chars` joined by single slashes; no segment is `.` or `..` (no lookahead, so
+    every regex engine a client generator uses reads it the same)."""
+    no_dot = chars.replace(".", "")
+    segment = rf"(?:[{no_dot}][{chars}]*|\.[{no_dot}][{chars}]*|\.\.[{chars}]+)"
+    return rf"{segment}(?:/{segment})*"
+
+
+KEY_PATTERN = _name_pattern("A-Za-z0-9_.~:@=+,%-")
+# A resource named in a header has no comma (see above); one named by its key or path may.
+HEADER_RESOURCE_PATTERN = _name_pattern("A-Za-z0-9_.~:@=+%-")
+PRINTABLE_PATTERN = r"[ -~]*"  # list prefixes and cursors
+_TOKEN = re.compile(TOKEN_PATTERN)
+_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+_NAME = re.compile(KEY_PATTERN)
+
+
+def one_value(headers: CIMultiDictProxy[str], name: str) -> str | None:
+    """The value of a header that must come once; 400 if it came more often."""
+    values = headers.getall(name, ())
+    if len(values) > 1:
+        raise BadRequest(
+            f"{name} came {len(values)} times; send it once, with one value (a proxy in front may read "
+            "another of them than the gateway does)"
+        )
+    return values[0] if values else None
+
+
+def _not_a_list(name: str, raw: str) -> None:
+    if "," in raw:
+        raise BadRequest(
+            f"{name} {raw[:40]!r} is a list; send exactly one value (a proxy in front may read another "
+            "element of it than the gateway does)"
+        )
 
 
 def parse_token(raw: str | None, *, required: bool) -> int | None:
@@ -35,7 +101,8 @@ def parse_token(raw: str | None, *, required: bool) -> int | None:
                 "its token"
             )
         return None
-    if _TOKEN.fullmatch(raw) is None or int(raw) > MAX_TOKEN:
+    if _TOKEN.fullmatch(raw) is None:
+        _not_a_list("Fencing-Token", raw)
         raise BadRequest(
             f"Fencing-Token {raw[:40]!r} is not a decimal integer in 1..{MAX_TOKEN} (no sign, spaces or "
             "leading zeros)"
@@ -45,19 +112,20 @@ def parse_token(raw: str | None, *, required: bool) -> int | None:
 
 def token_or_none(raw: str | None) -> int | None:
     """The token of a header if it is well formed, else None (for logs and the audit trail)."""
-    if raw is None or _TOKEN.fullmatch(raw) is None or int(raw) > MAX_TOKEN:
+    if raw is None or _TOKEN.fullmatch(raw) is None:
         return None
     return int(raw)
 
 
 def parse_idempotency_key(raw: str | None) -> str | None:
-    """The `Idempotency-Key` header: 1..128 printable ASCII characters without spaces, or absent."""
+    """The `Idempotency-Key` header: 1..128 printable ASCII characters without spaces or commas."""
     if raw is None:
         return None
     if _IDEMPOTENCY_KEY.fullmatch(raw) is None:
+        _not_a_list("Idempotency-Key", raw)
         raise BadRequest(
             f"Idempotency-Key {raw[:40]!r} must be 1..{MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII "
-            "characters without spaces; a UUID is a good choice"
+            "characters without spaces or commas; a UUID is a good choice"
         )
     return raw
 
@@ -77,7 +145,7 @@ def parse_content_type(raw: str | None) -> str:
 def _check_name(what: str, value: str, limit: int) -> str:
     if len(value) > limit:
         raise BadRequest(f"{what} is {len(value)} characters long; the limit is {limit}")
-    if _NAME.fullmatch(value) is None or any(seg in (".", "..") for seg in value.split("/")):
+    if _NAME.fullmatch(value) is None:
         raise BadRequest(
             f"{what} {value[:80]!r} is not valid: use letters, digits and _.~:@=+,%- in segments separated "
             "by single slashes, with no '.' or '..' segment"
@@ -86,14 +154,20 @@ def _check_name(what: str, value: str, limit: int) -> str:
 
 
 def parse_key(raw: str) -> str:
-    return _check_name("key", raw, MAX_KEY_LENGTH)
+    return _check_name("key", raw, MAX_HTTP_KEY_LENGTH)
 
 
 def parse_resource(raw: str | None, *, key: str) -> str:
     """The `Fencing-Resource` header, defaulting to the object key."""
     if raw is None:
         return _check_name("resource (the key)", key, MAX_RESOURCE_LENGTH)
+    _not_a_list("Fencing-Resource", raw)
     return _check_name("Fencing-Resource", raw, MAX_RESOURCE_LENGTH)
+
+
+def parse_fence_resource(raw: str) -> str:
+    """The resource of `/v1/fences/{resource}` (a path, not a header: a comma is a character)."""
+    return _check_name("resource", raw, MAX_RESOURCE_LENGTH)
 
 
 def parse_limit(raw: str | None) -> int:

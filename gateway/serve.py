@@ -27,6 +27,7 @@ from gateway.config import Settings, settings_from
 from gateway.errors import CannotListen
 from gateway.eventloop import runner
 from gateway.keys import AppKeys
+from gateway.tls import server_context
 from lockclient import open_token_source
 from storage.fenced import FENCED, Policy
 
@@ -37,22 +38,32 @@ CLOSE_GRACE = 1.0  # seconds for handlers still running after the drain, before 
 
 
 async def _serve(settings: Settings, policy: Policy) -> None:
+    tls = server_context(settings)  # before anything opens: a bad certificate is a bad setting
     tokens = open_token_source(settings.tokens) if settings.tokens else None
     app = create_app(settings, tokens=tokens, policy=policy)
     # Requests are drained first (below); what is left when the runner shuts down gets a short grace.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=CLOSE_GRACE)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
+        site = web.TCPSite(runner, settings.host, settings.port, ssl_context=tls, reuse_address=True)
         try:
             await site.start()
         except OSError as exc:
             raise CannotListen(settings.host, settings.port, exc) from exc
         loop = asyncio.get_running_loop()
         kind = type(loop).__module__.split(".")[0]  # the loop running, not the setting
+        scheme = "http" if tls is None else "https"
+        clients = ", client certificates required" if settings.mutual_tls else ""
         for address in runner.addresses:
             host, port = address[:2]
-            log.info("fencegate gateway listening on http://%s:%s (event loop: %s)", host, port, kind)
+            log.info(
+                "fencegate gateway listening on %s://%s:%s (event loop: %s%s)",
+                scheme,
+                host,
+                port,
+                kind,
+                clients,
+            )
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)

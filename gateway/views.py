@@ -9,11 +9,13 @@ import hashlib
 from aiohttp import web
 
 from gateway.auth import Access
-from gateway.errors import PayloadTooLarge, RequestTimeout, Unavailable
+from gateway.errors import PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable
 from gateway.keys import AppKeys, RequestKeys
-from gateway.openapi import OPENAPI
+from gateway.openapi import document
 from gateway.parsing import (
+    one_value,
     parse_content_type,
+    parse_fence_resource,
     parse_idempotency_key,
     parse_key,
     parse_limit,
@@ -21,6 +23,7 @@ from gateway.parsing import (
     parse_resource,
     parse_token,
 )
+from gateway.readiness import check_token_source
 from storage.errors import StorageError
 from storage.fenced import digest_of
 from storage.protocols import Caller, ObjectMeta
@@ -30,18 +33,25 @@ def _authorize(request: web.Request, *names: str, access: Access) -> None:
     api_keys = request.app[AppKeys.api_keys]
     if api_keys is None:
         return
+    header = one_value(request.headers, "Authorization")  # a proxy must not check another one
     key = request.get(RequestKeys.api_key)
     if key is None:  # identify again for the precise 401 message
-        key = api_keys.identify(request.headers.get("Authorization"))
+        client = request.get(RequestKeys.client, "")
+        if header is None and client.startswith("cert:"):
+            raise Unauthorized(
+                f"the client certificate's subject CN {client[5:]!r} names no API key; add one with "
+                "`fencegate keys add NAME` named after it, or send `Authorization: Bearer <key>`"
+            )
+        key = api_keys.identify(header)
     api_keys.require(key, *names, access=access)
 
 
 def _caller(request: web.Request, *, key: str, resource: str, token: int, data: bytes = b"") -> Caller:
     """The audit and idempotency identity of a fenced request; a retry must match `request_digest`."""
     client = request.get(RequestKeys.client) or f"ip:{request.remote}"
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):  # a read has no outcome to replay
         return Caller(client=client)
-    idempotency_key = parse_idempotency_key(request.headers.get("Idempotency-Key"))
+    idempotency_key = parse_idempotency_key(one_value(request.headers, "Idempotency-Key"))
     if idempotency_key is None:
         return Caller(client=client)
     digest = hashlib.sha256(
@@ -88,11 +98,12 @@ def _meta_body(meta: ObjectMeta) -> dict[str, object]:
 
 def _fenced_target(request: web.Request, *, required: bool) -> tuple[str, str, int | None]:
     key = parse_key(request.match_info["key"])
-    resource = parse_resource(request.headers.get("Fencing-Resource"), key=key)
+    resource = parse_resource(one_value(request.headers, "Fencing-Resource"), key=key)
     # Anything that can move a mark needs write access: a fenced read raises it too.
-    writes = required or "Fencing-Token" in request.headers
+    raw_token = one_value(request.headers, "Fencing-Token")
+    writes = required or raw_token is not None
     _authorize(request, key, resource, access="write" if writes else "read")  # before the token
-    return key, resource, parse_token(request.headers.get("Fencing-Token"), required=required)
+    return key, resource, parse_token(raw_token, required=required)
 
 
 async def put_object(request: web.Request) -> web.Response:
@@ -144,7 +155,7 @@ async def list_objects(request: web.Request) -> web.Response:
 
 
 async def get_fence(request: web.Request) -> web.Response:
-    resource = parse_resource(request.match_info["resource"], key="")
+    resource = parse_fence_resource(request.match_info["resource"])
     _authorize(request, resource, access="read")
     highest = await request.app[AppKeys.store].mark(resource)
     return web.json_response({"resource": resource, "highest": highest})
@@ -158,6 +169,9 @@ async def readyz(request: web.Request) -> web.Response:
     if request.app[AppKeys.drain].draining:
         raise Unavailable("the gateway is shutting down", code="shutting_down")
     await request.app[AppKeys.store].ping()
+    tokens = request.app[AppKeys.tokens]
+    if tokens is not None:
+        await check_token_source(tokens)
     return web.json_response({"status": "ready"})
 
 
@@ -170,4 +184,4 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(OPENAPI)
+    return web.json_response(document(max_body=request.app[AppKeys.settings].max_body))

@@ -1,4 +1,9 @@
-"""Gateway apps for pytest-aiohttp, on a fresh SQLite file per test."""
+"""Gateway apps for pytest-aiohttp, on a fresh SQLite file per test; fresh PostgreSQL databases.
+
+A test whose keys are drawn (schemathesis) or that changes database settings
+takes a database of its own on the session's PostgreSQL (`create_database`),
+so its marks meet no other test's.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
@@ -87,3 +93,16 @@ def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[st
     finally:
         for proc in procs:
             proc.stop()
+
+
+async def create_database(admin_dsn: str, **settings: str) -> str:
+    """A fresh, empty database next to `admin_dsn`'s, with server `settings` of its own; its DSN."""
+    name = f"gw_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+        for setting, value in settings.items():
+            await conn.execute(f"ALTER DATABASE \"{name}\" SET {setting} = '{value}'")
+    finally:
+        await conn.close()
+    return admin_dsn.rsplit("/", 1)[0] + f"/{name}"

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from gateway.auth import hash_secret
-from gateway.openapi import OPENAPI
+from gateway.config import DEFAULT_MAX_BODY
+from gateway.openapi import document
 from tests.gateway.conftest import AppClient, MakeClient
 
 MAX_TOKEN = 2**63 - 1
@@ -86,12 +87,18 @@ async def test_largest_token_is_accepted(client: AppClient) -> None:
     assert (status, body["token"]) == (201, MAX_TOKEN)
 
 
-@pytest.mark.parametrize("key", ["a//b", "a/", "sp%20ace", "a b", "é", "x" * 513])
+@pytest.mark.parametrize("key", ["a//b", "a/", "sp%20ace", "a b", "é", "x" * 513, "line%0Abreak", "%0A"])
 async def test_400_invalid_key(client: AppClient, key: str) -> None:
     status, body = await put(client, key, b"x", 1)
     assert (status, body["error"]) == (400, "bad_request")
     listing = await (await client.get("/v1/objects")).json()
     assert listing["objects"] == []
+
+
+@pytest.mark.parametrize("resource", ["line%0Abreak", "%0A", "a//b"])
+async def test_400_invalid_fence_resource_even_with_a_line_break(client: AppClient, resource: str) -> None:
+    resp = await client.get(f"/v1/fences/{resource}")
+    assert (resp.status, (await resp.json())["error"]) == (400, "bad_request")
 
 
 async def test_400_invalid_resource_header(client: AppClient) -> None:
@@ -128,16 +135,52 @@ async def test_413_chunked_body_over_the_limit(make_client: MakeClient) -> None:
     assert (await (await client.get("/v1/fences/c")).json())["highest"] == 0
 
 
-async def test_404_missing_object_and_unknown_route_are_json(client: AppClient) -> None:
+async def test_404_missing_object_and_unknown_route_are_json_and_say_what_exists(client: AppClient) -> None:
     resp = await client.get("/v1/objects/nothing")
     assert (resp.status, (await resp.json())["error"]) == (404, "not_found")
     resp = await client.get("/v2/else")
-    assert (resp.status, (await resp.json())["error"]) == (404, "not_found")
+    body = await resp.json()
+    assert (resp.status, body["error"]) == (404, "not_found")
+    for route in (
+        "DELETE GET HEAD PUT /v1/objects/{key}",
+        "GET /v1/fences/{resource}",
+        "GET /v1/openapi.json",
+    ):
+        assert route in body["detail"]
 
 
-async def test_405_is_json(client: AppClient) -> None:
-    resp = await client.post("/v1/objects/k", data=b"x")
-    assert (resp.status, (await resp.json())["error"]) == (405, "method_not_allowed")
+@pytest.mark.parametrize(
+    ("method", "path", "allow", "route"),
+    [("POST", "/v1/objects/k", "DELETE,GET,HEAD,PUT", "/v1/objects/{key}"),
+     ("PATCH", "/v1/objects/a/b", "DELETE,GET,HEAD,PUT", "/v1/objects/{key}"),
+     ("OPTIONS", "/v1/objects", "GET", "/v1/objects"),
+     ("HEAD", "/v1/fences/r", "GET", "/v1/fences/{resource}"), ("DELETE", "/healthz", "GET", "/healthz")],
+)  # fmt: skip
+async def test_405_carries_allow_says_what_the_path_takes_and_is_counted_by_route(
+    client: AppClient, method: str, path: str, allow: str, route: str
+) -> None:
+    resp = await client.request(method, path, data=b"x")
+    assert (resp.status, resp.headers["Allow"]) == (405, allow)
+    if method != "HEAD":
+        body = await resp.json()
+        assert body["error"] == "method_not_allowed"
+        assert allow.replace(",", ", ") in body["detail"]
+    text = await (await client.get("/metrics")).text()
+    assert f'fencegate_requests_total{{method="{method}",route="{route}",status="405"}} 1.0' in text
+
+
+async def test_head_is_get_without_the_body_and_a_fenced_head_is_a_fenced_read(client: AppClient) -> None:
+    await put(client, "h", b"hello", 7)
+    resp = await client.head("/v1/objects/h")
+    assert (resp.status, await resp.read()) == (200, b"")
+    got = await client.get("/v1/objects/h")
+    for header in ("Fencing-Token", "ETag", "Object-Version", "Content-Length", "Content-Type"):
+        assert resp.headers[header] == got.headers[header], header
+    assert (await client.head("/v1/objects/none")).status == 404
+    assert (await client.head("/v1/objects/h", headers={"Fencing-Token": "6"})).status == 409
+    assert (await client.head("/v1/objects/h", headers={"Fencing-Token": "9"})).status == 200
+    assert (await (await client.get("/v1/fences/h")).json())["highest"] == 9
+    assert (await put(client, "h", b"late", 8))[0] == 409  # the holder of 8 is fenced out by the read
 
 
 @pytest.fixture
@@ -205,12 +248,12 @@ async def test_metrics_count_requests_refusals_latency_and_marks(client: AppClie
 
 async def test_openapi_lists_exactly_the_routes(client: AppClient) -> None:
     served = await (await client.get("/v1/openapi.json")).json()
-    assert served == json.loads(json.dumps(OPENAPI))
+    assert served == json.loads(json.dumps(document(max_body=DEFAULT_MAX_BODY)))
     documented = {(path, method.upper()) for path, ops in served["paths"].items() for method in ops}
     routed = {
         (route.resource.canonical, route.method)
         for route in client.app.router.routes()
-        if route.resource is not None and route.method != "HEAD"
+        if route.resource is not None
     }
     assert documented == routed
 

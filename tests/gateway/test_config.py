@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fencegate.cli import build_parser
+from fencegate.cli import build_parser, main
 from gateway.config import Settings, add_arguments, options_of, settings_from
 from gateway.errors import ConfigError
 
@@ -117,3 +117,39 @@ def test_the_group_commit_default_is_the_stores_batch_size() -> None:
     from storage.queued import DEFAULT_MAX_BATCH
 
     assert settings_from(parse(), {}).group_commit == DEFAULT_MAX_BATCH
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(("--tls-cert", "c.pem"), "together"), (("--tls-key", "k.pem"), "together"),
+     (("--tls-client-ca", "ca.pem"), "needs HTTPS")],
+)  # fmt: skip
+def test_tls_settings_come_whole(argv: tuple[str, ...], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        settings_from(parse(*argv), {})
+
+
+def test_tls_settings_from_the_environment_and_client_certificates_are_not_open() -> None:
+    env = {"FENCEGATE_TLS_CERT": "/etc/fg/gw.pem", "FENCEGATE_TLS_KEY": "/etc/fg/gw.key"}
+    with pytest.raises(ConfigError, match="--tls-client-ca"):  # a public address needs keys or mTLS
+        settings_from(parse("--host", "10.0.0.7"), env)
+    settings = settings_from(
+        parse("--host", "10.0.0.7"), {**env, "FENCEGATE_TLS_CLIENT_CA": "/etc/fg/ca.pem"}
+    )
+    assert (settings.tls_cert, settings.tls_key, settings.mutual_tls) == (
+        Path("/etc/fg/gw.pem"),
+        Path("/etc/fg/gw.key"),
+        True,
+    )
+
+
+def test_unreadable_certificates_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bad.pem").write_text("not a certificate\n")
+    bad = str(tmp_path / "bad.pem")
+    argv = ["serve", "--port", "0", "--data-dir", str(tmp_path), "--tls-cert", bad, "--tls-key", bad]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fencegate serve: cannot load the TLS certificate")
+    assert "\n" not in err

@@ -20,7 +20,7 @@ START_DEADLINE = 30.0
 STOP_DEADLINE = 15.0
 LOG_TAIL = 2000  # characters of its log an error shows
 NAME = "fencegate serve"
-_LISTENING = re.compile(r"listening on (http://\S+)")
+_LISTENING = re.compile(r"listening on (https?://\S+)")
 
 
 class GatewayProcess:

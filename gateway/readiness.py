@@ -1,0 +1,31 @@
+"""Is the token source answering? Asked by `/readyz` and once at start-up.
+
+A gateway with a token source needs it for every token above a cached bound:
+with the source unreachable, such a write waits for the source's own timeout
+and is answered 503. So the gateway is not ready while the source does not
+answer a read (`upper_bound` of a fixed name: no side effect on any source)
+within `READY_DEADLINE`, and a load balancer sends the writes elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.errors import Unavailable
+from lockclient.errors import LockClientError
+from lockclient.protocols import TokenSource
+
+READY_DEADLINE = 2.0  # seconds the source has to answer a readiness read; probes run every few seconds
+PROBE_RESOURCE = "fencegate-readiness"  # read, never drawn: asking for its bound changes nothing
+
+
+async def check_token_source(tokens: TokenSource) -> None:
+    """Return once the source answered a read; 503 `token_source_unavailable` otherwise."""
+    try:
+        async with asyncio.timeout(READY_DEADLINE):
+            await tokens.upper_bound(PROBE_RESOURCE)
+    except (LockClientError, OSError, TimeoutError) as exc:
+        raise Unavailable(
+            f"the token source {tokens!r} did not answer a read within {READY_DEADLINE}s: {exc!r}",
+            code="token_source_unavailable",
+        ) from exc

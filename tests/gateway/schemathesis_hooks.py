@@ -1,0 +1,32 @@
+"""schemathesis hooks for tests/gateway/test_contract.py: every request gets an Idempotency-Key of its own.
+
+An Idempotency-Key names one request: the same key on another request is
+422 `idempotency_key_reused`, and the same key on the same request is a
+retry, answered with the first outcome (a replayed DELETE says 200 and
+deletes nothing new). Generated data reuses short keys ("0") across unrelated
+requests, which a correct client never does; so a well-formed key gets a
+unique suffix before the request is sent. Malformed keys are left alone: they
+must still be refused.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import schemathesis
+
+from gateway.parsing import IDEMPOTENCY_KEY_PATTERN
+from storage.models import MAX_IDEMPOTENCY_KEY_LENGTH
+
+_VALID = re.compile(IDEMPOTENCY_KEY_PATTERN)
+
+
+@schemathesis.hook
+def before_call(ctx: Any, case: Any, **kwargs: Any) -> None:
+    headers = case.headers or {}
+    key = headers.get("Idempotency-Key")
+    if isinstance(key, str) and _VALID.fullmatch(key):
+        suffix = f"-{uuid.uuid4().hex}"
+        headers["Idempotency-Key"] = key[: MAX_IDEMPOTENCY_KEY_LENGTH - len(suffix)] + suffix
