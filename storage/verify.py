@@ -49,9 +49,12 @@ class AuditReport:
     outcomes: Counter[str] = field(default_factory=Counter)
     highest: dict[str, int] = field(default_factory=dict)  # per resource, the highest accepted token
     violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     chain: Head = GENESIS_HEAD  # the last entry read, as the chain links it
     first_break: int | None = None  # the id of the first entry the chain does not lead to
     stored_head: Head | None = None  # the head row
+    archived: int = 0  # entries before the first one read (archived): its link is checked only against
+    # an exported head of the entry just before it
     _hashes: dict[int, str] = field(default_factory=dict)  # the ids and hashes of exported heads asked for
 
     @property
@@ -65,7 +68,10 @@ class AuditReport:
             f"read {self.rows} audit entries ({span}) over {len(self.highest)} fenced resources",
             *(f"  {outcome}: {count}" for outcome, count in sorted(self.outcomes.items())),
         ]
+        if self.archived:
+            out.append(f"the trail starts after entry {self.archived} (entries up to it archived)")
         out.append(f"chain head: {self.chain} (export it; later: audit verify --head {self.chain})")
+        out.extend(self.notes)
         if self.first_break is not None:
             out.append(f"TAMPERED: the chain breaks first at entry {self.first_break}")
         if self.violations:
@@ -85,6 +91,7 @@ class AuditReport:
 async def verify_audit(engine: AsyncEngine, *, heads: Sequence[Head] = ()) -> AuditReport:
     """Check the audit trail and the marks of the database behind `engine`, and any exported `heads`."""
     report = AuditReport(_hashes={head.last_id: "" for head in heads})
+    anchors = {head.last_id: head for head in heads}  # an archived trail's first entry links to one
     columns = (*(getattr(AuditEntry, name) for name in HASHED), AuditEntry.chain)
     with map_storage_errors("audit verification"):
         async with engine.connect() as conn:
@@ -101,7 +108,13 @@ async def verify_audit(engine: AsyncEngine, *, heads: Sequence[Head] = ()) -> Au
                 if not page:
                     break
                 for row in page:
-                    _link(report, row._mapping)
+                    linked = True
+                    if report.rows == 0 and row.id > 1:  # entries before it were archived
+                        report.archived = row.id - 1
+                        anchor = anchors.get(report.archived)
+                        linked = anchor is not None
+                        report.chain = anchor or report.chain
+                    _link(report, row._mapping, linked=linked)
                     _check(report, row.id, row.resource, row.token, row.mark, row.outcome)
                 after = page[-1].id
             rows = (await conn.execute(select(Fence.resource, Fence.token))).all()
@@ -118,12 +131,12 @@ async def verify_audit(engine: AsyncEngine, *, heads: Sequence[Head] = ()) -> Au
     return report
 
 
-def _link(report: AuditReport, row: Mapping[Any, Any]) -> None:
-    """Check that `row` follows from the entry before it; go on from its stored hash either way."""
+def _link(report: AuditReport, row: Mapping[Any, Any], *, linked: bool = True) -> None:
+    """Check that `row` follows from the entry before it (if `linked`); go on from its stored hash."""
     before, row_id, stored = report.chain, row["id"], row["chain"]
     if stored is None:
         report.broken(row_id, "carries no hash: it was inserted by something other than fencegate")
-    elif entry_hash(before.hash, row) != stored:
+    elif linked and entry_hash(before.hash, row) != stored:
         gap = (
             f", entries {before.last_id + 1}..{row_id - 1} are missing" if row_id > before.last_id + 1 else ""
         )
@@ -154,7 +167,10 @@ def _ends(report: AuditReport, heads: Sequence[Head]) -> None:
         )
     for head in heads:
         found = report._hashes.get(head.last_id) or None
-        if found is None:
+        if head.last_id <= report.archived:
+            if head.last_id < report.archived:
+                report.notes.append(f"exported head {head}: archived, not checked")
+        elif found is None:
             report.violations.append(
                 f"exported head {head}: entry {head.last_id} is not in the trail: the tail was truncated"
             )

@@ -261,3 +261,18 @@ async def test_two_replicas_on_one_postgresql_do_not_fork_the_chain(postgres_clu
     total = sum(accepted) + recorded
     assert (report.rows, report.first_id, report.last_id) == (total, 1, total)  # one chain, no gap
     assert report.chain == report.stored_head
+
+
+async def test_an_archived_start_is_checked_against_the_head_exported_at_the_archive(trail: Trail) -> None:
+    """Archiving deletes the oldest entries; the head of the last archived one anchors the rest."""
+    kept = await entry(trail.engine, 3)
+    async with trail.engine.begin() as conn:
+        await conn.execute(delete(AuditEntry).where(AuditEntry.id <= 3))
+    archive = Head(3, str(kept["chain"]))
+    report = await check(trail.engine, archive)
+    assert report.ok, report.violations
+    assert report.archived == 3
+    assert (await check(trail.engine)).ok  # without the anchor the first entry is taken as it is
+    async with trail.engine.begin() as conn:
+        await conn.execute(update(AuditEntry).where(AuditEntry.id == 4).values(client="someone-else"))
+    assert (await check(trail.engine, archive)).first_break == 4
