@@ -1,10 +1,11 @@
 """`fencegate audit verify`: check the audit trail offline, straight from the database.
 
 It reads every entry of `fencegate_audit` and the marks, prints what it read
-(entries, id range, outcomes, resources) and whether accepted tokens ever
-went back per resource; the exit code is 0 when they did not, 1 when they
-did, 2 for a bad URL and 3 when the database could not be read. The gateway
-need not run.
+(entries, id range, outcomes, resources, the chain head to export), whether
+the hash chain holds (and every `--head HASH@ID` exported earlier is still in
+it) and whether accepted tokens ever went back per resource; the exit code is
+0 when all holds, 1 when not, 2 for a bad URL or head and 3 when the
+database could not be read. The gateway need not run.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ import asyncio
 from gateway.config import check_storage_url, env_name
 from gateway.errors import ConfigError
 from gateway.storage_tls import open_storage
+from storage.chain import Head
 from storage.verify import AuditReport, verify_audit
 
 ENV_STORAGE = env_name("storage")
 
 
-async def _verify(url: str) -> AuditReport:
+async def _verify(url: str, heads: list[Head]) -> AuditReport:
     engine = open_storage(url)
     try:
-        return await verify_audit(engine)
+        return await verify_audit(engine, heads=heads)
     finally:
         await engine.dispose()
 
@@ -33,6 +35,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.storage:
         raise ConfigError(f"give --storage URL or ${ENV_STORAGE}")
     check_storage_url(args.storage)
-    report = asyncio.run(_verify(args.storage))
+    heads = []
+    for text in args.head:
+        try:
+            heads.append(Head.parse(text))
+        except ValueError as exc:
+            raise ConfigError(f"--head: {exc}") from None
+    report = asyncio.run(_verify(args.storage, heads))
     print("\n".join(report.lines()))
     return 0 if report.ok else 1

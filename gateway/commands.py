@@ -82,11 +82,22 @@ def audit(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     verify = actions.add_parser(
         "verify",
-        help="check that accepted tokens never went back per resource, and print what was read",
-        description="Print what the trail holds and whether accepted tokens ever went back per resource: "
-        "exit 0 when they did not, 1 when they did.",
+        help="check the trail's hash chain and that accepted tokens never went back; print what was read",
+        description="Print what the trail holds, its chain head, and whether it was tampered with (the first "
+        "entry that was changed, removed or inserted out of order) or accepted tokens ever went back per "
+        "resource: exit 0 when neither, 1 when either.",
     )
-    verify.epilog = parser.epilog
+    verify.epilog = (
+        parser.epilog + "\n  fencegate audit verify --storage URL --head 3f0c...e91a@12000"
+        "\n(--head: a chain head the gateway logged or verify printed earlier; a truncated tail shows)"
+    )
+    verify.add_argument(
+        "--head",
+        action="append",
+        default=[],
+        metavar="HASH@ID",
+        help="an exported chain head that must still be in the trail; repeatable (default: none)",
+    )
     verify.add_argument(
         "--storage",
         default=os.environ.get(env_name("storage")) or None,

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import aiohttp
 from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.audit import AuditLog
 from gateway.auth import ApiKeys
@@ -25,8 +26,9 @@ from gateway.keys import AppKeys
 from gateway.readiness import check_token_source
 from gateway.storage_tls import open_storage
 from gateway.upstream import PROXY_LIMIT, UpstreamStore
-from storage import SqlObjectStore, migrate
+from storage import SqlObjectStore, StorageError, migrate
 from storage.batch import GroupCommitStore
+from storage.chain import read_head
 from storage.queued import QueuedStore
 
 log = logging.getLogger("gateway")
@@ -81,7 +83,18 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
             log.warning("upstream proxy mode, forwarding to %s: %s", settings.upstream, PROXY_LIMIT)
             yield
     finally:
+        await _log_chain_head(engine)
         await engine.dispose()
+
+
+async def _log_chain_head(engine: AsyncEngine) -> None:
+    """Log the audit chain's head at shutdown, to be kept apart from the database (docs/operations.md)."""
+    try:
+        head = await read_head(engine)
+    except StorageError as exc:
+        log.warning("audit chain head not read at shutdown: %s", exc)
+        return
+    log.info("audit chain head at shutdown %s (keep it: fencegate audit verify --head %s)", head, head)
 
 
 async def fencer_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -87,7 +87,8 @@ class AuditEntry(Base):
     fence row lock orders the two replicas' inserts). Refusals changed nothing
     and are written shortly after, in batches; `outcome` is `accepted`,
     `replayed` (an Idempotency-Key retry answered from its first outcome) or
-    the refusal's error code.
+    the refusal's error code. Every row is chained to the one before by
+    `chain` (`storage/chain.py`), in id order.
     """
 
     __tablename__ = "fencegate_audit"
@@ -102,6 +103,19 @@ class AuditEntry(Base):
     mark: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     status: Mapped[int] = mapped_column(Integer, nullable=False)
     outcome: Mapped[str] = mapped_column(String(64), nullable=False)
+    # sha256 of the previous entry's chain and this entry's fields (`storage/chain.py`); NULL only in a
+    # row written by something other than fencegate, which `audit verify` reports.
+    chain: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class AuditHead(Base):
+    """One row: the id and hash of the audit chain's last entry, locked by every append."""
+
+    __tablename__ = "fencegate_audit_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    last_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    hash: Mapped[str] = mapped_column(String(64), nullable=False)
 
 
 class IdempotencyRecord(Base):

@@ -18,7 +18,9 @@ one), and a step's statements run fence upserts first, so a batch takes its
 fence rows in resource order before it claims key rows: two replicas' batches
 do not wait on each other in a cycle. A deadlock PostgreSQL reports all the
 same is answered like a race. Audit entries are inserted in the order of
-their fence upserts, so per resource their ids follow commit order.
+their fence upserts, so per resource their ids follow commit order; they are
+chained onto the trail (`chain.py`) after the lockstep, the chain's head
+locked last, in three round trips per batch.
 
 A refusal wrote nothing (the unit's order), so it needs no savepoint. A
 `Retry` (another replica committed a row this batch claimed) or a deadlock
@@ -41,6 +43,7 @@ import asyncpg
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from storage.chain import Head, announce, head_of, link
 from storage.errors import StorageError, StorageUnavailable
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply
 from storage.protocols import FencedRequest
@@ -56,6 +59,8 @@ MAX_RUNS = 3  # a batch that met a race runs again this often before its request
 # flush, the next runs its statements. Batches that touch one resource serialize on its fence row.
 DEFAULT_LANES = 2
 _Row = Mapping[str, Any]
+# Run on their own, not in lockstep: entries inserted with executemany (no rows wanted), the chain's head.
+_UNWRAPPED = ("audit_insert", "head_select", "head_update")
 
 
 class _Sql:
@@ -77,7 +82,7 @@ class _Sql:
             defaults = compiled.params
             self.order[name] = tuple((p, defaults.get(p)) for p in compiled.positiontup or ())
             text = compiled.string
-            if name != "audit_insert":  # inserted with executemany: no rows wanted
+            if name not in _UNWRAPPED:
                 # our own compiled statement, its values bound as $n parameters
                 text = f"WITH r AS ({text}) SELECT r.* FROM (SELECT 1) AS one LEFT JOIN r ON true"  # noqa: S608
             self.text[name] = text
@@ -309,6 +314,23 @@ class PgGroupCommitStore(QueuedStore):
         self._pending.extendleft(reversed(later))
         return sorted(batch, key=lambda op: "" if op.request is None else op.request.resource)
 
+    async def _append(self, pg: Any, entries: Sequence[Mapping[str, Any]]) -> tuple[Head, Head] | None:
+        """Chain the batch's audit entries onto the trail (`chain.py`): lock the head last, insert, move it.
+
+        Three round trips per batch, whatever its size.
+        """
+        if not entries:
+            return None
+        sql = self._sql
+        found = await pg.fetchrow(sql.text["head_select"], *sql.args("head_select", {}))
+        before = head_of(None if found is None else dict(found.items()))
+        rows, after = link(before, entries)
+        await pg.executemany(sql.text["audit_insert"], [sql.args("audit_insert", row) for row in rows])
+        await pg.execute(
+            sql.text["head_update"], *sql.args("head_update", {"last_id": after.last_id, "hash": after.hash})
+        )
+        return before, after
+
     async def _commit(self, lane: _Lane, batch: list[Op]) -> list[Outcome | None]:
         requests = [op.request for op in batch if op.request is not None]
         refusals = [refused_params(entry) for op in batch for entry in op.refusals]
@@ -322,9 +344,7 @@ class PgGroupCommitStore(QueuedStore):
                 )
                 if any(isinstance(outcome, Retry) for outcome in outcomes):
                     raise _Rerun
-                rows = [self._sql.args("audit_insert", params) for params in [*audits, *refusals]]
-                if rows:
-                    await pg.executemany(self._sql.text["audit_insert"], rows)
+                moved = await self._append(pg, [*audits, *refusals])
             except (_Rerun, asyncpg.DeadlockDetectedError) as exc:
                 await transaction.rollback()
                 log.info("a group commit met a concurrent transaction (%s), run %d of %d", exc, run, MAX_RUNS)
@@ -336,6 +356,8 @@ class PgGroupCommitStore(QueuedStore):
                     log.debug("rollback of a failed batch failed", exc_info=True)
                 raise
             await transaction.commit()
+            if moved is not None:
+                announce(*moved)
             answers = iter(outcomes)
             return [None if op.request is None else next(answers) for op in batch]
         raise StorageUnavailable(f"a batch met concurrent transactions {MAX_RUNS} times in a row; retry")

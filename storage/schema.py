@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import Connection, exists, func, insert, inspect, select, text, update
+from sqlalchemy import Connection, bindparam, exists, func, insert, inspect, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import aliased
 
+from storage.chain import GENESIS_HEAD, HASHED, Head, entry_hash
 from storage.errors import SchemaError, map_storage_errors
 from storage.models import (
     DEFAULT_CONTENT_TYPE,
     AuditEntry,
+    AuditHead,
     Base,
     Binding,
     Fence,
@@ -26,6 +28,7 @@ from storage.models import (
     SchemaVersion,
     StoredObject,
 )
+from storage.statements import HEAD_ROW
 
 MIGRATION_LOCK = 0x66656E6365  # "fence": the PostgreSQL advisory lock key for migrations
 
@@ -77,11 +80,42 @@ def _v3_bindings_and_content_type(conn: Connection) -> None:
         )
 
 
+def _v4_audit_chain(conn: Connection) -> None:
+    """Chain the audit trail: a hash per entry, and the head row every append locks (`chain.py`).
+
+    The entries written before this step are chained here, in id order, from
+    the genesis hash: from the upgrade on, a change to any of them shows. (What
+    was changed before the upgrade cannot be told; the migration vouches for
+    nothing older.) A fresh database got the column from step 2, which creates
+    today's table; an older one gets it here.
+    """
+    columns = {column["name"] for column in inspect(conn).get_columns(AuditEntry.__tablename__)}
+    if "chain" not in columns:
+        conn.execute(text(f"ALTER TABLE {AuditEntry.__tablename__} ADD COLUMN chain VARCHAR(64)"))
+    Base.metadata.tables[AuditHead.__tablename__].create(conn)
+    head = GENESIS_HEAD
+    fields = [getattr(AuditEntry, name) for name in HASHED]
+    hashes: list[dict[str, object]] = []
+    for row in conn.execute(select(*fields).order_by(AuditEntry.id)):
+        head = Head(row.id, entry_hash(head.hash, row._mapping))
+        hashes.append({"row": row.id, "chain": head.hash})
+    if hashes:
+        stamp = (
+            update(AuditEntry)
+            .where(AuditEntry.id == bindparam("row"))
+            .values(chain=bindparam("chain"))
+            .execution_options(synchronize_session=False)
+        )
+        conn.execute(stamp, hashes)
+    conn.execute(insert(AuditHead).values(id=HEAD_ROW, last_id=head.last_id, hash=head.hash))
+
+
 # Step N turns a version N-1 database into version N. Append, never edit.
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_tables,
     _v2_audit_and_idempotency,
     _v3_bindings_and_content_type,
+    _v4_audit_chain,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,7 +1,8 @@
 """The fenced object store on SQLAlchemy: one transaction per request, SQLite or PostgreSQL.
 
 Each fenced request is the unit of `fenced.py` run on an async connection
-(`AsyncTx`), in a transaction of its own: committed when the unit accepts it
+(`AsyncTx`), in a transaction of its own, its audit entry chained onto the
+trail last (`chain.py`): committed when the unit accepts it
 (or answers a fenced read or delete of a missing key, whose raised mark
 stands), rolled back when it refuses, and run again when it reports a
 concurrent claim (`Retry`). On PostgreSQL the fence upsert locks the
@@ -23,6 +24,7 @@ from typing import Any, cast
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from storage.chain import Head, announce, head_of, link
 from storage.engine import READ_ONLY
 from storage.errors import ObjectNotFound, StorageError, StorageUnavailable, map_storage_errors
 from storage.fenced import FENCED, Policy, Retry, apply, object_data
@@ -57,13 +59,28 @@ class AsyncTx:
     def __init__(self, conn: AsyncConnection, sql: Statements) -> None:
         self._conn = conn
         self._sql = sql
+        self.audits: list[Mapping[str, Any]] = []
 
     async def row(self, statement: str, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
         found = (await self._conn.execute(getattr(self._sql, statement), dict(params))).first()
         return None if found is None else cast(Mapping[str, Any], found._mapping)
 
     async def audit(self, params: Mapping[str, Any]) -> None:
-        await self._conn.execute(self._sql.audit_insert, dict(params))
+        self.audits.append(params)  # chained and inserted just before the commit (`append_audits`)
+
+
+async def append_audits(
+    conn: AsyncConnection, sql: Statements, entries: Sequence[Mapping[str, Any]]
+) -> tuple[Head, Head] | None:
+    """Chain `entries` onto the trail in `conn`'s transaction: lock the head last, insert, move it."""
+    if not entries:
+        return None
+    found = (await conn.execute(sql.head_select)).first()
+    before = head_of(None if found is None else found._mapping)
+    rows, after = link(before, entries)
+    await conn.execute(sql.audit_insert, rows)
+    await conn.execute(sql.head_update, {"last_id": after.last_id, "hash": after.hash})
+    return before, after
 
 
 class SqlObjectStore(ObjectStore):
@@ -92,13 +109,15 @@ class SqlObjectStore(ObjectStore):
             for _ in range(MAX_ATTEMPTS):
                 try:
                     async with self._engine.begin() as conn:
-                        outcome = await apply(
-                            AsyncTx(conn, self._sql), request, now=self._now(), policy=self.policy
-                        )
+                        tx = AsyncTx(conn, self._sql)
+                        outcome = await apply(tx, request, now=self._now(), policy=self.policy)
                         if isinstance(outcome, StorageError) and not isinstance(outcome, ObjectNotFound):
                             raise outcome  # rolls back: a refusal keeps nothing, a Retry starts over
+                        moved = await append_audits(conn, self._sql, tx.audits)
                 except Retry:
                     continue
+                if moved is not None:
+                    announce(*moved)
                 if isinstance(outcome, StorageError):
                     raise outcome  # ObjectNotFound, after the commit of its raised mark
                 return outcome
@@ -121,7 +140,9 @@ class SqlObjectStore(ObjectStore):
             return
         with map_storage_errors("audit of refusals"):
             async with self._engine.begin() as conn:
-                await conn.execute(self._sql.audit_insert, [refused_params(entry) for entry in entries])
+                moved = await append_audits(conn, self._sql, [refused_params(entry) for entry in entries])
+        if moved is not None:
+            announce(*moved)
 
     # -- reads without a token ------------------------------------------------
 

@@ -8,7 +8,9 @@ RETURNING`: no row back means another transaction got there first (on
 PostgreSQL the statement waited for it to commit). The fenced unit
 (`fenced.py`) names these statements; both drivers (SQLAlchemy's async
 connection in `sql.py`, stdlib sqlite3 in `writer.py`) run these same
-constructs, so each decision has one definition.
+constructs, so each decision has one definition. Audit entries are
+inserted with the id and hash `chain.py` gave them, after `head_select`
+locked the chain's head, which `head_update` then moves.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import Executable, bindparam, delete, select
+from sqlalchemy import Executable, bindparam, delete, select, update
 from sqlalchemy import insert as plain_insert
 from sqlalchemy.dialects import postgresql, sqlite
 
-from storage.models import AuditEntry, Binding, Fence, IdempotencyRecord, StoredObject
+from storage.models import AuditEntry, AuditHead, Binding, Fence, IdempotencyRecord, StoredObject
 
 OBJECT_COLUMNS = (
     "key",
@@ -34,7 +36,20 @@ OBJECT_COLUMNS = (
     "updated_at",
 )
 META_COLUMNS = ("key", "resource", "token", "version", "size", "digest")
-AUDIT_COLUMNS = ("at", "client", "method", "key", "resource", "token", "mark", "status", "outcome")
+AUDIT_COLUMNS = (
+    "id",
+    "at",
+    "client",
+    "method",
+    "key",
+    "resource",
+    "token",
+    "mark",
+    "status",
+    "outcome",
+    "chain",
+)
+HEAD_ROW = 1  # the id of the one row of `fencegate_audit_head`
 IDEMPOTENCY_COLUMNS = (
     "client",
     "idempotency_key",
@@ -70,6 +85,8 @@ class Statements:
     object_delete: Executable
     object_select: Executable
     audit_insert: Executable
+    head_select: Executable
+    head_update: Executable
     idempotency_select: Executable
     idempotency_insert: Executable
 
@@ -113,6 +130,13 @@ class Statements:
             ),
             # inline: no implicit RETURNING of the id (a batch inserts its entries with executemany)
             audit_insert=plain_insert(AuditEntry).values(_values(AuditEntry, AUDIT_COLUMNS)).inline(),
+            # the audit chain's head, locked last by every transaction that appends entries (`chain.py`)
+            head_select=select(AuditHead.last_id, AuditHead.hash)
+            .where(AuditHead.id == HEAD_ROW)
+            .with_for_update(),
+            head_update=update(AuditHead)
+            .where(AuditHead.id == HEAD_ROW)
+            .values(_values(AuditHead, ("last_id", "hash"))),
             idempotency_select=select(
                 *(getattr(IdempotencyRecord, name) for name in IDEMPOTENCY_COLUMNS)
             ).where(

@@ -1,28 +1,39 @@
-"""Offline check of the audit trail: accepted tokens never went back, per resource.
+"""Offline check of the audit trail: unchanged since written, and accepted tokens never went back.
 
 Reads `fencegate_audit` in id order (per resource, the ids of entries written
 with a passed fence follow commit order: each is inserted after the fence
 upsert that holds the resource's row lock) and checks:
 
-1. per resource, the tokens of entries whose fence passed (`accepted`,
+1. the hash chain (`chain.py`): each entry's hash follows from the entry
+   before it and its own fields; the first entry where it does not is where
+   the trail was changed (an entry edited, removed, or inserted out of
+   order), reported with the ids around it. The last entry must be the head
+   row's, and every exported head given (`HASH@ID`) must be in the chain: a
+   truncated tail shows against either;
+2. per resource, the tokens of entries whose fence passed (`accepted`,
    `not_found`) never decrease (invariants 1 and 3);
-2. a `stale_token` refusal carries a token below the mark it reports;
-3. every resource's current mark in `fencegate_fences` is at least the
+3. a `stale_token` refusal carries a token below the mark it reports;
+4. every resource's current mark in `fencegate_fences` is at least the
    highest token the trail accepted for it (the mark did not go back).
 
-It needs only the database, not a running gateway, and says what it read.
+After a break the chain check goes on from the stored hash, so every break
+is listed, the first one first. It needs only the database, not a running
+gateway, and says what it read.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from storage.chain import GENESIS_HEAD, HASHED, Head, entry_hash
 from storage.errors import map_storage_errors
-from storage.models import AuditEntry, Fence
+from storage.models import AuditEntry, AuditHead, Fence
 from storage.records import FENCE_PASSED
 
 READ_BATCH = 10_000  # audit rows fetched per round trip
@@ -38,6 +49,13 @@ class AuditReport:
     outcomes: Counter[str] = field(default_factory=Counter)
     highest: dict[str, int] = field(default_factory=dict)  # per resource, the highest accepted token
     violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    chain: Head = GENESIS_HEAD  # the last entry read, as the chain links it
+    first_break: int | None = None  # the id of the first entry the chain does not lead to
+    stored_head: Head | None = None  # the head row
+    archived: int = 0  # entries before the first one read (archived): its link is checked only against
+    # an exported head of the entry just before it
+    _hashes: dict[int, str] = field(default_factory=dict)  # the ids and hashes of exported heads asked for
 
     @property
     def ok(self) -> bool:
@@ -50,18 +68,31 @@ class AuditReport:
             f"read {self.rows} audit entries ({span}) over {len(self.highest)} fenced resources",
             *(f"  {outcome}: {count}" for outcome, count in sorted(self.outcomes.items())),
         ]
+        if self.archived:
+            out.append(f"the trail starts after entry {self.archived} (entries up to it archived)")
+        out.append(f"chain head: {self.chain} (export it; later: audit verify --head {self.chain})")
+        out.extend(self.notes)
+        if self.first_break is not None:
+            out.append(f"TAMPERED: the chain breaks first at entry {self.first_break}")
         if self.violations:
             out.append(f"VIOLATIONS: {len(self.violations)}")
             out.extend(f"  {violation}" for violation in self.violations[:50])
         else:
-            out.append("ok: accepted tokens never went back, and no mark is below them")
+            out.append("ok: the chain holds, accepted tokens never went back, and no mark is below them")
         return out
 
+    def broken(self, row_id: int, why: str) -> None:
+        """Record a break of the chain at entry `row_id`."""
+        if self.first_break is None:
+            self.first_break = row_id
+        self.violations.append(f"entry {row_id}: {why}")
 
-async def verify_audit(engine: AsyncEngine) -> AuditReport:
-    """Check the audit trail and the marks of the database behind `engine`."""
-    report = AuditReport()
-    columns = (AuditEntry.id, AuditEntry.resource, AuditEntry.token, AuditEntry.mark, AuditEntry.outcome)
+
+async def verify_audit(engine: AsyncEngine, *, heads: Sequence[Head] = ()) -> AuditReport:
+    """Check the audit trail and the marks of the database behind `engine`, and any exported `heads`."""
+    report = AuditReport(_hashes={head.last_id: "" for head in heads})
+    anchors = {head.last_id: head for head in heads}  # an archived trail's first entry links to one
+    columns = (*(getattr(AuditEntry, name) for name in HASHED), AuditEntry.chain)
     with map_storage_errors("audit verification"):
         async with engine.connect() as conn:
             after = 0
@@ -76,11 +107,21 @@ async def verify_audit(engine: AsyncEngine) -> AuditReport:
                 ).all()
                 if not page:
                     break
-                for row_id, resource, token, mark, outcome in page:
-                    _check(report, row_id, resource, token, mark, outcome)
-                after = page[-1][0]
+                for row in page:
+                    linked = True
+                    if report.rows == 0 and row.id > 1:  # entries before it were archived
+                        report.archived = row.id - 1
+                        anchor = anchors.get(report.archived)
+                        linked = anchor is not None
+                        report.chain = anchor or report.chain
+                    _link(report, row._mapping, linked=linked)
+                    _check(report, row.id, row.resource, row.token, row.mark, row.outcome)
+                after = page[-1].id
             rows = (await conn.execute(select(Fence.resource, Fence.token))).all()
             marks: dict[str, int] = {resource: token for resource, token in rows}
+            stored = (await conn.execute(select(AuditHead.last_id, AuditHead.hash))).first()
+    report.stored_head = None if stored is None else Head(stored.last_id, stored.hash)
+    _ends(report, heads)
     for resource, token in report.highest.items():
         mark = marks.get(resource)
         if mark is None or mark < token:
@@ -88,6 +129,56 @@ async def verify_audit(engine: AsyncEngine) -> AuditReport:
                 f"resource {resource!r}: the mark is {mark} but the trail accepted token {token}"
             )
     return report
+
+
+def _link(report: AuditReport, row: Mapping[Any, Any], *, linked: bool = True) -> None:
+    """Check that `row` follows from the entry before it (if `linked`); go on from its stored hash."""
+    before, row_id, stored = report.chain, row["id"], row["chain"]
+    if stored is None:
+        report.broken(row_id, "carries no hash: it was inserted by something other than fencegate")
+    elif linked and entry_hash(before.hash, row) != stored:
+        gap = (
+            f", entries {before.last_id + 1}..{row_id - 1} are missing" if row_id > before.last_id + 1 else ""
+        )
+        after = f"entry {before.last_id}" if before.last_id else "the start of the trail"
+        report.broken(
+            row_id,
+            f"its hash does not follow from {after}{gap}: this entry was changed, or an entry before it "
+            "was changed, removed or inserted out of order",
+        )
+    report.chain = Head(row_id, stored or "")
+    if row_id in report._hashes:
+        report._hashes[row_id] = stored or ""
+
+
+def _ends(report: AuditReport, heads: Sequence[Head]) -> None:
+    """The trail ends where the head row says, and holds every exported head."""
+    stored, last = report.stored_head, report.chain
+    if stored is None:
+        report.violations.append("the chain's head row (fencegate_audit_head) is missing")
+    elif stored != last:
+        report.violations.append(
+            f"the trail ends at {last} but the head row says {stored}: "
+            + (
+                "entries were removed from the tail"
+                if stored.last_id > last.last_id
+                else "the tail was changed"
+            )
+        )
+    for head in heads:
+        found = report._hashes.get(head.last_id) or None
+        if head.last_id <= report.archived:
+            if head.last_id < report.archived:
+                report.notes.append(f"exported head {head}: archived, not checked")
+        elif found is None:
+            report.violations.append(
+                f"exported head {head}: entry {head.last_id} is not in the trail: the tail was truncated"
+            )
+        elif found != head.hash:
+            report.violations.append(
+                f"exported head {head}: entry {head.last_id} now hashes to {found}: "
+                "the trail was rewritten up to it"
+            )
 
 
 def _check(

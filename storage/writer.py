@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
+from storage.chain import Head, announce, head_of, link
 from storage.errors import StorageError, StorageUnavailable
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply, run_now
 from storage.models import Fence
@@ -72,7 +73,7 @@ class SqliteTx:
     def __init__(self, db: sqlite3.Connection, sql: _Compiled) -> None:
         self._db = db
         self._sql = sql
-        self.audits: list[dict[str, Any]] = []
+        self.audits: list[Mapping[str, Any]] = []
 
     async def row(self, statement: str, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
         cursor = self._db.execute(*self._sql.bind(statement, params))
@@ -85,7 +86,7 @@ class SqliteTx:
         return dict(zip(names, found, strict=True))
 
     async def audit(self, params: Mapping[str, Any]) -> None:
-        self.audits.append(self._sql.bind("audit_insert", params)[1])
+        self.audits.append(params)
 
 
 class BatchWriter:
@@ -97,6 +98,7 @@ class BatchWriter:
         self._policy = policy
         self._db: sqlite3.Connection | None = None
         self._sql = _Compiled()
+        self._moved: tuple[Head, Head] | None = None  # the audit chain's head before and after the batch
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
@@ -138,17 +140,28 @@ class BatchWriter:
         try:
             outcomes = [self._apply(tx, op, now) for op in batch]
             # Audit entries go in last, in batch order: per resource that is still fence order.
-            db.executemany(self._sql.sql["audit_insert"][0], tx.audits)
+            self._moved = self._append(db, tx.audits)
         except BaseException:
             self.rollback()
             raise
         return outcomes
 
+    def _append(
+        self, db: sqlite3.Connection, entries: Sequence[Mapping[str, Any]]
+    ) -> tuple[Head, Head] | None:
+        """Chain the batch's audit entries onto the trail (`chain.py`); the write lock is already held."""
+        if not entries:
+            return None
+        found = db.execute(*self._sql.bind("head_select", {})).fetchone()
+        before = head_of(None if found is None else {"last_id": found[0], "hash": found[1]})
+        rows, after = link(before, entries)
+        db.executemany(self._sql.sql["audit_insert"][0], [self._sql.bind("audit_insert", r)[1] for r in rows])
+        db.execute(*self._sql.bind("head_update", {"last_id": after.last_id, "hash": after.hash}))
+        return before, after
+
     def _apply(self, tx: SqliteTx, op: Op, now: datetime) -> tuple[bool, Any]:
         if op.request is None:
-            tx.audits.extend(
-                self._sql.bind("audit_insert", refused_params(entry))[1] for entry in op.refusals
-            )
+            tx.audits.extend(refused_params(entry) for entry in op.refusals)
             return True, None
         outcome: Outcome = run_now(apply(tx, op.request, now=now, policy=self._policy))
         if isinstance(outcome, Retry):  # a second writer on this file: the batch is not what it read
@@ -162,8 +175,12 @@ class BatchWriter:
         except BaseException:
             self.rollback()
             raise
+        moved, self._moved = self._moved, None
+        if moved is not None:
+            announce(*moved)
 
     def rollback(self) -> None:
+        self._moved = None
         if self._db is not None and self._db.in_transaction:
             self._db.execute("ROLLBACK")
 

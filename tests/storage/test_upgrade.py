@@ -7,7 +7,8 @@ the key itself (`notes/7`), and one written then deleted under `gone`.
 `v2.db` is that SQLite file; `v2-postgresql.sql` is `pg_dump --inserts` of
 the same on PostgreSQL. Upgrading binds every key to the resource it was
 written under (the deleted one through the audit trail), keeps every row,
-and from then on the fence refuses a request naming another resource.
+chains the audit entries it finds (schema version 4), and from then on the
+fence refuses a request naming another resource.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from sqlalchemy import select
 
 from fencegate.lab.cluster import LocalCluster
-from storage import ResourceMismatch, SqlObjectStore, migrate, open_engine
+from storage import SCHEMA_VERSION, ResourceMismatch, SqlObjectStore, migrate, open_engine, verify_audit
 from storage.models import Binding, SchemaVersion
 from storage.protocols import Caller
 from tests.databases import fresh_database
@@ -50,7 +51,10 @@ async def test_an_upgraded_database_binds_every_key_it_knows_and_keeps_its_data(
     try:
         async with engine.connect() as conn:
             assert (await conn.execute(select(SchemaVersion.version))).scalar_one() == 2
-        assert await migrate(engine) == 3
+        assert await migrate(engine) == SCHEMA_VERSION
+        chained = await verify_audit(engine)  # the entries before the upgrade are chained by it
+        assert chained.ok, chained.violations
+        assert chained.rows > 0
         async with engine.connect() as conn:
             bindings = dict((await conn.execute(select(Binding.key, Binding.resource))).all())
         assert bindings == {
@@ -78,5 +82,8 @@ async def test_an_upgraded_database_binds_every_key_it_knows_and_keeps_its_data(
         assert (retry.version, retry.created) == (1, True)
         newer = await store.put("invoices/1", b"one, again", resource="invoices", token=7)
         assert newer.version == 2
+        after = await verify_audit(engine)  # new entries go on from the chain the upgrade made
+        assert after.ok, after.violations
+        assert after.rows == chained.rows + 2
     finally:
         await engine.dispose()
