@@ -2,10 +2,12 @@
 
 `check` searches every state of the chosen configuration, one run per
 (variant, property), and prints a table (or JSON, or Markdown). Its exit
-status guards what fencegate ships: 1 when `fenced` or `fence-only` breaks a
-property fencing promises, 4 when a search hit its depth or memory bound, 0
-otherwise. The baseline (redis-only) and the rejected designs are expected
-to break properties, and reporting that is their purpose, not a failure.
+status guards what fencegate ships: 1 when `fenced`, `fence-only` or
+`bound-resource` breaks a property fencing promises, 4 when a search hit its
+depth or memory bound, 0 otherwise. The baseline (redis-only), the rejected
+designs and the gateway before objects were bound to a resource
+(any-resource) are expected to break properties, and reporting that is their
+purpose, not a failure.
 `doc` regenerates the tables of docs/model.md from the commands recorded in
 their markers (with `--check`, it only compares and fails on a difference).
 """
