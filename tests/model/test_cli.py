@@ -71,7 +71,7 @@ def test_the_gateway_fencing_only_the_named_resource_is_drawn_unsafe_and_exits_0
     report = tmp_path / "model.html"
     code = main(
         ["model", "check", "--variant", "any-resource", "--property", "lost-update", "--nodes", "1",
-         "--trails", "--report", str(report)]
+         "--trails", "--report", str(report), "--svg", str(tmp_path / "img")]
     )  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0  # it shows the hole the bound resource closes; it is not what fencegate ships
@@ -83,6 +83,8 @@ def test_the_gateway_fencing_only_the_named_resource_is_drawn_unsafe_and_exits_0
     assert page.count('<section id="run-') == 1
     assert "<svg" in page
     assert "any-resource" in page
+    assert [p.name for p in (tmp_path / "img").iterdir()] == ["model-any-resource-lost-update.svg"]
+    assert (tmp_path / "img" / "model-any-resource-lost-update.svg").read_text().startswith("<svg")
 
 
 def _result(variant: str, prop: str, verdict: str) -> CheckResult:
