@@ -16,8 +16,8 @@ Translation choices, each so the lab's rules read the trail as the model meant i
 - node faults belong to client "lab", as the lab's own fault events do;
 - in split-fence, the separate fence check is noted in the detail of the
   request's outcome (when it ran and against which mark);
-- where a request may name one of two resources for the one key
-  (any-resource, bound-resource, unbound-delete), the resource it named is in
+- where a request may name one of two resources for the one key (the
+  resource variants: any-resource and the bound-* ones), the resource it named is in
   the detail of each of its events: `lock` (the lock's name, what a request
   made with the lease sends as `Fencing-Resource`) or `key` (no header: the
   key is the resource); the moment an accepted request bound the key to its

@@ -28,8 +28,13 @@ def _resource(event: dict[str, Any]) -> str:
 
 
 def _stale_write(result: CheckResult) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The first stale write accepted (a lower token than a request accepted before it), and that request."""
+    """The first stale write accepted (a lower token than a request accepted before it), and that request.
+
+    The trail must be a lost update, which the stale write caused.
+    """
+    assert result.verdict == "violated"
     assert result.trail is not None
+    assert result.trail.final < result.trail.acknowledged
     accepted = result.trail.accepted()
     for index, event in enumerate(accepted):
         newer = [e for e in accepted[:index] if e["token"] > event["token"]]
@@ -55,38 +60,28 @@ def test_fenced_per_named_resource_a_stale_write_naming_another_resource_loses_a
     by_key: dict[tuple[str, str], CheckResult],
 ) -> None:
     result = by_key[("any-resource", "lost-update")]
-    assert result.verdict == "violated"
-    assert result.trail is not None
-    assert result.trail.final < result.trail.acknowledged
     newer, stale = _stale_write(result)
     # it passed the mark of a resource the newer lease never raised
     assert _resource(stale) != _resource(newer)
+    assert result.trail is not None
     assert not any("belongs to" in e["detail"] for e in result.trail.events)  # nothing refuses a resource
 
 
 def test_a_fenced_read_of_the_absent_key_must_bind_it(by_key: dict[tuple[str, str], CheckResult]) -> None:
-    result = by_key[("bound-on-create", "lost-update")]
-    assert result.verdict == "violated"
-    assert result.trail is not None
-    newer, stale = _stale_write(result)
+    newer, stale = _stale_write(by_key[("bound-on-create", "lost-update")])
     # the newer lease read the key as absent under one name; the stale write created it under another
     assert (newer["kind"], newer["value"]) == ("read", 0)
     assert stale["kind"] == "write"
     assert "binds the key to resource" in stale["detail"]
     assert _resource(stale) != _resource(newer)
-    assert result.trail.final < result.trail.acknowledged
 
 
 def test_a_delete_that_frees_the_key_lets_a_stale_writer_recreate_it_under_another_resource(
     by_key: dict[tuple[str, str], CheckResult],
 ) -> None:
-    result = by_key[("bound-until-delete", "lost-update")]
-    assert result.verdict == "violated"
-    assert result.trail is not None
-    newer, stale = _stale_write(result)
+    newer, stale = _stale_write(by_key[("bound-until-delete", "lost-update")])
     assert newer["kind"] == "delete"
     assert "free again" in newer["detail"]
     assert stale["kind"] == "write"
     assert "binds the key to resource" in stale["detail"]
     assert _resource(stale) != _resource(newer)
-    assert result.trail.final < result.trail.acknowledged
