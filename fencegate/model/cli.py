@@ -2,10 +2,12 @@
 
 `check` searches every state of the chosen configuration, one run per
 (variant, property), and prints a table (or JSON, or Markdown). Its exit
-status guards what fencegate ships: 1 when `fenced` or `fence-only` breaks a
-property fencing promises, 4 when a search hit its depth or memory bound, 0
-otherwise. The baseline (redis-only) and the rejected designs are expected
-to break properties, and reporting that is their purpose, not a failure.
+status guards what fencegate ships: 1 when `fenced`, `fence-only` or
+`bound-resource` breaks a property fencing promises, 4 when a search hit its
+depth or memory bound, 0 otherwise. The baseline (redis-only), the rejected
+designs and the gateway before objects were bound to a resource
+(any-resource) are expected to break properties, and reporting that is their
+purpose, not a failure.
 `doc` regenerates the tables of docs/model.md from the commands recorded in
 their markers (with `--check`, it only compares and fails on a difference).
 """
@@ -22,7 +24,7 @@ from pathlib import Path
 from fencegate.cli import INCOMPLETE
 from fencegate.lab.history import History
 from fencegate.lab.report import RunResult
-from fencegate.lab.timeline import write_html
+from fencegate.lab.timeline import write_html, write_svg
 from fencegate.model.doc import regenerate
 from fencegate.model.errors import ModelArgumentError
 from fencegate.model.report import as_json, history_lines, markdown_table, text_table, trail_tables
@@ -73,6 +75,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="PATH",
         help="write an HTML report drawing each counterexample as the lab's timeline (default: none)",
+    )
+    checker.add_argument(
+        "--svg",
+        type=Path,
+        metavar="DIR",
+        help="also write each counterexample's timeline as DIR/model-VARIANT-PROPERTY.svg, for docs "
+        "(default: none)",
     )
     checker.add_argument(
         "--keep",
@@ -166,16 +175,26 @@ def _write_histories(results: list[CheckResult], directory: Path) -> list[Path]:
     return paths
 
 
+def _draw(results: list[CheckResult], report: Path | None, svg: Path | None) -> None:
+    """Each counterexample drawn as the lab draws a run: in one HTML report, or one .svg file each."""
+    with tempfile.TemporaryDirectory(prefix="fencegate-model-") as tmp:
+        paths = _write_histories(results, Path(tmp))
+        runs = [RunResult.of(History.load(path)) for path in paths]
+    if report is not None:
+        write_html(runs, report, title="fencegate model: counterexamples")
+        print(f"report: {report}", file=sys.stderr)
+    if svg is not None:
+        svg.mkdir(parents=True, exist_ok=True)
+        for path, run in zip(paths, runs, strict=True):
+            write_svg(run, svg / f"model-{path.stem}.svg")
+
+
 def _check(args: argparse.Namespace) -> int:
     results = run_checks(args)
     if args.history_dir is not None:
         _write_histories(results, args.history_dir)
-    if args.report is not None:
-        with tempfile.TemporaryDirectory(prefix="fencegate-model-") as tmp:
-            paths = _write_histories(results, Path(tmp))
-            runs = [RunResult.of(History.load(path)) for path in paths]
-        write_html(runs, args.report, title="fencegate model: counterexamples")
-        print(f"report: {args.report}", file=sys.stderr)
+    if args.report is not None or args.svg is not None:
+        _draw(results, args.report, args.svg)
     if args.json:
         print(json.dumps(as_json(results), indent=2))
     elif args.markdown:

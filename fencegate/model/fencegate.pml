@@ -12,6 +12,16 @@
  *   -DUNFENCED_READS  like FENCED, but reads carry no token (only writes are fenced)
  *   -DFENCE_ONLY    token and fence, no lock
  *   -DTOKEN_AFTER   like FENCED, but the token is drawn after the quorum
+ *   -DANY_RESOURCE  like FENCED, but each request names one of two resources for the
+ *                   one key (the lock's name or the key itself) and the gateway checks
+ *                   only that resource's mark; a client that reads the counter as 0
+ *                   may write it by DELETE, then PUT (a recreate)
+ *   -DBOUND_RESOURCE  like ANY_RESOURCE, but the key belongs to the resource of the
+ *                   first fenced request accepted on it; a request naming another is
+ *                   refused and changes nothing; a DELETE keeps the binding (tombstone)
+ *   -DBOUND_ON_CREATE  like BOUND_RESOURCE, but only the write that creates the key
+ *                   binds it (a fenced read of the absent key binds nothing)
+ *   -DBOUND_UNTIL_DELETE  like BOUND_RESOURCE, but a DELETE frees the key (no tombstone)
  * Sizes: -DK=clients -DN=nodes -DOPS=acquisitions per client
  *        -DMAXT=TTL expiries -DMAXF=node faults (restart or clock jump).
  * -DMAXT=0 lets no TTL pass (no pause, no delay); -DMAXF=0 leaves the nodes alone.
@@ -87,8 +97,34 @@
 #define LOCK 1
 #define FENCE 1
 #define TOKEN_BEFORE 0
+#elif defined(ANY_RESOURCE)
+#define LOCK 1
+#define FENCE 1
+#define TOKEN_BEFORE 1
+#define NAMES 2
+#elif defined(BOUND_RESOURCE)
+#define LOCK 1
+#define FENCE 1
+#define TOKEN_BEFORE 1
+#define NAMES 2
+#define BIND 1
+#define BIND_FIRST 1
+#elif defined(BOUND_ON_CREATE)
+#define LOCK 1
+#define FENCE 1
+#define TOKEN_BEFORE 1
+#define NAMES 2
+#define BIND 1
+#elif defined(BOUND_UNTIL_DELETE)
+#define LOCK 1
+#define FENCE 1
+#define TOKEN_BEFORE 1
+#define NAMES 2
+#define BIND 1
+#define BIND_FIRST 1
+#define UNBIND 1
 #else
-#error "pick a variant: REDIS_ONLY FENCED FENCED_LATE_CLOCK SPLIT_FENCE UNFENCED_READS FENCE_ONLY TOKEN_AFTER"
+#error "pick a variant: REDIS_ONLY FENCED FENCED_LATE_CLOCK SPLIT_FENCE UNFENCED_READS FENCE_ONLY TOKEN_AFTER ANY_RESOURCE BOUND_RESOURCE BOUND_ON_CREATE BOUND_UNTIL_DELETE"
 #endif
 #ifndef LATE_CLOCK
 #define LATE_CLOCK 0
@@ -98,6 +134,25 @@
 #endif
 #ifndef BARE_READS
 #define BARE_READS 0
+#endif
+#ifndef NAMES
+#define NAMES 1         /* resources a request may name for the one key */
+#endif
+#ifndef BIND
+#define BIND 0          /* the key belongs to one resource; requests naming another are refused */
+#endif
+#ifndef BIND_FIRST
+#define BIND_FIRST 0    /* any fenced request binds an unbound key, not only the write creating it */
+#endif
+#ifndef UNBIND
+#define UNBIND 0        /* a DELETE frees the key's binding */
+#endif
+#if NAMES > 1
+#define RES r           /* the resource this request names: 0 the lock's name, 1 the key */
+#define NAMED (r + 1)   /* printed on the request's events: 1 the lock's name, 2 the key */
+#else
+#define RES 0
+#define NAMED -1
 #endif
 #if BARE_READS
 #define READ_TOKEN 0    /* a GET without Fencing-Token: served as is, the mark untouched */
@@ -113,8 +168,9 @@ byte now;               /* TTLs passed so far */
 byte faults;            /* node faults so far */
 byte node[N];           /* the lock key on each Redis master: the lease holding it, 0 = none */
 byte tokens;            /* the token source: last token issued */
-byte mark;              /* the gateway's high-water mark for the one resource */
-byte counter;           /* the object the workload increments */
+byte mark[NAMES];       /* the gateway's high-water mark per resource */
+byte owner;             /* the resource the key belongs to, plus 1; 0 = none yet (BIND only) */
+byte counter;           /* the object the workload increments (absent reads as 0) */
 byte seq;               /* the store's acceptance order */
 
 /* ghosts: what the properties and the trail need, invisible to the protocol */
@@ -143,22 +199,71 @@ inline accepted(l) {
 }
 
 /* The gateway's fence. Atomic variants check and raise in one transaction;
-   SPLIT checks in the step before (`ok` holds that earlier answer). */
+   SPLIT checks in the step before (`ok` holds that earlier answer). The mark
+   is the named resource's (there is one resource unless NAMES > 1). */
 inline fence_check(tok, ok) {
-    ok = !(FENCE && tok < mark)
+    ok = !(FENCE && tok < mark[RES])
 }
 
 inline fence_raise(tok) {
     if
     :: FENCE ->
         if
-        :: tok < mark -> bad = bad | 4
+        :: tok < mark[RES] -> bad = bad | 4
         :: else
         fi;
-        mark = tok
+        mark[RES] = tok
     :: else
     fi
 }
+
+#if BIND
+/* A key bound to another resource than the one named is refused (why = 2)
+   before any mark is looked at: the request changes nothing, not even the
+   named resource's mark. */
+inline gate(tok, ok) {
+    if
+    :: owner != 0 && owner != RES + 1 -> ok = false; why = 2
+    :: else -> fence_check(tok, ok)
+    fi
+}
+
+/* An accepted request binds a key bound to no resource to the one it named:
+   the write that creates it, and with BIND_FIRST any fenced request, a read
+   of the absent key included (so that a stale writer cannot create the key
+   under another name after a newer lease has read it as absent). */
+inline bind() {
+    if
+    :: owner == 0 ->
+        owner = RES + 1;
+        printf("EV bind %d %d %d ok -1 0 - %d\n", c, it, tok, owner)
+    :: else
+    fi
+}
+#define BIND_KEY bind();
+#else
+inline gate(tok, ok) {
+    fence_check(tok, ok)
+}
+#define BIND_KEY
+#endif
+#if BIND_FIRST
+#define BIND_FIRST_KEY bind();
+#else
+#define BIND_FIRST_KEY
+#endif
+
+/* The resource a request names: any of the NAMES, chosen anew for each request
+   (a stale writer may name a fresh one), and forgotten once it is served. The
+   macros expand to nothing where there is one resource, so the other variants'
+   steps stay exactly as they were. */
+#if NAMES > 1
+#define NAME select(r : 0 .. NAMES - 1);
+#define FORGET_NAME r = 0;
+#else
+#define NAME
+#define FORGET_NAME
+#endif
 
 /* Compare-and-delete on every node, one Redis command each (success or not). */
 inline release_all(l, i) {
@@ -185,6 +290,12 @@ proctype Client(byte c) {
     byte i;
     byte v;         /* the counter value read */
     bool ok;
+#if NAMES > 1
+    byte r;         /* the resource the current request names */
+#endif
+#if BIND
+    byte why;       /* 2 when the gateway refused a request for naming the wrong resource */
+#endif
 
     do
     :: it == OPS -> break
@@ -270,47 +381,96 @@ proctype Client(byte c) {
         };
 #endif
         /* read: the request leaves, and the gateway handles it whenever the adversary lets it */
-        atomic { phase[c] = 2; printf("EV read %d %d %d sent -1 0 - -1\n", c, it, READ_TOKEN) };
+        atomic { NAME phase[c] = 2; printf("EV read %d %d %d sent -1 0 - %d\n", c, it, READ_TOKEN, NAMED) };
 #if SPLIT
-        atomic { fence_check(tok, ok); printf("EV check %d %d %d ok -1 0 - %d\n", c, it, tok, mark) };
+        atomic { fence_check(tok, ok); printf("EV check %d %d %d ok -1 0 - %d\n", c, it, tok, mark[RES]) };
 #endif
         atomic {
 #if BARE_READS
             ok = true;
 #elif !SPLIT
-            fence_check(tok, ok);
+            gate(tok, ok);
 #endif
             if
             :: ok ->
 #if !BARE_READS
                 fence_raise(tok);
+                BIND_FIRST_KEY
 #endif
                 accepted(l);
                 v = counter;
-                printf("EV read %d %d %d ok %d %d - -1\n", c, it, READ_TOKEN, v, seq)
-            :: else -> printf("EV read %d %d %d refused -1 0 stale %d\n", c, it, tok, mark)
+                printf("EV read %d %d %d ok %d %d - %d\n", c, it, READ_TOKEN, v, seq, NAMED)
+#if BIND
+            :: !ok && why == 2 -> printf("EV read %d %d %d refused -1 0 wrong-resource %d\n", c, it, tok, owner)
+#endif
+            :: else -> printf("EV read %d %d %d refused -1 0 stale %d\n", c, it, tok, mark[RES])
             fi;
+#if BIND
+            why = 0;
+#endif
+            FORGET_NAME
             phase[c] = 1
         };
+#if NAMES > 1
+        /* a client that read the counter as 0 may recreate it: DELETE, then PUT */
+        if
+        :: true -> skip
+        :: ok && v == 0 ->
+            atomic { NAME phase[c] = 2; printf("EV delete %d %d %d sent -1 0 - %d\n", c, it, tok, NAMED) };
+            atomic {
+                gate(tok, ok);
+                if
+                :: ok ->
+                    fence_raise(tok);
+                    BIND_FIRST_KEY
+                    accepted(l);
+                    counter = 0;
+#if UNBIND
+                    owner = 0;
+                    printf("EV delete %d %d %d ok -1 %d unbind %d\n", c, it, tok, seq, NAMED)
+#else
+                    printf("EV delete %d %d %d ok -1 %d - %d\n", c, it, tok, seq, NAMED)
+#endif
+#if BIND
+                :: !ok && why == 2 -> printf("EV delete %d %d %d refused -1 0 wrong-resource %d\n", c, it, tok, owner)
+#endif
+                :: else -> printf("EV delete %d %d %d refused -1 0 stale %d\n", c, it, tok, mark[RES])
+                fi;
+#if BIND
+                why = 0;
+#endif
+                FORGET_NAME
+                phase[c] = 1
+            }
+        fi;
+#endif
         if
         :: ok ->
-            atomic { phase[c] = 2; printf("EV write %d %d %d sent %d 0 - -1\n", c, it, tok, v + 1) };
+            atomic { NAME phase[c] = 2; printf("EV write %d %d %d sent %d 0 - %d\n", c, it, tok, v + 1, NAMED) };
 #if SPLIT
-            atomic { fence_check(tok, ok); printf("EV check %d %d %d ok -1 0 - %d\n", c, it, tok, mark) };
+            atomic { fence_check(tok, ok); printf("EV check %d %d %d ok -1 0 - %d\n", c, it, tok, mark[RES]) };
 #endif
             atomic {
 #if !SPLIT
-                fence_check(tok, ok);
+                gate(tok, ok);
 #endif
                 if
                 :: ok ->
                     fence_raise(tok);
+                    BIND_KEY
                     accepted(l);
                     counter = v + 1;
                     acked++;
-                    printf("EV write %d %d %d ok %d %d - -1\n", c, it, tok, v + 1, seq)
-                :: else -> printf("EV write %d %d %d refused %d 0 stale %d\n", c, it, tok, v + 1, mark)
+                    printf("EV write %d %d %d ok %d %d - %d\n", c, it, tok, v + 1, seq, NAMED)
+#if BIND
+                :: !ok && why == 2 -> printf("EV write %d %d %d refused %d 0 wrong-resource %d\n", c, it, tok, v + 1, owner)
+#endif
+                :: else -> printf("EV write %d %d %d refused %d 0 stale %d\n", c, it, tok, v + 1, mark[RES])
                 fi;
+#if BIND
+                why = 0;
+#endif
+                FORGET_NAME
                 v = 0;
                 ok = false;
                 phase[c] = 1

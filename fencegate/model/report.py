@@ -138,7 +138,16 @@ def as_json(results: Sequence[CheckResult]) -> dict[str, Any]:
 
 
 def history_lines(result: CheckResult) -> list[dict[str, Any]]:
-    """The counterexample as a lab history file: a header line, then one line per event."""
+    """The counterexample as a lab history file: a header line, then one line per event.
+
+    The lab's workload never deletes, and its format has no delete: a DELETE
+    the gateway served becomes a mark on its client's lane (a `fault` whose
+    detail tells the outcome and the seq). The lab's checker, which counts
+    increments, still counts right: the model deletes only a counter its
+    client read as 0, so a DELETE removes increments only when a stale write
+    slipped in between, and then the model and the lab both count them lost.
+    Its order check (interleave) sees the reads and writes only.
+    """
     if result.trail is None:
         return []
     variant = VARIANTS[result.variant]
@@ -155,7 +164,17 @@ def history_lines(result: CheckResult) -> list[dict[str, Any]]:
         "final": result.trail.final,
         "initial": 0,
     }
-    return [header, *result.trail.events]
+    events = [e for e in result.trail.events if e["kind"] != "delete" or e["outcome"] != "sent"]
+    return [header, *(_lab_event(e) for e in events)]
+
+
+def _lab_event(event: dict[str, Any]) -> dict[str, Any]:
+    """A model event as the lab's format holds it: a served DELETE becomes a mark on its client's lane."""
+    if event["kind"] != "delete":
+        return event
+    what = f"DELETE accepted, seq {event['seq']}" if event["outcome"] == "ok" else "DELETE refused"
+    detail = "; ".join(d for d in (what, event["detail"]) if d)
+    return {**event, "kind": "fault", "outcome": "ok", "seq": None, "detail": detail}
 
 
 def _opt(value: int | None) -> str:

@@ -16,6 +16,14 @@ Translation choices, each so the lab's rules read the trail as the model meant i
 - node faults belong to client "lab", as the lab's own fault events do;
 - in split-fence, the separate fence check is noted in the detail of the
   request's outcome (when it ran and against which mark);
+- where a request may name one of two resources for the one key (the
+  resource variants: any-resource and the bound-* ones), the resource it named is in
+  the detail of each of its events: `lock` (the lock's name, what a request
+  made with the lease sends as `Fencing-Resource`) or `key` (no header: the
+  key is the resource); the moment an accepted request bound the key to its
+  resource is noted on that request. A DELETE is a `delete` event; the lab's
+  history format has none, and `report.history_lines` carries it there as a
+  mark on its client's lane;
 - a granted lease's `until` is the step its TTL passed, or one past the trail's
   end if it never did (time in the model has no other measure); fence-only
   "leases" are token epochs with no validity, so their `until` stays None.
@@ -39,6 +47,8 @@ _ASSERTION = re.compile(r"^spin: text of failed assertion: (.*)$")
 _ENDS = re.compile(r"^spin: trail ends after (\d+) steps")
 
 EVENT_KEYS = ("at", "client", "kind", "lease", "token", "outcome", "value", "seq", "until", "detail")
+REQUEST_KINDS = ("read", "write", "delete")  # the store operations a client sends
+RESOURCES = {1: "lock", 2: "key"}  # what the model prints for the resource a request named
 
 
 @dataclass
@@ -53,7 +63,7 @@ class Trail:
 
     def accepted(self) -> list[dict[str, Any]]:
         """The store operations the store accepted, in its acceptance order."""
-        done = [e for e in self.events if e["kind"] in ("read", "write") and e["seq"] is not None]
+        done = [e for e in self.events if e["kind"] in REQUEST_KINDS and e["seq"] is not None]
         return sorted(done, key=lambda e: e["seq"])
 
 
@@ -108,7 +118,8 @@ class _Translator:
         self.paused: set[str] = set()
         self.acquires: dict[str, dict[str, Any]] = {}
         self.drawn: dict[str, str] = {}  # lease -> when its token was drawn, before its acquire
-        self.checked: dict[str, str] = {}  # client -> its request's fence check (split-fence only)
+        self.notes: dict[str, str] = {}  # client -> a note for its request's outcome (fence check, binding)
+        self.named: dict[str, str] = {}  # client -> the resource its request in flight named
 
     def run(self, lines: list[tuple[re.Match[str], int]]) -> None:
         for match, at in lines:
@@ -135,7 +146,10 @@ class _Translator:
             self.paused.discard(client)
             self.emit(at=at, client=client, kind="resume", outcome="ok", detail="resumed after a TTL")
         if kind == "check":
-            self.checked[client] = f"passed the fence at step {at:g}, against mark {arg}"
+            self.notes[client] = f"passed the fence at step {at:g}, against mark {arg}"
+            return
+        if kind == "bind":
+            self.notes[client] = f"binds the key to resource {_resource(arg)}"
             return
         if kind == "token":
             note = f"token {token} drawn {detail} the quorum, at step {at:g}"
@@ -161,13 +175,10 @@ class _Translator:
             )  # fmt: skip
             if outcome == "ok":
                 self.acquires[lease or ""] = event
-        elif kind in ("read", "write"):
-            note = f"stale token: the mark is {arg}" if outcome == "refused" else ""
-            if outcome != "sent":
-                note = "; ".join(n for n in (note, self.checked.pop(client, "")) if n)
+        elif kind in REQUEST_KINDS:
             self.emit(
                 at=at, client=client, kind=kind, lease=lease, token=token, outcome=outcome,
-                value=value, seq=seq, detail=note,
+                value=value, seq=seq, detail=self.request_detail(client, outcome, detail, arg),
             )  # fmt: skip
         elif kind == "release":
             note = "the lease had already expired" if outcome == "error" else ""
@@ -175,6 +186,32 @@ class _Translator:
                       detail=note)  # fmt: skip
         else:
             raise TrailError(f"unknown model event {kind!r}: fencegate.pml and model/trail.py disagree")
+
+    def request_detail(self, client: str, outcome: str, detail: str, arg: int) -> str:
+        """The resource a request named, why it was refused, and what its acceptance did."""
+        if outcome == "sent":
+            if arg > 0:
+                self.named[client] = _resource(arg)
+                return f"names resource {self.named[client]}"
+            return ""
+        named = self.named.pop(client, None)
+        notes = [f"resource {named}"] if named is not None and outcome == "ok" else []
+        if detail == "stale":
+            where = f"resource {named}'s mark" if named is not None else "the mark"
+            notes.append(f"stale token: {where} is {arg}")
+        elif detail == "wrong-resource":
+            notes.append(f"the key belongs to resource {_resource(arg)}, not {named}")
+        elif detail == "unbind":
+            notes.append("the key is free again (no tombstone)")
+        notes.append(self.notes.pop(client, ""))
+        return "; ".join(n for n in notes if n)
+
+
+def _resource(number: int) -> str:
+    try:
+        return RESOURCES[number]
+    except KeyError:
+        raise TrailError(f"unknown resource {number}: fencegate.pml and model/trail.py disagree") from None
 
 
 def _fault_detail(detail: str, arg: int) -> str:
@@ -199,4 +236,4 @@ def _acquire_detail(detail: str, arg: int) -> str:
     raise TrailError(f"unknown acquire detail {detail!r}: fencegate.pml and model/trail.py disagree")
 
 
-__all__ = ["EVENT_KEYS", "Trail", "parse_replay"]
+__all__ = ["EVENT_KEYS", "REQUEST_KINDS", "RESOURCES", "Trail", "parse_replay"]

@@ -3,10 +3,12 @@
 The variants mirror the lab's modes, plus designs that DESIGN.md and
 STYLE.md reject, so the model can show what each allows: the token drawn
 after the quorum, the validity clock started after the token is drawn, a
-fence that compares and raises the mark in two steps, and reads that skip
-the fence. Each property is searched in a run of its own: pan stops at the
-first error, and one property's counterexample must not hide another's
-verdict.
+fence that compares and raises the mark in two steps, reads that skip the
+fence, and a key fenced by whichever resource a request names (then the key
+bound to one resource, as fencegate does, and that binding made only by the
+write creating the key, or dropped by a delete). Each property is searched in
+a run of its own: pan stops at the first error, and one property's
+counterexample must not hide another's verdict.
 """
 
 from __future__ import annotations
@@ -65,6 +67,38 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant("fence-only", "FENCE_ONLY", False, True, "token and fence, no lock", shipped=True),
         Variant("token-after", "TOKEN_AFTER", True, True, "like fenced, token drawn after the quorum"),
+        Variant(
+            "any-resource",
+            "ANY_RESOURCE",
+            True,
+            True,
+            "like fenced, but each request names the lock or the key as its resource and passes "
+            "that resource's mark only (the gateway before objects were bound to a resource)",
+        ),
+        Variant(
+            "bound-resource",
+            "BOUND_RESOURCE",
+            True,
+            True,
+            "like any-resource, but the key belongs to the resource it was first fenced under: "
+            "a request naming another is refused, and a delete keeps the binding",
+            shipped=True,
+        ),
+        Variant(
+            "bound-on-create",
+            "BOUND_ON_CREATE",
+            True,
+            True,
+            "like bound-resource, but only the write that creates the key binds it, "
+            "not a fenced read of the absent key",
+        ),
+        Variant(
+            "bound-until-delete",
+            "BOUND_UNTIL_DELETE",
+            True,
+            True,
+            "like bound-resource, but a delete frees the key for any resource (no tombstone)",
+        ),
     )
 }
 

@@ -1,14 +1,18 @@
 """The model and the lab's checker agree: a spin counterexample is a violation to the checker too.
 
-Each redis-only trail is written as a lab history file (what `fencegate model
-check --history-dir` writes), loaded by the lab's own reader and judged by
-the lab's own checker, which must find the violation the model found.
+Each trail is written as a lab history file (what `fencegate model check
+--history-dir` writes), loaded by the lab's own reader and judged by the
+lab's own checker, which must find the violation the model found: the
+redis-only trails, and the resource trails, whose DELETEs the lab's format
+carries as marks on a client's lane.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
 
 from fencegate.lab.checker import check
 from fencegate.lab.history import History
@@ -39,3 +43,19 @@ def test_the_checker_counts_the_models_lost_update(
     assert result.trail is not None
     verdict = check(_as_lab_history(result, tmp_path))
     assert verdict.lost_updates == result.trail.acknowledged - result.trail.final >= 1
+
+
+@pytest.mark.parametrize("variant", ["any-resource", "bound-on-create", "bound-until-delete"])
+def test_the_checker_counts_the_lost_update_of_a_key_fenced_by_the_wrong_resource(
+    by_key: dict[tuple[str, str], CheckResult], tmp_path: Path, variant: str
+) -> None:
+    result = by_key[(variant, "lost-update")]
+    assert result.trail is not None
+    history = _as_lab_history(result, tmp_path)
+    deletes = [e for e in result.trail.events if e["kind"] == "delete" and e["outcome"] != "sent"]
+    marks = [e for e in history.events if e.kind == "fault" and e.detail.startswith("DELETE")]
+    assert len(marks) == len(deletes)
+    assert deletes or variant != "bound-until-delete"  # its counterexample needs the DELETE
+    verdict = check(history)
+    assert verdict.lost_updates == result.trail.acknowledged - result.trail.final >= 1
+    assert verdict.interleaved_leases >= 1

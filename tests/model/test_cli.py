@@ -65,6 +65,32 @@ def test_violations_of_a_design_fencegate_does_not_ship_leave_the_exit_status_0(
     assert "split-fence: unsafe" in capsys.readouterr().out
 
 
+def test_the_gateway_fencing_only_the_named_resource_is_drawn_unsafe_and_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    img = tmp_path / "img"
+    argv = [
+        "--variant",
+        "any-resource",
+        "--property",
+        "lost-update",
+        "--nodes",
+        "1",
+        "--trails",
+        "--svg",
+        str(img),
+    ]
+    code = main(["model", "check", *argv])
+    out = capsys.readouterr().out
+    assert code == 0  # it shows the hole the bound resource closes; it is not what fencegate ships
+    assert "any-resource: unsafe" in out
+    assert "any-resource / lost-update: final counter 1, acknowledged increments 2" in out
+    assert "names resource key" in out
+    assert "names resource lock" in out
+    assert [p.name for p in img.iterdir()] == ["model-any-resource-lost-update.svg"]
+    assert (img / "model-any-resource-lost-update.svg").read_text().startswith("<svg")
+
+
 def _result(variant: str, prop: str, verdict: str) -> CheckResult:
     report = PanReport(
         states=1, transitions=1, depth=1, errors=int(verdict == "violated"), memory_mb=1.0, seconds=0.0,
@@ -76,6 +102,8 @@ def _result(variant: str, prop: str, verdict: str) -> CheckResult:
 def test_exit_status_is_1_when_a_shipped_design_breaks_a_promise_and_4_when_a_search_is_cut() -> None:
     assert exit_code([_result("fenced", "interleave", "violated")]) == 1
     assert exit_code([_result("fence-only", "lost-update", "violated")]) == 1
+    assert exit_code([_result("bound-resource", "interleave", "violated")]) == 1
+    assert exit_code([_result("any-resource", "lost-update", "violated")]) == 0
     assert exit_code([_result("fenced", "grant-order", "violated")]) == 0  # not promised
     assert exit_code([_result("redis-only", "interleave", "violated")]) == 0
     assert exit_code([_result("fenced", "mark", "incomplete")]) == 4

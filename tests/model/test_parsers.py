@@ -105,6 +105,46 @@ def test_replay_becomes_lab_events_with_tokens_resumes_and_faults() -> None:
     assert trail.assertion == "assert(((bad&2)==0))"
 
 
+NAMED_REPLAY = """\
+              EV read 0 1 2 sent -1 0 - 2
+  5:\tproc  2 (Client:0) fencegate.pml:365 (state 79)\t[printf(...)]
+              EV bind 0 1 2 ok -1 0 - 2
+              EV read 0 1 2 ok 0 1 - 2
+  8:\tproc  2 (Client:0) fencegate.pml:382 (state 117)\t[printf(...)]
+              EV delete 0 1 2 sent -1 0 - 1
+  9:\tproc  2 (Client:0) fencegate.pml:400 (state 130)\t[printf(...)]
+              EV write 1 1 1 sent 1 0 - 1
+ 10:\tproc  3 (Client:1) fencegate.pml:429 (state 206)\t[printf(...)]
+              EV delete 0 1 2 refused -1 0 wrong-resource 2
+ 11:\tproc  2 (Client:0) fencegate.pml:410 (state 140)\t[printf(...)]
+              EV write 1 1 1 refused 1 0 stale 3
+ 12:\tproc  3 (Client:1) fencegate.pml:444 (state 252)\t[printf(...)]
+              EV delete 0 2 3 ok -1 2 unbind 2
+ 14:\tproc  2 (Client:0) fencegate.pml:405 (state 135)\t[printf(...)]
+spin: trail ends after 14 steps
+"""
+
+
+def test_replay_names_each_requests_resource_its_binding_and_why_it_was_refused() -> None:
+    trail = parse_replay(NAMED_REPLAY)
+    assert [(e["client"], e["kind"], e["outcome"], e["detail"]) for e in trail.events] == [
+        ("c1", "read", "sent", "names resource key"),
+        ("c1", "read", "ok", "resource key; binds the key to resource key"),
+        ("c1", "delete", "sent", "names resource lock"),
+        ("c2", "write", "sent", "names resource lock"),
+        ("c1", "delete", "refused", "the key belongs to resource key, not lock"),
+        ("c2", "write", "refused", "stale token: resource lock's mark is 3"),
+        ("c1", "delete", "ok", "the key is free again (no tombstone)"),
+    ]
+    assert [e["seq"] for e in trail.accepted()] == [1, 2]
+    assert trail.events[-1]["value"] is None
+
+
+def test_replay_with_an_unknown_resource_names_both_files() -> None:
+    with pytest.raises(TrailError, match=r"fencegate\.pml and model/trail\.py disagree"):
+        parse_replay("  EV read 0 1 2 sent -1 0 - 7\n  3:\tproc  1 (Client:0) x\n")
+
+
 def test_replay_with_an_unknown_event_names_both_files() -> None:
     with pytest.raises(TrailError, match=r"fencegate\.pml and model/trail\.py disagree"):
         parse_replay("  EV teleport 0 1 0 ok -1 0 - -1\n  3:\tproc  1 (Client:1) x\n")

@@ -10,15 +10,22 @@ import pytest
 from fencegate.model.cli import Cache, run_checks
 from fencegate.model.runner import CheckResult
 from fencegate.model.trail import EVENT_KEYS
-from fencegate.model.variants import PROPERTIES
+from fencegate.model.variants import PROPERTIES, VARIANTS
 from tests.model.conftest import parse_check_args
 
 PROMISED = [name for name, p in PROPERTIES.items() if p.promised]
 
 
-@pytest.mark.parametrize("variant", ["fenced", "fence-only"])
+SHIPPED = ["fenced", "fence-only", "bound-resource"]
+
+
+def test_the_shipped_designs_are_the_ones_the_exit_status_guards() -> None:
+    assert [name for name, v in VARIANTS.items() if v.shipped] == SHIPPED
+
+
+@pytest.mark.parametrize("variant", SHIPPED)
 @pytest.mark.parametrize("prop", PROMISED)
-def test_fenced_variants_verify_every_promised_property(
+def test_shipped_variants_verify_every_promised_property(
     by_key: dict[tuple[str, str], CheckResult], variant: str, prop: str
 ) -> None:
     result = by_key[(variant, prop)]
@@ -89,6 +96,10 @@ def test_mark_never_decreases_where_the_fence_is_one_transaction(
         "unfenced-reads": "holds",
         "fence-only": "holds",
         "token-after": "holds",
+        "any-resource": "holds",  # each resource's mark rises; the key is fenced by the wrong one
+        "bound-resource": "holds",
+        "bound-on-create": "holds",
+        "bound-until-delete": "holds",
     }
 
 
