@@ -25,7 +25,7 @@ from fencegate.lab.timeline import write_html
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "The safety lab: the same workload on real processes and real faults, Redis-only vs fenced vs "
+        "The safety lab: the same workload on real processes and real faults, a lock alone vs fenced vs "
         "fence-only. Exit 0 when every verdict is as the seed documents predict, 1 when one is not."
     )
     parser.epilog = (

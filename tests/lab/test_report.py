@@ -26,9 +26,9 @@ CHROMIUM_DEADLINE = 90
 
 def runs() -> list[RunResult]:
     return [
-        RunResult.of(paused_holder(Meta("pause", "redis-only", "redlock", 1), fenced=False)),
+        RunResult.of(paused_holder(Meta("pause", "lock-only", "redlock", 1), fenced=False)),
         RunResult.of(paused_holder(Meta("pause", "fenced", "redlock", 1, tokens="zookeeper"), fenced=True)),
-        RunResult.of(clean_run(Meta("none", "redis-only", "single", 2))),
+        RunResult.of(clean_run(Meta("none", "lock-only", "single", 2))),
     ]
 
 
@@ -38,7 +38,7 @@ def test_the_table_has_a_row_per_run_with_the_checkers_numbers() -> None:
         "scenario", "mode", "lock", "tokens", "seed", "ops", "acked", "lost", "interleaved", "refused",
         "zombies", "overlaps", "verdict",
     ]  # fmt: skip
-    unsafe = ["pause", "redis-only", "redlock", "-", "1", "2", "2", "1", "1", "0", "1", "0", "UNSAFE"]
+    unsafe = ["pause", "lock-only", "redlock", "-", "1", "2", "2", "1", "1", "0", "1", "0", "UNSAFE"]
     assert lines[2].split() == unsafe
     safe = ["pause", "fenced", "redlock", "zookeeper", "1", "2", "1", "0", "0", "1", "1", "0", "SAFE"]
     assert lines[3].split() == safe
@@ -46,9 +46,9 @@ def test_the_table_has_a_row_per_run_with_the_checkers_numbers() -> None:
 
 
 def test_the_summary_counts_unsafe_seeds() -> None:
-    both = [*runs(), RunResult.of(paused_holder(Meta("pause", "redis-only", "redlock", 2), fenced=True))]
+    both = [*runs(), RunResult.of(paused_holder(Meta("pause", "lock-only", "redlock", 2), fenced=True))]
     row = next(
-        line for line in summary(both).splitlines() if line.startswith("pause") and "redis-only" in line
+        line for line in summary(both).splitlines() if line.startswith("pause") and "lock-only" in line
     )
     assert row.split()[-1] == "1/2"
     assert row.split()[6] == "1"  # lost updates summed over the two seeds
