@@ -82,6 +82,6 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         print(summary(runs) if args.summary else table(runs))
     if args.html is not None:
-        path = write_html(runs, args.html)
+        path = write_html(runs, args.html, predicted=True)
         print(f"report: {path.resolve()}", file=sys.stderr if args.json else sys.stdout)
     return 0 if all(run.verdict.safe for run in runs) else 1
