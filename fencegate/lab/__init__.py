@@ -1,4 +1,4 @@
-"""The safety lab: the same workload on real processes and real faults, Redis-only vs fenced.
+"""The safety lab: the same workload on real processes and real faults, a lock alone vs fenced.
 
 The package root exports the pure parts (the history, the checker, the
 report); the parts that start processes or talk to servers live in their own

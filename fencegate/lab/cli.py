@@ -25,7 +25,7 @@ from fencegate.lab.timeline import write_html
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "The safety lab: the same workload on real processes and real faults, Redis-only vs fenced vs "
+        "The safety lab: the same workload on real processes and real faults, a lock alone vs fenced vs "
         "fence-only. Exit 0 when every verdict is as the seed documents predict, 1 when one is not."
     )
     parser.epilog = (
@@ -82,6 +82,6 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         print(summary(runs) if args.summary else table(runs))
     if args.html is not None:
-        path = write_html(runs, args.html)
+        path = write_html(runs, args.html, predicted=True)
         print(f"report: {path.resolve()}", file=sys.stderr if args.json else sys.stdout)
     return 0 if all(run.verdict.safe for run in runs) else 1

@@ -58,10 +58,12 @@ class ClientConfig:
     store: Component
     events: str  # path of this client's JSON Lines event file
     seed: int
+    env: Mapping[str, str] = field(default_factory=dict)  # added to the process's environment (a clock shim)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["settings"]["checkpoints"] = sorted(self.settings.checkpoints)
+        data["env"] = dict(self.env)
         return data
 
     @classmethod
@@ -74,6 +76,7 @@ class ClientConfig:
             store=Component(**data["store"]),
             events=data["events"],
             seed=int(data["seed"]),
+            env=dict(data.get("env", {})),
         )
 
 

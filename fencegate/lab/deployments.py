@@ -5,7 +5,7 @@ process builds:
 
 | mode | lock | store |
 |---|---|---|
-| `redis-only` | the design, no token | the gateway, every write with one constant token (the check is moot) |
+| `lock-only` | the design, no token | the gateway, every write with one constant token (the check is moot) |
 | `fenced` | the design, a token drawn before each attempt | the gateway, reads and writes fenced |
 | `fence-only` | no lock: a token per iteration | the gateway, reads and writes fenced |
 
@@ -23,12 +23,12 @@ from typing import Literal
 from fencegate.lab.client import Component
 from fencegate.lab.errors import LabError
 from fencegate.lab.gateway_store import UNFENCED_TOKEN, GatewayCounter
+from fencegate.lab.predictions import INCR
 from lockclient import open_token_source
 
-Mode = Literal["redis-only", "fenced", "fence-only"]
-MODES: tuple[Mode, ...] = ("redis-only", "fenced", "fence-only")
+Mode = Literal["lock-only", "fenced", "fence-only"]
+MODES: tuple[Mode, ...] = ("lock-only", "fenced", "fence-only")
 DESIGNS = ("redlock", "single", "setnx-getset")
-INCR = "incr"  # the token source is a redis INCR on the node the scenario chooses
 REDLOCK_NODES = 5
 LAB_LOCKS = {
     "single": "fencegate.lab.locks:SingleLock",
@@ -45,12 +45,12 @@ class GatewayDeployment:
     gateway: tuple[str, int]
     key: str
     resource: str
-    tokens: str | None = None  # a token source URL, or INCR; None only in redis-only mode
+    tokens: str | None = None  # a token source URL, or INCR; None only in lock-only mode
 
     def __post_init__(self) -> None:
         if self.design not in DESIGNS:
             raise LabError(f"unknown lock design {self.design!r}: use one of {', '.join(DESIGNS)}")
-        if self.mode != "redis-only" and self.tokens is None:
+        if self.mode != "lock-only" and self.tokens is None:
             raise LabError(f"{self.mode} mode draws tokens: give a token source URL (or {INCR!r})")
 
     @property
@@ -62,7 +62,7 @@ class GatewayDeployment:
         return self.gateway
 
     def _source(self, incr_url: str) -> str | None:
-        if self.mode == "redis-only":
+        if self.mode == "lock-only":
             return None
         return f"{incr_url}?unsafe=1" if self.tokens == INCR else self.tokens
 
@@ -83,7 +83,7 @@ class GatewayDeployment:
             "url": f"http://{address[0]}:{address[1]}",
             "key": self.key,
             "resource": self.resource,
-            "fenced": self.mode != "redis-only",
+            "fenced": self.mode != "lock-only",
         }
         return Component("fencegate.lab.gateway_store:counter", kwargs)
 

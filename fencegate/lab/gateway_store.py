@@ -10,7 +10,7 @@ every A, B, A at the store.
 - `fenced`: every read and write carries the lease's token; a fenced read
   raises the mark, so a client that read under an old token cannot write a
   stale value. A refusal (409) is a reply, not an error.
-- not fenced (`redis-only`): reads are plain GETs, and every write carries the
+- not fenced (`lock-only`): reads are plain GETs, and every write carries the
   same constant token, which the fence always accepts (equal tokens pass):
   the same store and code path, with the check made moot (docs/decisions.md).
 """
@@ -22,7 +22,7 @@ from fencegate.lab.protocols import LeaseInfo, StoreReply
 from lockclient import GatewayClient
 from lockclient.errors import StaleToken
 
-UNFENCED_TOKEN = 1  # every redis-only write carries it: equal tokens pass the fence, so nothing is refused
+UNFENCED_TOKEN = 1  # every lock-only write carries it: equal tokens pass the fence, so nothing is refused
 TIMEOUT = 10.0  # a request the lab's gateway does not answer in this long is an error, not a hang
 
 

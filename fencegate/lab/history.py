@@ -85,7 +85,7 @@ class Meta:
     """What was run: the same seed gives the same schedule of faults in every mode."""
 
     scenario: str
-    mode: str  # "redis-only" | "fenced" | "fence-only"
+    mode: str  # "lock-only" | "fenced" | "fence-only"
     lock: str  # "redlock" | "single" | "setnx-getset" | "none"
     seed: int
     tokens: str | None = None  # the token source, where the mode draws tokens

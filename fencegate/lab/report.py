@@ -5,8 +5,9 @@ and the checker's verdict. `table()` prints one row per run, `summary()` one
 row per (scenario, mode, lock, token source) over all seeds, with how many seeds were unsafe (lost
 updates or interleaved leases: the safety verdict; the other columns explain
 it). `token_trail()` tells a token-regress run's tokens and what the fence
-let through. `to_json()` carries the same numbers and, unless asked not to, every
-history. The HTML report with the timelines lives in `lab.timeline`.
+let through; `predicted_line()` how many verdicts came out as the seed
+documents predict. `to_json()` carries the same numbers, each run's predicted
+verdict and, unless asked not to, every history. The HTML report with the timelines lives in `lab.timeline`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from fencegate.lab.checker import Verdict, check, lease_spans
 from fencegate.lab.history import History
+from fencegate.lab.predictions import expected_safe
 from fencegate.tables import grid
 
 COLUMNS = (
@@ -62,19 +64,37 @@ def table(runs: Sequence[RunResult]) -> str:
     return grid(header, rows, right=range(4, len(header))) if rows else "(no runs)"
 
 
-def summary(runs: Sequence[RunResult]) -> str:
-    """One row per (scenario, mode, lock, tokens): numbers summed over seeds, and unsafe seeds of all."""
+SUMMARY_HEADER = ("scenario", "mode", "lock", "tokens", *(label for _, label in COLUMNS), "unsafe seeds")
+
+
+def summary_rows(runs: Sequence[RunResult]) -> list[list[str]]:
+    """Per (scenario, mode, lock, tokens): the numbers summed over seeds, and how many seeds were unsafe."""
     groups: dict[tuple[str, str, str, str], list[RunResult]] = {}
     for run in runs:
         meta = run.history.meta
         groups.setdefault((meta.scenario, meta.mode, meta.lock, meta.tokens or "-"), []).append(run)
-    header = ["scenario", "mode", "lock", "tokens", *(label for _, label in COLUMNS), "unsafe seeds"]
     rows = []
     for (scenario, mode, lock, tokens), members in groups.items():
         sums = [str(sum(getattr(m.verdict, field) for m in members)) for field, _ in COLUMNS]
         unsafe = sum(1 for m in members if not m.verdict.safe)
         rows.append([scenario, mode, lock, tokens, *sums, f"{unsafe}/{len(members)}"])
-    return grid(header, rows, right=range(4, len(header))) if rows else "(no runs)"
+    return rows
+
+
+def summary(runs: Sequence[RunResult]) -> str:
+    """`summary_rows` as aligned text under `SUMMARY_HEADER`."""
+    rows = summary_rows(runs)
+    return grid(SUMMARY_HEADER, rows, right=range(4, len(SUMMARY_HEADER))) if rows else "(no runs)"
+
+
+def as_predicted(run: RunResult) -> bool:
+    """The run's verdict is the one the seed documents predict (`lab.predictions`)."""
+    return run.verdict.safe == expected_safe(run.history.meta)
+
+
+def predicted_line(runs: Sequence[RunResult]) -> str:
+    """How many verdicts came out as predicted: the line under the terminal's table and atop the report."""
+    return f"{sum(1 for run in runs if as_predicted(run))}/{len(runs)} verdicts as the seed documents predict"
 
 
 def token_trail(run: RunResult) -> str:
@@ -114,7 +134,11 @@ def to_json(runs: Sequence[RunResult], *, histories: bool = True) -> dict[str, A
     for run in runs:
         verdict = asdict(run.verdict)
         verdict["safe"] = run.verdict.safe
-        entry: dict[str, Any] = {"meta": asdict(run.history.meta), "verdict": verdict}
+        entry: dict[str, Any] = {
+            "meta": asdict(run.history.meta),
+            "verdict": verdict,
+            "expected_safe": expected_safe(run.history.meta),
+        }
         if histories:
             entry["history"] = {
                 "initial": run.history.initial,
@@ -125,4 +149,15 @@ def to_json(runs: Sequence[RunResult], *, histories: bool = True) -> dict[str, A
     return {"fencegate_lab": JSON_VERSION, "runs": out}
 
 
-__all__ = ["COLUMNS", "RunResult", "summary", "table", "to_json", "token_trail"]
+__all__ = [
+    "COLUMNS",
+    "SUMMARY_HEADER",
+    "RunResult",
+    "as_predicted",
+    "predicted_line",
+    "summary",
+    "summary_rows",
+    "table",
+    "to_json",
+    "token_trail",
+]

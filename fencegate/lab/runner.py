@@ -182,7 +182,7 @@ class Runner:
             proc = await asyncio.create_subprocess_exec(
                 self._python, "-m", "fencegate.lab.client", str(path),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
-                start_new_session=True,
+                start_new_session=True, env={**os.environ, **config.env},
             )  # fmt: skip
         return ClientProcess(config, proc, stderr)
 

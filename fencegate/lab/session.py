@@ -10,7 +10,8 @@ schedule in every mode. Everything is stopped on the way out.
 `plan_runs` expands scenarios x modes into runs; `token-regress` always runs
 fenced, once with the redis INCR source on the restarting node and once with
 a source that does not go back (the one asked for, SQLite if that was INCR).
-`expected_safe` is the verdict the seed documents predict for a run.
+`expected_safe` (from `lab.predictions`) is the verdict the seed documents
+predict for a run.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
-from fencegate.lab.deployments import INCR, GatewayDeployment, Mode
+from fencegate.lab.deployments import GatewayDeployment, Mode
 from fencegate.lab.errors import LabError
 from fencegate.lab.gateway_process import GatewayProcess, running
 from fencegate.lab.history import History, Meta
+from fencegate.lab.predictions import INCR, REGRESS, expected_safe
 from fencegate.lab.scenarios import SCENARIOS, RunPlan, run_scenario
 from fencegate.lab.scenarios.stage import PARTITION_NODES
 
@@ -35,7 +37,6 @@ TOKEN_KINDS = ("sqlite", "zookeeper", "postgres", INCR)
 # longer TTL keeps a loaded machine from closing the challenger's window; these never wait a TTL out.
 LONG_TTL = frozenset({"clock-jump", "restart", "failover", "token-regress"})
 LONG_TTL_FACTOR = 3.0
-REGRESS = "token-regress"
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,17 @@ class RunSpec:
     scenario: str
     mode: Mode
     design: str
-    tokens: str | None  # one of TOKEN_KINDS; None in redis-only mode
+    tokens: str | None  # one of TOKEN_KINDS; None in lock-only mode
     seed: int
 
     @property
     def name(self) -> str:
         return f"{self.scenario}-{self.mode}-{self.design}-{self.tokens or 'none'}-s{self.seed}"
+
+    @property
+    def lock(self) -> str:
+        """The lock design, under the name a recorded run's `Meta` gives it."""
+        return self.design
 
 
 def plan_runs(
@@ -67,21 +73,10 @@ def plan_runs(
                 runs += [RunSpec(scenario, "fenced", design, kind, seed) for kind in (INCR, stable)]
                 continue
             runs += [
-                RunSpec(scenario, mode, design, None if mode == "redis-only" else tokens, seed)
+                RunSpec(scenario, mode, design, None if mode == "lock-only" else tokens, seed)
                 for mode in modes
             ]
     return runs
-
-
-def expected_safe(spec: RunSpec | Meta) -> bool:
-    """What the seed documents predict: a lease alone fails under these faults, a fence does not."""
-    if spec.mode != "redis-only":
-        return not (spec.scenario == REGRESS and spec.tokens == INCR)
-    design = spec.design if isinstance(spec, RunSpec) else spec.lock
-    return spec.scenario in ("none", "restart-delayed") or (design, spec.scenario) == (
-        "setnx-getset",
-        "clock-jump",
-    )
 
 
 def one_node_note(scenarios: Iterable[str], design: str) -> str | None:

@@ -24,36 +24,54 @@ from pathlib import Path
 
 from fencegate.lab.checker import LeaseSpan, lease_spans
 from fencegate.lab.history import Event
-from fencegate.lab.report import COLUMNS, RunResult
+from fencegate.lab.labels import Rows, text_width
+from fencegate.lab.predictions import REGRESS
+from fencegate.lab.report import (
+    COLUMNS,
+    SUMMARY_HEADER,
+    RunResult,
+    as_predicted,
+    predicted_line,
+    summary_rows,
+    token_trail,
+)
 
 WIDTH = 1100
 LEFT = 110  # room for lane labels
 RIGHT = 70  # room for the last write's label
-LANE = 56
 TOP = 30
-SQUEEZE = 0.06  # an idle gap longer than this fraction of the run is drawn this wide, as a break
+SQUEEZE = (
+    0.06  # an idle gap longer than this fraction of the run is drawn this share of the width, as a break
+)
+BREAKS_SHARE = 0.5  # the breaks together take at most this share of the width; the work keeps the rest
+LABEL = 11  # px, the labels of leases, faults, writes and the store
+SMALL = 10  # px, the time axis and the squeezed gaps
+ROW = 15  # px from one row of labels to the next (an 11 px label is 13 px tall)
+EDGE = 2  # px kept free at the figure's right edge
 
-CSS = """
+CSS = (
+    """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #1d232a; background: #fff; }
 h1 { font-size: 22px; } h2 { font-size: 17px; margin: 28px 0 4px; }
 table.summary { border-collapse: collapse; margin: 8px 0 16px; }
 table.summary th, table.summary td { border: 1px solid #ccd3da; padding: 3px 8px; text-align: right; }
 table.summary td.name, table.summary th.name { text-align: left; }
 .unsafe { color: #b42318; font-weight: 600; } .safe { color: #067647; font-weight: 600; }
+.missed { color: #b42318; font-weight: 600; } pre.trail { margin: 4px 0 8px; font-size: 13px; }
 svg { background: #fafbfc; border: 1px solid #e3e8ee; }
 .axis { stroke: #c3cbd3; } .label { font-size: 13px; fill: #1d232a; }
-.lease rect { fill: #cfe3fb; stroke: #4a86c5; } .lease text { font-size: 11px; fill: #24507d; }
-.epoch rect { fill: #eef4fb; stroke-dasharray: 3 3; } .tick { font-size: 10px; fill: #66717d; }
+.lease rect { fill: #cfe3fb; stroke: #4a86c5; } .epoch rect { fill: #eef4fb; stroke-dasharray: 3 3; }
 .expired { stroke: #b42318; stroke-width: 2; stroke-dasharray: 5 4; }
 .pause { fill: #9aa5b1; opacity: .45; } .fault { stroke: #7a2e9e; stroke-width: 2; }
-.fault-label { font-size: 11px; fill: #7a2e9e; }
-.read { stroke: #4a5562; stroke-width: 2; }
-.write circle { stroke: #1d232a; stroke-width: 1; } .write text { font-size: 11px; }
+.read { stroke: #4a5562; stroke-width: 2; } .write circle { stroke: #1d232a; stroke-width: 1; }
 .accepted circle { fill: #12b76a; } .refused circle { fill: #f04438; }
 .interleaved circle { fill: #f79009; } .error circle { fill: #98a2b3; }
-.legend span { margin-right: 14px; }
-.break rect { fill: #eef1f4; opacity: .7; } .break text { font-size: 10px; fill: #66717d; }
+.legend span { margin-right: 14px; } .break rect { fill: #eef1f4; opacity: .7; }
 """
+    # the sizes the label layout measures with (lab.labels)
+    f".label-text {{ font-size: {LABEL}px; fill: #1d232a; }} .lease-label, .lease text {{ fill: #24507d; }}"
+    f" .fault-label {{ fill: #7a2e9e; }} .tick, .break text {{ font-size: {SMALL}px; fill: #66717d; }}\n"
+)
 
 
 class Scale:
@@ -61,21 +79,26 @@ class Scale:
 
     A run is mostly waiting (for a TTL, a pause, a delayed restart) around a
     few milliseconds of work. A gap between consecutive events longer than
-    `SQUEEZE` of the run is drawn `SQUEEZE` wide and marked as a break with
-    its real length; everything else is linear.
+    `SQUEEZE` of the run is a break: drawn `SQUEEZE` of the figure's width
+    (less when there are so many that the work would get under half of it)
+    and labelled with its real length. The work shares the rest, linearly.
     """
 
     def __init__(self, times: Sequence[float]) -> None:
         points = sorted(set(times))
         self.start, self.end = points[0], points[-1]
         cap = max(self.end - self.start, 1e-6) * SQUEEZE
+        gaps = list(itertools.pairwise(points))
+        self.breaks: list[tuple[float, float]] = [(t0, t1) for t0, t1 in gaps if t1 - t0 > cap]
+        linear = sum(t1 - t0 for t0, t1 in gaps) - sum(t1 - t0 for t0, t1 in self.breaks)
+        count = len(self.breaks)
+        wide = 1 / count if count and linear <= 0 else min(SQUEEZE, BREAKS_SHARE / max(count, 1))
+        rate = (1 - count * wide) / linear if linear > 0 else 0.0  # share of the width per second of work
+        broken = set(self.breaks)
         self._knots: list[tuple[float, float]] = [(points[0], 0.0)]
-        self.breaks: list[tuple[float, float]] = []
-        for before, after in itertools.pairwise(points):
-            gap = after - before
-            if gap > cap:
-                self.breaks.append((before, after))
-            self._knots.append((after, self._knots[-1][1] + min(gap, cap)))
+        for t0, t1 in gaps:
+            step = wide if (t0, t1) in broken else (t1 - t0) * rate
+            self._knots.append((t1, self._knots[-1][1] + step))
         self._drawn = max(self._knots[-1][1], 1e-9)
         self._times = [t for t, _ in self._knots]
 
@@ -107,172 +130,309 @@ def render_run(run: RunResult, index: int, *, standalone: bool = False) -> str:
     spans = lease_spans(events)
     x = Scale([e.at for e in events])
     interleaved = set(run.verdict.interleaved)
-    height = TOP + LANE * (len(clients) + 1) + 36
-    head = f'xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" ' if standalone else ""
-    parts = [f'<svg class="timeline" data-run="{index}" {head}width="{WIDTH}" height="{height}" role="img">']
-    if standalone:
-        parts.append(f"<style>svg {{ font: 14px system-ui, sans-serif; }} {CSS}</style>")
-    parts.extend(_breaks(TOP, TOP + LANE * (len(clients) + 1), x))  # under the lanes
-    lanes = {client: TOP + LANE * i for i, client in enumerate(clients)}
-    for client, y in lanes.items():
-        parts.append(f'<g class="lane" data-client="{_e(client)}">')
-        parts.append(f'<text class="label" x="8" y="{y + 30}">{_e(client)}</text>')
-        parts.append(f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y + 44}" y2="{y + 44}"/>')
+    body: list[str] = []
+    y = float(TOP)
+    for client in clients:
         lane_events = [e for e in events if e.client == client]
-        parts.extend(_leases(client, y, lane_events, spans, x))
-        parts.extend(_pauses(y, lane_events, x))
-        parts.extend(_marks(y, lane_events, interleaved, x))
-        parts.append("</g>")
-    parts.extend(_store_lane(TOP + LANE * len(clients), events, interleaved, x))
-    parts.extend(_time_axis(TOP + LANE * (len(clients) + 1) + 8, x))
-    parts.append("</svg>")
-    return "".join(parts)
+        parts, height = _lane(client, y, lane_events, spans, interleaved, x)
+        body += parts
+        y += height
+    parts, height = _store_lane(y, events, interleaved, x)
+    body += parts
+    bottom = y + height
+    parts, height = _bottom(TOP, bottom, x)  # the breaks' bands go under the lanes, so they come first
+    total = bottom + height
+    head = f'xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {total:.0f}" ' if standalone else ""
+    out = [f'<svg class="timeline" data-run="{index}" {head}width="{WIDTH}" height="{total:.0f}" role="img">']
+    if standalone:
+        out.append(f"<style>svg {{ font: 14px system-ui, sans-serif; }} {CSS}</style>")
+    return "".join([*out, *parts, *body, "</svg>"])
+
+
+def _label_x(anchor: float, width: float) -> float:
+    """Where a label starts: at its anchor, or moved left so that it ends inside the figure."""
+    return max(0.0, min(anchor, WIDTH - EDGE - width))
+
+
+def _bottom(top: float, bottom: float, x: Scale) -> tuple[list[str], float]:
+    """The squeezed gaps' bands and labels, and the time axis under them; the height below `bottom`."""
+    out = ['<g class="breaks">']
+    labels = Rows()
+    placed = []
+    for t0, t1 in x.breaks:
+        x0, x1 = x(t0), x(t1)
+        text = f"+{t1 - t0:.2f}s"
+        width = text_width(text, SMALL)
+        start = _label_x((x0 + x1 - width) / 2, width)
+        placed.append((x0, x1, text, start, labels.place(start, width)))
+    axis = bottom + len(labels) * ROW + 10
+    for x0, x1, text, start, row in placed:
+        out.append(
+            f'<g class="break"><rect x="{x0 + 4:.1f}" y="{top}" width="{max(x1 - x0 - 8, 1):.1f}" '
+            f'height="{axis - 12 - top:.1f}"/><text class="label-text" x="{start:.1f}" '
+            f'y="{bottom + 11 + row * ROW:.1f}">{_e(text)}</text></g>'
+        )
+    out.append("</g>")
+    out += _time_axis(axis, x)
+    return out, axis - bottom + 18
 
 
 def _time_axis(y: float, x: Scale) -> list[str]:
-    """Seconds since the run's first event at round steps; none inside a squeezed gap."""
+    """Seconds since the run's first event at round steps; none inside a squeezed gap, none on another."""
     span = max(x.end - x.start, 1e-6)
     step = next(s for s in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100) if span / s <= 12)
     out = ['<g class="time-axis">']
+    ticks = Rows()
     for n in range(int(span / step) + 1):
         at = x.start + n * step
         if x.squeezed(at):
             continue
         px = x(at)
+        text = f"{n * step:g}s"
+        width = text_width(text, SMALL)
         out.append(f'<line class="axis" x1="{px:.1f}" x2="{px:.1f}" y1="{y - 4}" y2="{y}"/>')
-        out.append(f'<text class="tick" x="{px:.1f}" y="{y + 12}" text-anchor="middle">{n * step:g}s</text>')
+        start = _label_x(px - width / 2, width)
+        if ticks.place_in_one_row(start, width):
+            out.append(f'<text class="tick label-text" x="{start:.1f}" y="{y + 12}">{_e(text)}</text>')
     out.append("</g>")
     return out
 
 
-def _breaks(top: float, bottom: float, x: Scale) -> list[str]:
-    """A band where idle time was squeezed, labelled with how long it really was."""
-    out = []
-    for t0, t1 in x.breaks:
-        x0, x1 = x(t0), x(t1)
-        mid = (x0 + x1) / 2
-        out.append(
-            f'<g class="break"><rect x="{x0 + 4:.1f}" y="{top}" width="{max(x1 - x0 - 8, 1):.1f}" '
-            f'height="{bottom - top}"/><text x="{mid:.1f}" y="{bottom + 4}" text-anchor="middle">'
-            f"+{t1 - t0:.2f}s</text></g>"
-        )
-    return out
+class _Lane:
+    """One client's lane: its labels laid out in rows above the lease bars (leases that are too short
+    to hold their name, faults) and below the marks (writes), then drawn."""
+
+    def __init__(self) -> None:
+        self.above = Rows()
+        self.below = Rows()
+        self._pending: list[tuple[str, float, str, str, int]] = []  # (side, x, css class, text, row)
+
+    def add(self, side: str, anchor: float, css: str, text: str) -> None:
+        width = text_width(text, LABEL)
+        start = _label_x(anchor, width)
+        row = (self.above if side == "above" else self.below).place(start, width)
+        self._pending.append((side, start, css, text, row))
+
+    def bar_top(self, y: float) -> float:
+        return y + 8 + len(self.above) * ROW
+
+    def height(self) -> float:
+        return len(self.above) * ROW + 58 + max(len(self.below) - 1, 0) * ROW
+
+    def labels(self, y: float) -> list[str]:
+        bar = self.bar_top(y)
+        out = []
+        for side, start, css, text, row in self._pending:
+            baseline = bar - 4 - row * ROW if side == "above" else bar + 46 + row * ROW
+            out.append(f'<text class="{css} label-text" x="{start:.1f}" y="{baseline:.1f}">{_e(text)}</text>')
+        return out
 
 
-def _leases(client: str, y: float, lane: Sequence[Event], spans: dict[str, LeaseSpan], x: Scale) -> list[str]:
-    out = []
+def _lane(
+    client: str,
+    y: float,
+    lane: Sequence[Event],
+    spans: dict[str, LeaseSpan],
+    interleaved: set[int],
+    x: Scale,
+) -> tuple[list[str], float]:
+    """A client's lane at `y`: lease spans, pauses, faults, reads, writes; and its height."""
+    layout = _Lane()
+    leases = _lease_bars(client, lane, spans, x)
+    anchored = [
+        (x1, "above", "lease-label", text) for _, x1, x2, text, _ in leases if not _fits(text, x1, x2)
+    ]
+    anchored += [(x(e.at) + 3, "above", "fault-label", e.detail) for e in lane if e.kind == "fault"]
+    anchored += [(x(e.at) + 8, "below", "write-label", _write_text(e)) for e in lane if _answered_write(e)]
+    for anchor, side, css, text in sorted(anchored, key=lambda item: item[0]):  # first fit, left to right
+        layout.add(side, anchor, css, text)
+    bar = layout.bar_top(y)
+    out = [f'<g class="lane" data-client="{_e(client)}">']
+    out.append(f'<text class="label" x="8" y="{bar + 22}">{_e(client)}</text>')
+    out.append(f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{bar + 36}" y2="{bar + 36}"/>')
+    out += _pauses(bar, y, lane, x)
+    for name, x1, x2, text, expired in leases:
+        span = spans[name]
+        kind = "lease epoch" if math.isinf(span.expires) else "lease"  # fence-only: a token, no validity
+        out.append(f'<g class="{kind}" data-lease="{_e(name)}" data-token="{_e(span.token)}">')
+        out.append(f"<title>{_e(text)}</title>")
+        out.append(f'<rect x="{x1:.1f}" y="{bar}" width="{max(x2 - x1, 2):.1f}" height="18" rx="3"/>')
+        if _fits(text, x1, x2):
+            out.append(f'<text class="label-text" x="{x1 + 3:.1f}" y="{bar + 13}">{_e(text)}</text>')
+        if expired is not None:  # acted on after its validity ended
+            out.append(
+                f'<line class="expired" x1="{x2:.1f}" x2="{expired:.1f}" y1="{bar + 9}" y2="{bar + 9}"/>'
+            )
+        out.append("</g>")
+    out += _marks(bar, lane, interleaved, x)
+    out += layout.labels(y)
+    out.append("</g>")
+    return out, layout.height()
+
+
+def _fits(text: str, x1: float, x2: float) -> bool:
+    """A lease's name goes inside its bar when the bar is wide enough for it."""
+    return text_width(text, LABEL) + 6 <= x2 - x1
+
+
+def _lease_bars(
+    client: str, lane: Sequence[Event], spans: dict[str, LeaseSpan], x: Scale
+) -> list[tuple[str, float, float, str, float | None]]:
+    """(lease, x from, x to, its label, x of its last use if that came after its validity ended)."""
     last_of: dict[str, float] = {}
     for event in lane:
         if event.lease is not None:
             last_of[event.lease] = event.at
+    bars = []
     for name, span in spans.items():
         if span.client != client:
             continue
         valid_to = span.end if not math.isinf(span.end) else last_of.get(name, span.start)
-        x1, x2 = x(span.start), x(valid_to)
         token = "" if span.token is None else f" token {span.token}"
-        kind = "lease epoch" if math.isinf(span.expires) else "lease"  # fence-only: a token, no validity
-        out.append(f'<g class="{kind}" data-lease="{_e(name)}" data-token="{_e(span.token)}">')
-        out.append(f"<title>{_e(name)}{_e(token)}</title>")
-        out.append(f'<rect x="{x1:.1f}" y="{y + 8}" width="{max(x2 - x1, 2):.1f}" height="18" rx="3"/>')
-        out.append(f'<text x="{x1 + 3:.1f}" y="{y + 21}">{_e(name)}{_e(token)}</text>')
-        if last_of.get(name, span.start) > span.expires:  # acted on after its validity ended
-            xe = x(last_of[name])
-            out.append(f'<line class="expired" x1="{x2:.1f}" x2="{xe:.1f}" y1="{y + 17}" y2="{y + 17}"/>')
-        out.append("</g>")
-    return out
+        last = last_of.get(name, span.start)
+        bars.append(
+            (name, x(span.start), x(valid_to), f"{name}{token}", x(last) if last > span.expires else None)
+        )
+    return bars
 
 
-def _pauses(y: float, lane: Sequence[Event], x: Scale) -> list[str]:
+def _pauses(bar: float, top: float, lane: Sequence[Event], x: Scale) -> list[str]:
     out = []
     paused_at: float | None = None
     for event in lane:
         if event.kind == "pause":
             paused_at = event.at
         elif event.kind == "resume" and paused_at is not None:
-            out.append(_pause_rect(y, paused_at, event.at, x, event.detail))
+            out.append(_pause_rect(bar, paused_at, event.at, x, event.detail))
             paused_at = None
         elif event.kind == "fault":
             px = x(event.at)
             out.append(f'<g class="fault-mark"><title>{_e(event.detail)}</title>')
-            out.append(f'<line class="fault" x1="{px:.1f}" x2="{px:.1f}" y1="{y + 2}" y2="{y + 50}"/>')
             out.append(
-                f'<text class="fault-label" x="{px + 3:.1f}" y="{y + 6}">{_e(event.detail)}</text></g>'
+                f'<line class="fault" x1="{px:.1f}" x2="{px:.1f}" y1="{top + 2}" y2="{bar + 42}"/></g>'
             )
     if paused_at is not None:
-        out.append(_pause_rect(y, paused_at, x.end, x, "still paused"))
+        out.append(_pause_rect(bar, paused_at, x.end, x, "still paused"))
     return out
 
 
-def _pause_rect(y: float, t1: float, t2: float, x: Scale, detail: str) -> str:
+def _pause_rect(bar: float, t1: float, t2: float, x: Scale, detail: str) -> str:
     x1, x2 = x(t1), x(t2)
     return (
-        f'<rect class="pause" x="{x1:.1f}" y="{y + 4}" width="{max(x2 - x1, 2):.1f}" height="44">'
+        f'<rect class="pause" x="{x1:.1f}" y="{bar - 4}" width="{max(x2 - x1, 2):.1f}" height="44">'
         f"<title>paused {t2 - t1:.3f}s {_e(detail)}</title></rect>"
     )
 
 
-def _marks(y: float, lane: Sequence[Event], interleaved: set[int], x: Scale) -> list[str]:
+def _answered_write(event: Event) -> bool:
+    return event.kind == "write" and event.outcome != "sent"
+
+
+def _outcome(event: Event) -> str:
+    return {"ok": "accepted", "refused": "refused"}.get(event.outcome, "error")
+
+
+def _write_text(event: Event) -> str:
+    tick = {"accepted": "✓", "refused": "✗"}.get(_outcome(event), "?")
+    token = "" if event.token is None else f" t{event.token}"
+    return f"{tick} {event.value}{token}"
+
+
+def _marks(bar: float, lane: Sequence[Event], interleaved: set[int], x: Scale) -> list[str]:
     out = []
     for event in lane:
         px = x(event.at)
         if event.kind == "read" and event.outcome != "sent":
-            out.append(f'<line class="read" x1="{px:.1f}" x2="{px:.1f}" y1="{y + 34}" y2="{y + 50}"/>')
-        elif event.kind == "write" and event.outcome != "sent":
-            outcome = {"ok": "accepted", "refused": "refused"}.get(event.outcome, "error")
+            out.append(f'<line class="read" x1="{px:.1f}" x2="{px:.1f}" y1="{bar + 26}" y2="{bar + 42}"/>')
+        elif _answered_write(event):
+            outcome = _outcome(event)
             classes = f"write {outcome}" + (" interleaved" if event.seq in interleaved else "")
             token = "" if event.token is None else f" t{event.token}"
-            tick = {"accepted": "✓", "refused": "✗"}.get(outcome, "?")
             out.append(
                 f'<g class="{classes}" data-outcome="{outcome}" data-token="{_e(event.token)}">'
                 f"<title>write {_e(event.value)} {outcome}{_e(token)} {_e(event.detail)}</title>"
-                f'<circle cx="{px:.1f}" cy="{y + 42}" r="6"/>'
-                f'<text x="{px + 8:.1f}" y="{y + 54}">{tick} {_e(event.value)}{_e(token)}</text></g>'
+                f'<circle cx="{px:.1f}" cy="{bar + 34}" r="6"/></g>'
             )
     return out
 
 
-def _store_lane(y: float, events: Sequence[Event], interleaved: set[int], x: Scale) -> list[str]:
-    out = ['<g class="store-lane">', f'<text class="label" x="8" y="{y + 30}">storage</text>']
-    out.append(f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y + 44}" y2="{y + 44}"/>')
-    for event in events:
-        if event.accepted and event.kind == "write":
-            px = x(event.at)
-            flag = " interleaved" if event.seq in interleaved else ""
-            fill = "#f79009" if flag else "#12b76a"
-            what = f"seq {event.seq}: {event.client} wrote {event.value}"
-            out.append(
-                f'<g class="stored{flag}"><title>{_e(what)}</title>'
-                f'<rect x="{px - 4:.1f}" y="{y + 36}" width="8" height="16" fill="{fill}"/>'
-                f'<text x="{px + 6:.1f}" y="{y + 30}" font-size="11">{_e(event.value)}</text></g>'
-            )
+def _store_lane(
+    y: float, events: Sequence[Event], interleaved: set[int], x: Scale
+) -> tuple[list[str], float]:
+    """The store's acceptance order at `y`: a mark per accepted write, its value in rows above; the height."""
+    stored = sorted((e for e in events if e.accepted and e.kind == "write"), key=lambda e: x(e.at))
+    rows = Rows()
+    placed = []
+    for event in stored:
+        text = str(event.value)
+        width = text_width(text, LABEL)
+        start = _label_x(x(event.at) + 6, width)
+        placed.append((event, start, rows.place(start, width)))
+    mark = y + 20 + max(len(rows) - 1, 0) * ROW
+    out = ['<g class="store-lane">', f'<text class="label" x="8" y="{mark + 12}">storage</text>']
+    out.append(f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{mark + 8}" y2="{mark + 8}"/>')
+    for event, start, row in placed:
+        px = x(event.at)
+        flag = " interleaved" if event.seq in interleaved else ""
+        fill = "#f79009" if flag else "#12b76a"
+        what = f"seq {event.seq}: {event.client} wrote {event.value}"
+        out.append(
+            f'<g class="stored{flag}"><title>{_e(what)}</title>'
+            f'<rect x="{px - 4:.1f}" y="{mark}" width="8" height="16" fill="{fill}"/>'
+            f'<text class="label-text" x="{start:.1f}" y="{mark - 6 - row * ROW:.1f}">'
+            f"{_e(event.value)}</text></g>"
+        )
     out.append("</g>")
-    return out
+    return out, mark - y + 24
 
 
-def _summary(runs: Sequence[RunResult]) -> str:
+def _summary(runs: Sequence[RunResult], *, predicted: bool) -> str:
     head = "".join(f"<th>{label}</th>" for _, label in COLUMNS)
     rows = []
     for index, run in enumerate(runs):
         meta, verdict = run.history.meta, run.verdict
         cells = "".join(f"<td>{getattr(verdict, field)}</td>" for field, _ in COLUMNS)
         state = '<td class="safe">SAFE</td>' if verdict.safe else '<td class="unsafe">UNSAFE</td>'
+        if predicted:
+            state += (
+                "<td>as predicted</td>" if as_predicted(run) else '<td class="missed">NOT as predicted</td>'
+            )
         tokens = f" / {meta.tokens} tokens" if meta.tokens else ""
         name = f"{meta.scenario} / {meta.mode} / {meta.lock}{tokens} / seed {meta.seed}"
         rows.append(f'<tr><td class="name"><a href="#run-{index}">{_e(name)}</a></td>{cells}{state}</tr>')
-    header = f'<tr><th class="name">run</th>{head}<th>verdict</th></tr>'
+    more = "<th>prediction</th>" if predicted else ""
+    header = f'<tr><th class="name">run</th>{head}<th>verdict</th>{more}</tr>'
     return f'<table class="summary">{header}{"".join(rows)}</table>'
 
 
-def render_html(runs: Sequence[RunResult], *, title: str = "fencegate lab") -> str:
-    """The whole self-contained report."""
+def _cells(tag: str, values: Sequence[str], names: int) -> str:
+    """Table cells; the first `names` are names (left-aligned), the rest numbers."""
+    return "".join(
+        f'<{tag} class="name">{_e(value)}</{tag}>' if i < names else f"<{tag}>{_e(value)}</{tag}>"
+        for i, value in enumerate(values)
+    )
+
+
+def _over_seeds(runs: Sequence[RunResult]) -> str:
+    """The terminal's summary over seeds, as a table: only when the runs span several seeds."""
+    if len({run.history.meta.seed for run in runs}) < 2:
+        return ""
+    rows = "".join(f"<tr>{_cells('td', row, 4)}</tr>" for row in summary_rows(runs))
+    head = _cells("th", SUMMARY_HEADER, 4)
+    return f'<h2>Over seeds</h2><table class="summary seeds"><tr>{head}</tr>{rows}</table>'
+
+
+def render_html(runs: Sequence[RunResult], *, title: str = "fencegate lab", predicted: bool = False) -> str:
+    """The whole self-contained report; `predicted` adds how each verdict compares with the seed
+    documents' prediction (for the lab's own runs; the model's counterexamples have none)."""
     sections = []
     for index, run in enumerate(runs):
         meta = run.history.meta
         tokens = f", tokens from {meta.tokens}" if meta.tokens else ""
+        trail = f'<pre class="trail">{_e(token_trail(run))}</pre>' if meta.scenario == REGRESS else ""
         sections.append(
             f'<section id="run-{index}"><h2>{_e(meta.scenario)}: {_e(meta.mode)}, lock {_e(meta.lock)}, '
-            f"seed {meta.seed}{_e(tokens)}</h2>{render_run(run, index)}</section>"
+            f"seed {meta.seed}{_e(tokens)}</h2>{trail}{render_run(run, index)}</section>"
         )
     legend = (
         '<p class="legend"><span>blue bar: lease while valid (dashed outline: a token, no lock)</span>'
@@ -281,9 +441,14 @@ def render_html(runs: Sequence[RunResult], *, title: str = "fencegate lab") -> s
         "<span>red: refused</span><span>amber: accepted out of turn (interleaved)</span>"
         "<span>pale band: idle time drawn short, labelled with its real length</span></p>"
     )
+    count = ""
+    if predicted:
+        missed = "" if all(as_predicted(run) for run in runs) else ' class="missed"'
+        count = f"<p{missed}>{_e(predicted_line(runs))}</p>"
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
-        f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>{_summary(runs)}{legend}"
+        f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>{count}"
+        f"{_summary(runs, predicted=predicted)}{_over_seeds(runs)}{legend}"
         f"{''.join(sections)}</body></html>"
     )
 
@@ -295,9 +460,11 @@ def write_svg(run: RunResult, path: Path | str) -> Path:
     return target
 
 
-def write_html(runs: Sequence[RunResult], path: Path | str, *, title: str = "fencegate lab") -> Path:
+def write_html(
+    runs: Sequence[RunResult], path: Path | str, *, title: str = "fencegate lab", predicted: bool = False
+) -> Path:
     target = Path(path)
-    target.write_text(render_html(runs, title=title), encoding="utf-8")
+    target.write_text(render_html(runs, title=title, predicted=predicted), encoding="utf-8")
     return target
 
 

@@ -53,3 +53,33 @@ def paused_holder(meta: Meta, *, fenced: bool) -> History:
         op(2.7, "c1", "write", "c1/1", stale_outcome, 1, seq=stale_seq, token=33),
     ]
     return History(meta, tuple(events), final=1)
+
+
+def crowded_run(meta: Meta) -> History:
+    """Everything at once: long fault notes a hair apart, six leases of 0.3 ms each with four-digit tokens
+    and their writes 0.4 ms apart, in a run whose work spans a second (so the burst is a few pixels
+    wide), then a long pause and a stale write at the figure's right edge."""
+    partition = "partition: c1 reaches A, B, C; the others reach C, D, E"
+    events = [
+        Event(0.0, "c1", "fault", None, None, "ok", detail=partition),
+        Event(0.0004, "c1", "fault", None, None, "ok", detail="redis-2 restarted empty"),
+        Event(0.0008, "c2", "fault", None, None, "ok", detail="c2's wall clock +2s"),
+    ]  # fmt: skip
+    for i in range(9):
+        spread = i >= 6  # the last three take their time, so the first six are a burst
+        client, lease, token = f"c{i % 3 + 1}", f"c{i % 3 + 1}/{i // 3 + 1}", 5480 + i
+        at = (i - 5) * 0.15 if spread else 0.001 + i * 0.0004
+        events += [
+            acquire(at, client, lease, token=token, until=at + 1.0),
+            op(at + 0.0001, client, "read", lease, "ok", i, token=token),
+            op(at + 0.0002, client, "write", lease, "ok", i + 1, seq=i + 1, token=token),
+            release(at + 0.0003, client, lease),
+        ]
+    events += [
+        acquire(0.5, "c1", "c1/4", token=5479, until=1.5),
+        Event(0.5001, "c1", "pause", "c1/4", 5479, "ok", detail="SIGSTOP"),
+        Event(3.0, "c1", "resume", "c1/4", 5479, "ok", detail="SIGCONT"),
+        Event(3.0, "c1", "fault", None, None, "ok", detail="partition healed"),
+        op(3.0001, "c1", "write", "c1/4", "refused", 9, token=5479),
+    ]
+    return History(meta, tuple(sorted(events, key=lambda e: e.at)), final=9)

@@ -10,7 +10,7 @@ from fencegate.lab.history import Event, History, Meta
 from tests.lab import histories
 from tests.lab.histories import acquire, op, release
 
-META = Meta(scenario="hand", mode="redis-only", lock="single", seed=0)
+META = Meta(scenario="hand", mode="lock-only", lock="single", seed=0)
 
 
 def clean_run() -> History:

@@ -14,8 +14,8 @@ from tests.lab.histories import clean_run, paused_holder
 
 def histories(tmp_path: Path) -> tuple[Path, Path]:
     unsafe, safe = tmp_path / "unsafe.jsonl", tmp_path / "safe.jsonl"
-    paused_holder(Meta("pause", "redis-only", "single", 1), fenced=False).dump(unsafe)
-    clean_run(Meta("none", "redis-only", "single", 1)).dump(safe)
+    paused_holder(Meta("pause", "lock-only", "single", 1), fenced=False).dump(unsafe)
+    clean_run(Meta("none", "lock-only", "single", 1)).dump(safe)
     return unsafe, safe
 
 
@@ -56,6 +56,7 @@ def test_scenarios_lists_every_fault_schedule(capsys: pytest.CaptureFixture[str]
         "pause",
         "delay",
         "clock-jump",
+        "clock-skew",
         "restart",
         "restart-delayed",
         "failover",
@@ -70,6 +71,21 @@ def test_lab_run_refuses_a_single_client_before_starting_anything(
     assert code == 2
     assert "use --clients 2 or more" in capsys.readouterr().err
     assert not (tmp_path / "w").exists()
+
+
+def test_the_old_name_of_lock_only_is_still_accepted_with_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["lab", "run", "--scenario", "pause", "--mode", "redis-only", "--clients", "1",
+            "--workdir", str(tmp_path / "w")]  # fmt: skip
+    assert main(argv) == 2  # parsed; refused for the single client, before anything starts
+    err = capsys.readouterr().err
+    assert "--mode redis-only is now called lock-only" in err
+    assert "use --clients 2 or more" in err
+    with pytest.raises(SystemExit) as refused:
+        main(["lab", "run", "--scenario", "pause", "--mode", "alone"])
+    assert refused.value.code == 2
+    assert "invalid choice: 'alone'" in capsys.readouterr().err
 
 
 def test_lab_run_on_the_gateway_prints_json_progress_and_the_report(

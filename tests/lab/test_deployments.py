@@ -18,8 +18,8 @@ def deployment(
     return GatewayDeployment(mode=mode, design=design, gateway=GATEWAY, key="k", resource="r", tokens=tokens)
 
 
-def test_redis_only_takes_a_lease_without_a_token_and_writes_unfenced() -> None:
-    chosen = deployment("redis-only", tokens=None)
+def test_lock_only_takes_a_lease_without_a_token_and_writes_unfenced() -> None:
+    chosen = deployment("lock-only", tokens=None)
     assert chosen.lock_nodes == 5
     lock = chosen.lock(NODES, tokens="redis://127.0.0.1:7009")
     assert (lock.factory, lock.kwargs["tokens"]) == ("fencegate.lab.leases:redlock", None)
@@ -44,12 +44,12 @@ def test_fence_only_takes_no_lock() -> None:
     assert lock == type(lock)("fencegate.lab.leases:token_only", {"tokens": "sqlite:////tmp/t.db"})
 
 
-@pytest.mark.parametrize(("design", "redis_only", "fenced"), [
+@pytest.mark.parametrize(("design", "lock_only", "fenced"), [
     ("single", "fencegate.lab.locks:SingleLock", "fencegate.lab.leases:tokened"),
     ("setnx-getset", "fencegate.lab.locks:SetnxGetsetLock", "fencegate.lab.leases:tokened"),
 ])  # fmt: skip
-def test_the_lab_lock_designs_use_one_node(design: str, redis_only: str, fenced: str) -> None:
-    assert deployment("redis-only", design, tokens=None).lock(NODES, tokens="").factory == redis_only
+def test_the_lab_lock_designs_use_one_node(design: str, lock_only: str, fenced: str) -> None:
+    assert deployment("lock-only", design, tokens=None).lock(NODES, tokens="").factory == lock_only
     chosen = deployment("fenced", design)
     assert chosen.lock_nodes == 1
     assert chosen.lock(NODES, tokens="").kwargs == {
@@ -67,14 +67,14 @@ def test_bad_deployments_are_refused_with_the_fix() -> None:
 
 
 def test_token_regress_runs_fenced_with_incr_next_to_a_source_that_does_not_go_back() -> None:
-    modes: list[Mode] = ["redis-only", "fenced"]
+    modes: list[Mode] = ["lock-only", "fenced"]
     runs = plan_runs(["pause", "token-regress"], modes, design="redlock", tokens="postgres", seeds=[1, 2])
     assert [(r.scenario, r.mode, r.tokens, r.seed) for r in runs] == [
-        ("pause", "redis-only", None, 1),
+        ("pause", "lock-only", None, 1),
         ("pause", "fenced", "postgres", 1),
         ("token-regress", "fenced", "incr", 1),
         ("token-regress", "fenced", "postgres", 1),
-        ("pause", "redis-only", None, 2),
+        ("pause", "lock-only", None, 2),
         ("pause", "fenced", "postgres", 2),
         ("token-regress", "fenced", "incr", 2),
         ("token-regress", "fenced", "postgres", 2),
@@ -86,10 +86,14 @@ def test_token_regress_runs_fenced_with_incr_next_to_a_source_that_does_not_go_b
 
 
 @pytest.mark.parametrize(("spec", "safe"), [
-    (RunSpec("pause", "redis-only", "redlock", None, 1), False),
+    (RunSpec("pause", "lock-only", "redlock", None, 1), False),
     (RunSpec("pause", "fenced", "redlock", "sqlite", 1), True),
-    (RunSpec("restart-delayed", "redis-only", "redlock", None, 1), True),
-    (RunSpec("clock-jump", "redis-only", "setnx-getset", None, 1), True),
+    (RunSpec("restart-delayed", "lock-only", "redlock", None, 1), True),
+    (RunSpec("clock-jump", "lock-only", "setnx-getset", None, 1), True),
+    (RunSpec("clock-skew", "lock-only", "setnx-getset", None, 1), False),
+    (RunSpec("clock-skew", "fenced", "setnx-getset", "sqlite", 1), True),
+    (RunSpec("clock-skew", "lock-only", "redlock", None, 1), True),
+    (RunSpec("clock-skew", "lock-only", "single", None, 1), True),
     (RunSpec("token-regress", "fenced", "redlock", INCR, 1), False),
     (RunSpec("token-regress", "fenced", "redlock", "zookeeper", 1), True),
     (RunSpec("restart", "fence-only", "redlock", INCR, 1), True),

@@ -9,7 +9,7 @@ import pytest
 from fencegate.lab.errors import HistoryError
 from fencegate.lab.history import Event, EventLog, History, Meta, read_events
 
-META = Meta(scenario="pause", mode="redis-only", lock="single", seed=7, clients=2)
+META = Meta(scenario="pause", mode="lock-only", lock="single", seed=7, clients=2)
 
 
 def test_dump_and_load_round_trip_every_field(tmp_path: Path) -> None:

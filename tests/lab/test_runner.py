@@ -58,7 +58,7 @@ async def test_three_clients_without_faults_lose_nothing(redis_cluster: LocalClu
     url = redis_cluster.redis_urls[3]
     plans, key = configs(tmp_path, url, {"c1": 4, "c2": 4, "c3": 4}, ttl=5.0, checkpoints={})
     runner = Runner(tmp_path)
-    history = await runner.run(plans, meta=Meta("none", "redis-only", "single", 1, clients=3))
+    history = await runner.run(plans, meta=Meta("none", "lock-only", "single", 1, clients=3))
     verdict = check(history.with_final(await final_value(url, key)))
     assert (verdict.ops, verdict.acknowledged, verdict.final) == (12, 12, 12)
     assert (verdict.lost_updates, verdict.interleaved_leases, verdict.overlaps, verdict.zombie_requests) == (
@@ -98,7 +98,7 @@ async def test_a_sigstopped_holder_loses_an_update_without_a_fence(
 
     runner = Runner(tmp_path)
     history = await runner.run(
-        plans, meta=Meta("pause", "redis-only", "single", 1), on_checkpoint=pause_holder
+        plans, meta=Meta("pause", "lock-only", "single", 1), on_checkpoint=pause_holder
     )
     verdict = check(history.with_final(await final_value(url, key)))
     assert verdict.acknowledged == 2
@@ -124,7 +124,7 @@ async def test_a_crashing_client_is_reported_and_the_rest_are_killed(
     )
     runner = Runner(tmp_path)
     with pytest.raises(RunnerError, match=r"(?s)c2: exited with status 1.*NoSuchLock"):
-        await runner.run([*plans, broken], meta=Meta("none", "redis-only", "single", 1))
+        await runner.run([*plans, broken], meta=Meta("none", "lock-only", "single", 1))
     assert all(gone(c.pid) for c in runner.clients.values())
 
 

@@ -29,7 +29,7 @@ from fencegate.lab.session import LabSession, RunSpec, expected_safe
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 PLAN = RunPlan(clients=2, ops=2, ttl=1.0)
-SOURCE: dict[Mode, str | None] = {"redis-only": None, "fenced": "postgres", "fence-only": "zookeeper"}
+SOURCE: dict[Mode, str | None] = {"lock-only": None, "fenced": "postgres", "fence-only": "zookeeper"}
 UNSAFE = ["pause", "delay", "clock-jump", "restart", "failover"]
 FIVE_NODE = {"clock-jump", "restart", "restart-delayed", "failover", "token-regress"}
 
@@ -61,12 +61,12 @@ async def run(
 
 
 @pytest.mark.parametrize("scenario", UNSAFE)
-async def test_redis_only_loses_an_update_and_interleaves(scenario: str, session: LabSession) -> None:
-    _, verdict = await run(session, scenario, "redis-only")
+async def test_lock_only_loses_an_update_and_interleaves(scenario: str, session: LabSession) -> None:
+    _, verdict = await run(session, scenario, "lock-only")
     assert verdict.lost_updates >= 1
     assert verdict.interleaved_leases >= 1
     assert verdict.acknowledged == PLAN.clients * PLAN.ops
-    assert verdict.refused == 0  # the constant token of redis-only mode is never refused
+    assert verdict.refused == 0  # the constant token of lock-only mode is never refused
     if scenario == "pause":
         assert verdict.zombie_requests >= 1  # the holder wrote after its lease ended
     if scenario in ("clock-jump", "restart", "failover"):
@@ -88,8 +88,8 @@ async def test_fence_only_is_safe_without_a_lock(scenario: str, session: LabSess
     assert verdict.refused >= 1  # the price: work thrown away
 
 
-async def test_the_delayed_restart_keeps_even_redis_only_safe(session: LabSession) -> None:
-    _, verdict = await run(session, "restart-delayed", "redis-only")
+async def test_the_delayed_restart_keeps_even_lock_only_safe(session: LabSession) -> None:
+    _, verdict = await run(session, "restart-delayed", "lock-only")
     assert (verdict.lost_updates, verdict.interleaved_leases, verdict.overlaps) == (0, 0, 0)
     assert verdict.acknowledged == PLAN.clients * PLAN.ops
 
@@ -120,13 +120,36 @@ async def test_setnx_getset_forgets_on_restart_but_ignores_the_servers_clock(
     scenario: str, safe: bool, session: LabSession
 ) -> None:
     """The SETNX pattern keeps its expiry in the value, by the clients' clocks: redis's clock is moot."""
-    _, verdict = await run(session, scenario, "redis-only", design="setnx-getset")
+    _, verdict = await run(session, scenario, "lock-only", design="setnx-getset")
     assert verdict.safe is safe
     assert (verdict.overlaps == 0) is safe
 
 
+@pytest.mark.parametrize("mode", ["lock-only", "fenced"])
+async def test_a_challenger_whose_clock_runs_ahead_takes_over_a_live_setnx_getset_lock(
+    mode: Mode, session: LabSession
+) -> None:
+    """The SETNX page's pattern compares the holder's timestamp with the challenger's clock: two holders."""
+    history, verdict = await run(session, "clock-skew", mode, design="setnx-getset")
+    skew = [e.detail for e in history.events if e.kind == "fault"]
+    assert skew == ["c2's wall clock +2s"]
+    assert verdict.overlaps >= 1  # c2 took the lock while c1's lease was valid by c1's own clock
+    if mode == "lock-only":
+        assert verdict.lost_updates >= 1
+        assert verdict.interleaved_leases >= 1
+    else:
+        assert (verdict.lost_updates, verdict.interleaved_leases) == (0, 0)
+        assert verdict.refused >= 1  # the holder's write, under the older token
+
+
+async def test_a_client_clock_ahead_changes_nothing_for_redlock(session: LabSession) -> None:
+    """Redlock's validity is the client's monotonic time and the node's PX: no client wall clock involved."""
+    _, verdict = await run(session, "clock-skew", "lock-only")
+    assert (verdict.lost_updates, verdict.interleaved_leases, verdict.overlaps) == (0, 0, 0)
+
+
 async def test_the_one_node_lock_runs_the_one_node_version(session: LabSession) -> None:
-    history, verdict = await run(session, "restart", "redis-only", design="single")
+    history, verdict = await run(session, "restart", "lock-only", design="single")
     assert not any("partition" in e.detail for e in history.events)
     assert verdict.lost_updates >= 1
 

@@ -16,6 +16,7 @@ from fencegate.lab.scenarios.stage import Scenario, Stage
 HOLD_LONG = 3600.0  # the delayed write is held until the challenger has written, then let through
 JUMP_TTLS = 10  # a clock jump of this many TTLs expires every key the node holds
 DOWN_TTLS = 1.5  # the delayed restart keeps the node out this many TTLs (longer than any lease it knew)
+SKEW_TTLS = 2.0  # the challenger's clock runs this far ahead: more than a TTL, so a fresh lease looks expired
 
 
 class Pause(Scenario):
@@ -65,6 +66,17 @@ class ClockJump(Scenario):
             "fault", holder.name, f"{stage.faulted} clock +{stage.ttl * JUMP_TTLS:g}s", lease=at.lease
         )
         await stage.work_on_slowly()
+
+
+class ClockSkew(Scenario):
+    """The SETNX page's pattern trusts the clients' clocks: the challenger's, ahead, sees a live lock expired.
+
+    The holder works on slowly inside its own lease, by its own (monotonic) clock, as everywhere else.
+    """
+
+    name = "clock-skew"
+    summary = "a challenger's wall clock runs ahead by more than the TTL while the holder holds its lease"
+    skew_ttls = SKEW_TTLS
 
 
 class Restart(Scenario):
@@ -126,6 +138,7 @@ SCENARIOS: dict[str, Scenario] = {
         Pause(),
         Delay(),
         ClockJump(),
+        ClockSkew(),
         Restart(),
         RestartDelayed(),
         Failover(),

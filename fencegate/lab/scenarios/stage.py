@@ -6,7 +6,7 @@ faults in every mode. The holder c1 starts alone; the others wait at their
 scenario injects its fault (`before_acquire`, `after_acquire`, `after_read`);
 then the holder either stays frozen (pause) or works on slowly but within its
 own lease: it goes on once another client has written, or when its lease is
-about to end, whichever comes first. That is exactly where a Redis-only lock
+about to end, whichever comes first. That is exactly where a lock alone
 lets the challenger in while the holder still believes it holds the lease.
 A challenger that has written waits (at its "wrote" checkpoint) until the
 holder's first lease is over, so the holder's late write meets the store
@@ -67,6 +67,7 @@ class Stage:
     links: dict[str, list[DelayProxy]] = field(default_factory=dict)  # client -> its proxy to each lock node
     shift: ClockShift | None = None
     pair: ReplicatedPair | None = None
+    skew: ClockShift | None = None  # the challenger's own wall clock, where the scenario skews it
 
     def urls_for(self, client: str) -> list[str]:
         """The lock nodes as `client` reaches them: through its own links when the scenario partitions."""
@@ -145,6 +146,7 @@ class Scenario:
     replicated = False  # the faulted lock node is a master with an async replica
     tokens_on_lock_node = False  # an INCR token source lives on the faulted lock node
     partitioned = False  # with five lock nodes: holder cut off from D, E, the others from A, B
+    skew_ttls = 0.0  # > 0: the challenger's wall clock runs this many TTLs ahead, all run long (clock shim)
     # only c2 contends during the holder's first lease: the first token it draws after the fault is the one
     # that wins (with several challengers drawing at once, the winner may hold the second token drawn)
     lone_challenger = False
@@ -180,6 +182,9 @@ async def _stage(
         raise FaultError(f"the deployment uses {count} lock nodes; a lock needs at least one")
     faulted_index = min(2, count - 1)
     shift = ClockShift(cluster.dir / "clock-offset") if scenario.shifted else None
+    skew = ClockShift(cluster.dir / "challenger-clock-offset") if scenario.skew_ttls else None
+    if skew is not None:
+        skew.jump(plan.ttl * scenario.skew_ttls)
     pair: ReplicatedPair | None = None
     proxies: dict[str, DelayProxy] = {}
     links: dict[str, list[DelayProxy]] = {}
@@ -207,7 +212,7 @@ async def _stage(
             tokens = urls[faulted_index]
         else:
             tokens = (await asyncio.to_thread(cluster.add_redis)).url
-        yield Stage(runner, cluster, plan.ttl, urls, tokens, faulted, proxies, links, shift, pair)
+        yield Stage(runner, cluster, plan.ttl, urls, tokens, faulted, proxies, links, shift, pair, skew)
     finally:
         for proxy in [*proxies.values(), *(link for client in links.values() for link in client)]:
             await proxy.aclose()
@@ -231,6 +236,8 @@ async def run_scenario(
         if stage.links:
             runner.note("fault", HOLDER, stage.cut())
             runner.background(stage.heal_after_first_lease())
+        if stage.skew is not None:
+            runner.note("fault", CHALLENGER, f"{CHALLENGER}'s wall clock {stage.skew.offset:+g}s")
 
         async def on_checkpoint(runner: Runner, client: ClientProcess, at: Checkpoint) -> None:
             if client.name != HOLDER and at.point == "start":
@@ -273,4 +280,5 @@ def _config(stage: Stage, deployment: Deployment, plan: RunPlan, number: int, wo
         store=deployment.store(address),
         events=str(workdir / f"{name}.jsonl"),
         seed=plan.seed,
+        env=stage.skew.env() if stage.skew is not None and name == CHALLENGER else {},
     )
