@@ -21,6 +21,7 @@ from gateway.parsing import (
     MAX_HTTP_KEY_LENGTH,
     MAX_LIST_LIMIT,
     MAX_TOKEN,
+    PATH_KEY_PATTERN,
     PRINTABLE_PATTERN,
     TOKEN_PATTERN,
 )
@@ -136,7 +137,7 @@ _KEY = {
     "required": True,
     "description": f"segments of letters, digits and _.~:@=+,%- joined by single slashes, no '.' or '..' "
     f"segment; at most {MAX_HTTP_KEY_LENGTH} characters, since the key is the default resource",
-    "schema": _name(KEY_PATTERN, MAX_HTTP_KEY_LENGTH),
+    "schema": _name(PATH_KEY_PATTERN, MAX_HTTP_KEY_LENGTH),
 }
 _PRINTABLE = {"type": "string", "maxLength": MAX_KEY_LENGTH, "pattern": f"^{PRINTABLE_PATTERN}$"}
 # every fenced object operation: malformed, credentials, stale, future, the client's cap, storage,
