@@ -20,6 +20,7 @@ from lockclient.errors import (
     LockLost,
     LockNotAcquired,
     MissingExtra,
+    QuorumUnavailable,
     StaleToken,
     TokenSourceError,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "MissingExtra",
     "ObjectInfo",
     "PostgresTokens",
+    "QuorumUnavailable",
     "RedisIncrTokens",
     "Redlock",
     "RedlockSettings",
