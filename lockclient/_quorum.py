@@ -89,6 +89,10 @@ class Tally:
     def has_quorum(self) -> bool:
         return self.granted >= quorum(self.nodes)
 
+    def unreachable(self) -> bool:
+        """So many masters failed (refused, reset, timed out) that no quorum was possible: an outage."""
+        return self.failed > self.nodes - quorum(self.nodes)
+
     def held_elsewhere(self) -> bool:
         """A majority refused: another owner holds the lock, retrying before it goes is useless."""
         return self.refused >= quorum(self.nodes)
@@ -101,7 +105,7 @@ class Tally:
 class Refusal:
     """Why one attempt was not granted: the tally, each master's answer, and a sentence."""
 
-    __slots__ = ("nodes", "summary", "tally")
+    __slots__ = ("failed", "nodes", "summary", "tally")
 
     def __init__(
         self,
@@ -112,9 +116,11 @@ class Refusal:
         elapsed: float,
         ttl: float,
         validity_left: float,
+        failed: tuple[str, ...] = (),
     ) -> None:
         self.tally = tally
         self.nodes = nodes
+        self.failed = failed  # the masters that failed (their URLs), in the masters' order
         if tally.has_quorum():
             self.summary = (
                 f"a quorum answered but the attempt took {elapsed * 1000:.1f} ms of a {ttl}s TTL "

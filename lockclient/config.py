@@ -70,6 +70,11 @@ def require_positive(name: str, value: float, fix: str) -> None:
         raise ConfigurationError(f"{name} must be a finite number > 0, got {value!r}: {fix}")
 
 
+# seconds a blocking acquire keeps trying while no quorum of masters answers: long enough for a
+# master's restart or a failover, short enough that an outage surfaces as an error
+DEFAULT_UNREACHABLE = 5.0
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RetryPolicy:
     """How a blocking acquire waits between attempts (Redlock steps 4 and 9).
@@ -80,12 +85,18 @@ class RetryPolicy:
     poll: when another owner holds the lock, wait for its release message,
         but at most this long (the fallback if the message is lost or the
         holder died and its key expires instead).
+    unreachable: while so many masters fail (refused, reset, timed out) that
+        no quorum is possible, keep trying this many seconds, then raise
+        `QuorumUnavailable`: an outage is not contention, and waiting for it
+        like for a release would hang a caller without a timeout forever.
+        0 gives up at the first such attempt.
     """
 
     attempts: int | None = None
     delay: float = 0.05
     jitter: float = 0.15
     poll: float = 1.0
+    unreachable: float = DEFAULT_UNREACHABLE
 
     def __post_init__(self) -> None:
         if self.attempts is not None and self.attempts < 1:
@@ -100,6 +111,10 @@ class RetryPolicy:
         require_positive(
             "RetryPolicy.poll", self.poll, "give the longest wait without a release message, e.g. 1.0"
         )
+        if not (math.isfinite(self.unreachable) and self.unreachable >= 0):
+            raise ConfigurationError(
+                f"RetryPolicy.unreachable must be a finite number of seconds >= 0, got {self.unreachable!r}"
+            )
 
     def backoff(self) -> float:
         """A random pause after a split vote."""

@@ -3,6 +3,7 @@
 LockClientError
  ├── ConfigurationError (ValueError)   bad arguments; the message says the fix
  ├── LockNotAcquired (TimeoutError)    no quorum in time; per-node reasons attached
+ │    └── QuorumUnavailable            a majority of masters did not answer: an outage, not contention
  ├── LockLost                          the lease expired or was taken away
  ├── ExtensionLimitReached             a lease was extended as often as allowed
  ├── TokenSourceError                  the token source failed or is unreachable
@@ -14,7 +15,7 @@ LockClientError
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 
 class LockClientError(Exception):
@@ -32,6 +33,22 @@ class LockNotAcquired(LockClientError, TimeoutError):
         super().__init__(message)
         self.resource = resource
         self.reasons = dict(reasons or {})
+
+
+class QuorumUnavailable(LockNotAcquired):
+    """A majority of masters did not answer (refused, reset, timed out) for `RetryPolicy.unreachable`
+    seconds: an outage, not a lock held elsewhere. `unreachable` names those masters."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        resource: str,
+        unreachable: Sequence[str],
+        reasons: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, resource=resource, reasons=reasons)
+        self.unreachable = tuple(unreachable)
 
 
 class LockLost(LockClientError):

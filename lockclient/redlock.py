@@ -41,10 +41,16 @@ from lockclient.config import (
     check_masters,
     check_ttl,
 )
-from lockclient.errors import ConfigurationError, ExtensionLimitReached, LockLost, LockNotAcquired
+from lockclient.errors import (
+    ConfigurationError,
+    ExtensionLimitReached,
+    LockLost,
+    LockNotAcquired,
+    QuorumUnavailable,
+)
 from lockclient.lease import EXPIRED, Lease, TokenT, lock_value
 from lockclient.protocols import Clock, TokenSource
-from lockclient.transport.fanout import Outcome
+from lockclient.transport.fanout import Outcome, current
 
 __all__ = ["Redlock"]
 
@@ -187,20 +193,37 @@ class Redlock(Generic[TokenT]):
         deadline = math.inf if timeout is None else self._clock() + timeout
         retry = self.settings.retry
         attempts = 0
+        outage_since: float | None = None  # when attempts began to find no quorum possible
         watch: Watch | None = None
         try:
             while True:
                 attempts += 1
                 # Step 10: a fresh token before every attempt, so whoever stalls holds the older one
                 drawn_at = self._clock()
-                token = await self._draw(resource)
+                token = await self._draw(resource, deadline)
                 value = lock_value(token)
                 if watch is not None:
                     watch.arm(value)
                 result = await self._attempt(resource, token, drawn_at, value, ttl, owner, on_lost)
                 if isinstance(result, Lease):
                     return result
-                left = deadline - self._clock()
+                now = self._clock()
+                left = deadline - now
+                if not result.tally.unreachable():
+                    outage_since = None
+                elif outage_since is None:
+                    outage_since = drawn_at
+                if outage_since is not None and (not blocking or now - outage_since >= retry.unreachable):
+                    raise QuorumUnavailable(
+                        f"could not lock {resource!r}: {len(result.failed)} of {result.tally.nodes} masters "
+                        f"did not answer for {now - outage_since:.1f} s ({', '.join(result.failed)}): an "
+                        f"outage, not contention; per-node reasons are in .reasons. Bring the masters back, "
+                        f"or wait longer for them with RetryPolicy(unreachable=SECONDS) "
+                        f"(now {retry.unreachable:g})",
+                        resource=resource,
+                        unreachable=result.failed,
+                        reasons=result.nodes,
+                    )
                 if not blocking or left <= 0 or attempts == retry.attempts:
                     raise LockNotAcquired(
                         f"could not lock {resource!r} after {attempts} attempt(s): {result.summary}; "
@@ -220,10 +243,23 @@ class Redlock(Generic[TokenT]):
             if watch is not None:
                 await self._notifier.unwatch(watch)
 
-    async def _draw(self, resource: str) -> TokenT:
+    async def _draw(self, resource: str, deadline: float) -> TokenT:
+        """The next token; within the acquire's deadline, which bounds the draw too."""
         if self._tokens is None:
             return cast(TokenT, None)
-        return cast(TokenT, await self._tokens.next_token(resource))
+        if deadline == math.inf:
+            return cast(TokenT, await self._tokens.next_token(resource))
+        try:
+            async with asyncio.timeout(max(0.0, deadline - self._clock())) as window:
+                return cast(TokenT, await self._tokens.next_token(resource))
+        except TimeoutError as exc:
+            if not window.expired():
+                raise  # the source's own timeout, not the acquire's
+            raise LockNotAcquired(
+                f"could not lock {resource!r}: the token source gave no token before the acquire's "
+                "timeout; check the token source, or raise timeout",
+                resource=resource,
+            ) from exc
 
     async def _attempt(
         self,
@@ -271,7 +307,12 @@ class Redlock(Generic[TokenT]):
             key, value, [m for m, o in zip(self._masters, outcomes, strict=True) if o is not False]
         )
         counts = tally(outcomes)
-        return Refusal(counts, dict(nodes), self.quorum, elapsed=elapsed, ttl=ttl, validity_left=left)
+        failed = tuple(
+            url for url, o in zip(self._urls, outcomes, strict=True) if isinstance(current(o), BaseException)
+        )
+        return Refusal(
+            counts, dict(nodes), self.quorum, elapsed=elapsed, ttl=ttl, validity_left=left, failed=failed
+        )
 
     async def _undo(
         self, key: str, value: str, masters: Sequence[Master], *, need: int | None = None
