@@ -114,7 +114,8 @@ class SoakReport:
             ("setup", f"{cfg.clients} clients with Redlock leases on {cfg.resources} resources, "
              f"{cfg.writers} unleased writers x {cfg.in_flight} in flight, "
              "2 gateways on one PostgreSQL, tokens from ZooKeeper, loopback"),
-            ("load held", f"{v.requests} requests in {load.elapsed:.1f} s = {v.rate:.1f} req/s; "
+            ("load held", f"{v.requests} requests ({len(load.history.calls)} leased) in {load.elapsed:.1f} s "
+             f"= {v.rate:.1f} req/s; "
              f"p50 {v.p50_ms:.1f} ms, p99 {v.p99_ms:.1f} ms"),
             ("rates", self.rates()),
             ("refusals", refusals),
@@ -154,7 +155,9 @@ async def soak(
         log.info("load: %d leased clients on %d resources, %d unleased writers, %g s, faults on the way",
                  config.clients, config.resources, config.writers, config.duration)  # fmt: skip
         load = await Soak(config, state_dir).run(cluster)
-    log.info("checking %d requests against the invariants", len(load.history.calls))
+    log.info(
+        "checking %d requests against the invariants", len(load.history.calls) + len(load.history.unleased)
+    )
     verdict = check(
         load.history,
         load.finals,
