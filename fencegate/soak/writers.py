@@ -70,9 +70,11 @@ class Writers:
             await asyncio.gather(*refresh, return_exceptions=True)
 
     async def _draw(self, writer: int) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
+        while True:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), TOKEN_EVERY)
+            if self._stop.is_set():
+                return
             try:
                 self._tokens[writer] = await self._source.next_token(self._resource(writer, 0))
             except (LockClientError, OSError, TimeoutError) as exc:
