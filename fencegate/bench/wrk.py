@@ -17,24 +17,30 @@ from pathlib import Path
 SCRIPT = r"""
 -- every request writes a key of its own (<prefix>t<tid>-<n>) under one of 1,024 resources
 -- with token 1: the fence check and the write both run, and no request can be refused
--- whatever order connections deliver in; the prefix keeps the keys of runs on one database apart
+-- whatever order connections deliver in; the prefix keeps the keys of runs on one database apart.
+-- Optional: a prefix for the resources too, and an API key (gateways started with --api-keys).
 local threads = 0
 function setup(thread)
   threads = threads + 1
   thread:set("tid", threads)
 end
-local prefix = ""
+local prefix, resources, auth = "", "", ""
 function init(args)
   prefix = args[1] or ""
+  resources = args[2] or ""
+  auth = args[3] or ""
 end
 local counter = 0
 local body = string.rep("x", 64)
 function request()
   counter = counter + 1
   local key = prefix .. "t" .. tid .. "-" .. counter
-  return wrk.format("PUT", "/v1/objects/" .. key,
-    {["Fencing-Token"] = "1", ["Fencing-Resource"] = "r" .. (counter % 1024),
-     ["Content-Type"] = "application/octet-stream"}, body)
+  local headers = {["Fencing-Token"] = "1", ["Fencing-Resource"] = resources .. "r" .. (counter % 1024),
+                   ["Content-Type"] = "application/octet-stream"}
+  if auth ~= "" then
+    headers["Authorization"] = "Bearer " .. auth
+  end
+  return wrk.format("PUT", "/v1/objects/" .. key, headers, body)
 end
 function done(summary, latency, requests)
   io.write(string.format("JSON p50=%f p99=%f non2xx=%d errors=%d\n",
@@ -58,13 +64,23 @@ def wrk_available() -> bool:
     return shutil.which("wrk") is not None
 
 
-def run_wrk(url: str, *, seconds: float, connections: int, workdir: Path, prefix: str = "") -> WrkResult:
-    """PUT through `url` for `seconds`; keys start with `prefix`, resources are shared."""
+def run_wrk(
+    url: str,
+    *,
+    seconds: float,
+    connections: int,
+    workdir: Path,
+    prefix: str = "",
+    resource_prefix: str = "",
+    api_key: str = "",
+) -> WrkResult:
+    """PUT through `url` for `seconds`; keys start with `prefix`, resources (shared unless
+    `resource_prefix` sets them apart) with `resource_prefix`; `api_key` is sent as a Bearer token."""
     script = workdir / "put.lua"
     script.write_text(SCRIPT)
     out = subprocess.run(
         ["wrk", "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", str(script),
-         url, "--", prefix],
+         url, "--", prefix, resource_prefix, api_key],
         capture_output=True, text=True, check=True, timeout=seconds + 60,
     ).stdout  # fmt: skip
     count = re.search(r"(\d+) requests in", out)

@@ -17,6 +17,15 @@ version. The checker turns that and DESIGN.md's invariants into counts:
 - invariant 4: no 2xx for a request that started and ended inside a storage outage;
 - acknowledged writes lost: an accepted PUT whose version is above the final
   one, or that the audit trail (written in the same transaction) lacks.
+
+Every PUT carries an `Idempotency-Key` and is retried with it (same token,
+same body) while its answer is a 503 or nothing. So, per write: the audit
+trail holds at most one accepted row for its (key, token), exactly one if it
+was acknowledged, and every 2xx its attempts got is the same answer.
+
+The unleased writers (writers.py) write each key once: an acknowledged key
+must hold the acknowledged bytes and version after the run, and a key whose
+write was refused must not exist.
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ class Call:
     end: float
     status: int | None
     version: int | None = None
+    idempotency_key: str = ""  # the same on every attempt of one write
+    answer: bytes = b""  # the body of a 2xx (a PUT's is compared across its retries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +64,23 @@ class Final:
 
 @dataclass
 class History:
-    calls: list[Call] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)  # the leased clients'
+    unleased: list[Call] = field(default_factory=list)  # the unleased writers' (fresh keys, see writers.py)
     marks: list[tuple[str, int]] = field(default_factory=list)  # (resource, mark) in poll order
     outages: list[tuple[float, float]] = field(default_factory=list)  # storage down, [start, end)
     lock_failures: int = 0
     pauses: int = 0  # holders that paused past their lease before writing
+
+
+@dataclass
+class Retries:
+    """How the writes' retries went; `applied_twice` and `answers_differ` must be empty."""
+
+    writes: int = 0  # writes that took more than one attempt
+    attempts: int = 0  # attempts after the first
+    unknown: int = 0  # writes still without a definite answer at their deadline
+    applied_twice: list[str] = field(default_factory=list)
+    answers_differ: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -66,6 +89,9 @@ class Verdict:
 
     requests: int
     rate: float
+    fault_rate: float  # answered requests per second from the first fault to the last one's end
+    unleased_acked: int
+    retries: Retries
     p50_ms: float
     p99_ms: float
     refusals: Counter[int]
@@ -79,13 +105,80 @@ def value_of(body: bytes) -> int:
     return int(body.split()[0])
 
 
+def accepted_writes(calls: list[Call]) -> list[Call]:
+    """One accepted call per write: a retried write's later 2xx repeat its first (checked in `retries`)."""
+    seen: set[str] = set()
+    accepted = []
+    for c in calls:
+        if c.method != "PUT" or c.status not in (200, 201) or c.idempotency_key in seen:
+            continue
+        if c.idempotency_key:
+            seen.add(c.idempotency_key)
+        accepted.append(c)
+    return accepted
+
+
+def retries(calls: list[Call], audited: Counter[tuple[str, int]]) -> Retries:
+    """Each write (its attempts share an Idempotency-Key) applied at most once, its 2xx answers all alike."""
+    writes: dict[str, list[Call]] = defaultdict(list)
+    for c in calls:
+        if c.method == "PUT" and c.idempotency_key:
+            writes[c.idempotency_key].append(c)
+    found = Retries()
+    for idem, attempts in writes.items():
+        first = attempts[0]
+        if len(attempts) > 1:
+            found.writes += 1
+            found.attempts += len(attempts) - 1
+        if all(a.status is None or a.status >= 500 for a in attempts):
+            found.unknown += 1
+        if audited[(first.key, first.token)] > 1:
+            found.applied_twice.append(
+                f"retries: {idem}: applied {audited[(first.key, first.token)]} times (accepted audit rows)"
+            )
+        answers = {(a.status, a.answer) for a in attempts if a.status in (200, 201)}
+        if len(answers) > 1:
+            found.answers_differ.append(f"retries: {idem}: its attempts got different 2xx answers: {answers}")
+    return found
+
+
+def check_unleased(
+    calls: list[Call], objects: dict[str, tuple[bytes, int]], audited: Counter[tuple[str, int]]
+) -> tuple[int, int, list[str]]:
+    """(acknowledged, lost, violations) of the unleased writers against `objects` (key: bytes, version)."""
+    acked = accepted_writes(calls)
+    lost, violations = 0, []
+    for c in acked:
+        stored = objects.get(c.key)
+        if stored is None or stored != (c.body, c.version) or audited[(c.key, c.token)] < 1:
+            lost += 1
+            violations.append(
+                f"lost: {c.key}: acknowledged version {c.version}, stored {stored and stored[1]}"
+            )
+    acked_keys = {c.key for c in acked}
+    refused = {
+        c.key for c in calls if c.status is not None and 400 <= c.status < 500 and c.key not in acked_keys
+    }
+    violations += [
+        f"invariant 2: {key}: its write was refused, yet the key exists" for key in refused & set(objects)
+    ]
+    return len(acked), lost, violations
+
+
 def check(
-    history: History, finals: dict[str, Final], audited: Counter[tuple[str, int]], elapsed: float
+    history: History,
+    finals: dict[str, Final],
+    audited: Counter[tuple[str, int]],
+    elapsed: float,
+    *,
+    objects: dict[str, tuple[bytes, int]],
+    fault_window: tuple[float, float] | None = None,
 ) -> Verdict:
-    """Check the history against the final state and the audit trail's accepted PUTs per (key, token)."""
+    """Check the history against the final state, the unleased writers' stored `objects` and the
+    audit trail's accepted PUTs per (key, token); `fault_window`: the faults' span, seconds into the run."""
     calls = history.calls
     violations: list[str] = []
-    accepted = [c for c in calls if c.method == "PUT" and c.status in (200, 201)]
+    accepted = accepted_writes(calls)
     unknown_bodies = {c.body for c in calls if c.method == "PUT" and (c.status is None or c.status >= 500)}
     refused_bodies = {
         c.body for c in calls if c.method == "PUT" and c.status is not None and 400 <= c.status < 500
@@ -110,7 +203,10 @@ def check(
                     f"invariant 2: {key}: value {value_of(c.body)} written as version {c.version}"
                 )
 
-    lost = 0
+    unleased_acked, lost, unleased_violations = check_unleased(history.unleased, objects, audited)
+    violations += unleased_violations
+    retried = retries(calls + history.unleased, audited)
+    violations += retried.applied_twice + retried.answers_differ
     acked: Counter[tuple[str, int]] = Counter((c.key, c.token) for c in accepted)
     for (key, token), count in acked.items():
         if audited[(key, token)] < count:
@@ -141,7 +237,8 @@ def check(
             violations.append(f"invariant 3: {resource}: mark went from {seen[resource]} to {mark}")
         seen[resource] = max(mark, seen.get(resource, 0))
 
-    for call in calls:
+    everything = calls + history.unleased
+    for call in everything:
         if call.status is not None and 200 <= call.status < 300:
             for start, end in history.outages:
                 if start <= call.start and call.end <= end:
@@ -149,19 +246,27 @@ def check(
                         f"invariant 4: {call.method} {call.key} answered {call.status} during an outage"
                     )
 
-    latencies = sorted((c.end - c.start) * 1000 for c in calls if c.status is not None)
+    latencies = sorted((c.end - c.start) * 1000 for c in everything if c.status is not None)
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else 0.0
     errors: Counter[str] = Counter(
         "no answer" if c.status is None else str(c.status)
-        for c in calls
+        for c in everything
         if c.status is None or c.status >= 500
     )
+    fault_rate = 0.0
+    if fault_window is not None and fault_window[1] > fault_window[0]:
+        start, end = fault_window
+        answered = sum(1 for c in everything if c.status is not None and start <= c.end < end)
+        fault_rate = answered / (end - start)
     return Verdict(
-        requests=len(calls),
-        rate=len(calls) / elapsed if elapsed else 0.0,
+        requests=len(everything),
+        rate=len(everything) / elapsed if elapsed else 0.0,
+        fault_rate=fault_rate,
+        unleased_acked=unleased_acked,
+        retries=retried,
         p50_ms=statistics.median(latencies) if latencies else 0.0,
         p99_ms=p99,
-        refusals=Counter(c.status for c in calls if c.status is not None and 400 <= c.status < 500),
+        refusals=Counter(c.status for c in everything if c.status is not None and 400 <= c.status < 500),
         errors=errors,
         lost=lost,
         violations=violations,

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import io
 import logging
+import os
 import random
 import socket
 import time
@@ -25,17 +26,20 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import aiohttp
 from sqlalchemy import func, select
 
+from fencegate.bench.wrk import run_wrk
 from fencegate.cli import main as fencegate
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from fencegate.lab.cluster.gateway import GatewayProcess
 from fencegate.soak.history import Call, Final, History
+from fencegate.soak.writers import Writers
 from lockclient import LockClientError, Redlock, RetryPolicy, ZooKeeperTokens
 from storage import open_engine
-from storage.models import AuditEntry
+from storage.models import AuditEntry, StoredObject
 from storage.verify import AuditReport, verify_audit
 
 log = logging.getLogger("soak")
@@ -44,8 +48,16 @@ SPEC = ClusterSpec(redis=5, zookeeper=True, postgres=True)
 PREFIX = "soak-"
 REQUEST_TIMEOUT = 10.0  # seconds a client waits for one answer
 LOCK_TIMEOUT = 5.0  # seconds a client tries to take a lease before counting a lock failure
+BENCH_CONNECTIONS = 32  # wrk connections of the burst, as in `fencegate bench`
+BENCH_WARMUP = 1.0  # seconds of wrk before the burst, not counted
 POLL_EVERY = 0.2  # seconds between mark polls
 PAUSE_TTLS = 1.5  # a paused holder sleeps this many TTLs between its read and its write
+RETRY_DEADLINE = 15.0  # seconds a write is retried before its outcome stays unknown: past every outage
+RETRY_FIRST, RETRY_MOST = 0.05, 0.5  # seconds between a write's attempts: first, then doubling up to most
+UNKNOWN = (None, 503)  # answers that leave a write's outcome open: retried
+STOP_DEADLINE = 5.0  # seconds SIGSTOPped processes have to show as stopped
+STOPPED = ("T", "t")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +69,9 @@ class SoakConfig:
     outage: float = 3.0  # seconds PostgreSQL stays stopped and the Redis master stays paused
     faults: bool = True
     pause_rate: float = 0.03  # share of leases whose holder pauses past the TTL before writing
+    writers: int = 4  # unleased writers (writers.py)
+    in_flight: int = 8  # concurrent requests of each unleased writer
+    bench_seconds: float = 3.0  # the unfaulted wrk burst that measures the gateways' rate; 0: none
     seed: int = 1
 
 
@@ -71,10 +86,50 @@ class Fault:
 class LoadResult:
     history: History
     finals: dict[str, Final]
+    objects: dict[str, tuple[bytes, int]]  # the unleased writers' keys after the run: bytes, version
     audited: Counter[tuple[str, int]]
     audit: AuditReport
+    bench_rate: float | None  # fenced PUT/s of the wrk burst before the load, None if not measured
+    bench_refused: int  # its non-2xx answers: must be 0
     faults: list[Fault] = field(default_factory=list)
     elapsed: float = 0.0
+
+    @property
+    def fault_window(self) -> tuple[float, float] | None:
+        """From the first fault's start to the last one's end, seconds into the run."""
+        return (self.faults[0].start, self.faults[-1].end) if self.faults else None
+
+
+def pause_postgres(cluster: LocalCluster) -> str:
+    """SIGSTOP the postmaster and every process under it, and wait until /proc shows each one stopped.
+
+    The backends run in sessions of their own (a signal to the postmaster's
+    group misses them); a paused backend holds its connection open without
+    answering, so PostgreSQL is unreachable while it runs.
+    """
+    cluster.pause("postgres-0")
+    pids = cluster.postgres_pids()
+    end = time.monotonic() + STOP_DEADLINE
+    while (running := [p for p in pids if _state(p) not in STOPPED]) and time.monotonic() < end:
+        time.sleep(0.01)
+    sessions = len({_session(p) for p in pids} - {None})
+    return f"{len(pids) - len(running)} of {len(pids)} processes stopped, in {sessions} sessions"
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (T: stopped); "" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
 
 def free_port() -> int:
@@ -103,8 +158,8 @@ class Soak:
         # them would never run.
         self._ops = ThreadPoolExecutor(max_workers=2, thread_name_prefix="soak-ops")
 
-    async def _blocking(self, call: Callable[[], object]) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._ops, call)
+    async def _blocking(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._ops, call)
 
     def now(self) -> float:
         return time.monotonic() - self._t0
@@ -139,9 +194,18 @@ class Soak:
         key: str,
         token: int,
         body: bytes = b"",
-    ) -> tuple[int | None, bytes, int | None]:
+        *,
+        resource: str | None = None,
+        idempotency_key: str = "",
+        into: list[Call] | None = None,
+    ) -> Call:
+        """One request to a gateway picked at random, recorded in `into` (the leased clients' calls)."""
         gateway = self._rng.randrange(len(self.urls))
         headers = {"Authorization": f"Bearer {self.secret}", "Fencing-Token": str(token)}
+        if resource is not None:
+            headers["Fencing-Resource"] = resource
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
         start = self.now()
         status: int | None = None
         data, version = b"", None
@@ -156,10 +220,46 @@ class Soak:
                         version = int((await resp.json())["version"])
         except (TimeoutError, aiohttp.ClientError):
             status = None
-        self.history.calls.append(
-            Call(client, gateway, method, key, token, body, start, self.now(), status, version)
-        )
-        return status, data, version
+        call = Call(
+            client, gateway, method, key, token, body, start, self.now(), status, version,
+            idempotency_key, data if status in (200, 201) else b"",
+        )  # fmt: skip
+        (self.history.calls if into is None else into).append(call)
+        return call
+
+    async def put(
+        self,
+        session: aiohttp.ClientSession,
+        client: int,
+        key: str,
+        token: int,
+        body: bytes,
+        *,
+        resource: str | None = None,
+        into: list[Call] | None = None,
+    ) -> Call:
+        """PUT until a definite answer (neither none nor 503) or RETRY_DEADLINE, every attempt with the
+        same Idempotency-Key, token and body, so a write whose answer was lost is applied once.
+
+        A write that took retries and was accepted is sent once more: its answer must be the same.
+        """
+        kw: dict[str, Any] = {
+            "resource": resource,
+            "idempotency_key": f"c{client}-{key}-{token}",
+            "into": into,
+        }
+        deadline = time.monotonic() + RETRY_DEADLINE
+        delay = RETRY_FIRST
+        call = await self._call(session, client, "PUT", key, token, body, **kw)
+        attempts = 1
+        while call.status in UNKNOWN and time.monotonic() + delay < deadline:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MOST)
+            call = await self._call(session, client, "PUT", key, token, body, **kw)
+            attempts += 1
+        if attempts > 1 and call.status in (200, 201):
+            await self._call(session, client, "PUT", key, token, body, **kw)
+        return call
 
     async def _client(self, client: int, locker: Redlock[int], session: aiohttp.ClientSession) -> None:
         rng = random.Random(self.config.seed * 1000 + client)
@@ -168,10 +268,10 @@ class Soak:
             resource = f"{PREFIX}r{rng.randrange(self.config.resources)}"
             try:
                 async with locker.lock(resource, ttl=self.config.ttl, timeout=LOCK_TIMEOUT) as lease:
-                    status, data, _ = await self._call(session, client, "GET", resource, lease.token)
-                    if status not in (200, 404):
+                    read = await self._call(session, client, "GET", resource, lease.token)
+                    if read.status not in (200, 404):
                         continue
-                    value = int(data.split()[0]) if status == 200 else 0
+                    value = int(read.answer.split()[0]) if read.status == 200 else 0
                     if rng.random() < self.config.pause_rate:
                         # A holder paused past its lease (a GC pause): a newer holder may write
                         # meanwhile, and then this write must be refused.
@@ -179,7 +279,7 @@ class Soak:
                         await asyncio.sleep(self.config.ttl * PAUSE_TTLS)
                     seq += 1
                     body = f"{value + 1} c{client} s{seq}".encode()
-                    await self._call(session, client, "PUT", resource, lease.token, body)
+                    await self.put(session, client, resource, lease.token, body)
             except LockClientError:
                 self.history.lock_failures += 1
                 await asyncio.sleep(0.05)
@@ -202,11 +302,13 @@ class Soak:
     # -- faults ---------------------------------------------------------------
 
     async def _fault(
-        self, what: str, begin: Callable[[], object], end: Callable[[], object], hold: float
+        self, what: str, begin: Callable[[], str | None], end: Callable[[], object], hold: float
     ) -> Fault:
+        """`begin` may return what it did in detail, added to `what`."""
         start = self.now()
         log.warning("soak %.1f s: %s", start, what)
-        await self._blocking(begin)
+        detail = await self._blocking(begin)
+        what = what if detail is None else f"{what} ({detail})"
         down = self.now()
         await asyncio.sleep(hold)
         up = self.now()
@@ -222,13 +324,11 @@ class Soak:
         cfg = self.config
         steps: list[tuple[float, Callable[[], Awaitable[Fault]]]] = [
             (
-                0.15,
-                lambda: self._fault(
-                    "kill -9 gateway-0, restart", self.gateways[0].kill9, self._restart_0, 1.0
-                ),
+                0.1,
+                lambda: self._fault("kill -9 gateway-0, restart", self._kill9_0, self._restart_0, 1.0),
             ),
             (
-                0.35,
+                0.27,
                 lambda: self._fault(
                     f"PostgreSQL stopped {cfg.outage:g} s",
                     lambda: cluster.stop("postgres-0"),
@@ -237,7 +337,16 @@ class Soak:
                 ),
             ),
             (
-                0.55,
+                0.44,
+                lambda: self._fault(
+                    f"PostgreSQL SIGSTOPped {cfg.outage:g} s",
+                    lambda: pause_postgres(cluster),
+                    lambda: cluster.resume("postgres-0"),
+                    cfg.outage,
+                ),
+            ),
+            (
+                0.61,
                 lambda: self._fault(
                     f"SIGSTOP redis-0 {cfg.outage:g} s",
                     lambda: cluster.pause("redis-0"),
@@ -246,7 +355,7 @@ class Soak:
                 ),
             ),
             (
-                0.75,
+                0.78,
                 lambda: self._fault(
                     "ZooKeeper restarted",
                     lambda: cluster.stop("zookeeper-0"),
@@ -261,42 +370,103 @@ class Soak:
                 await asyncio.sleep(delay)
             await step()
 
+    def _kill9_0(self) -> None:
+        self.gateways[0].kill9()
+
     def _restart_0(self) -> None:
         self.gateways[0].start()
 
     # -- the run --------------------------------------------------------------
 
+    async def _bench(self) -> tuple[float | None, int]:
+        """The two gateways' fenced PUT/s in an unfaulted wrk burst, and its non-2xx answers (none is
+        expected: fresh keys, token 1). One wrk per replica, half the connections each, as `fencegate
+        bench` drives two replicas; a first second, not counted, has each gateway learn the token
+        source's bound for the burst's 1,024 resources (one ZooKeeper read each), as a running one has."""
+        if self.config.bench_seconds <= 0:
+            return None, 0
+        rate, refused = 0.0, 0
+        for seconds, label in ((BENCH_WARMUP, "warm-up"), (self.config.bench_seconds, "burst")):
+            results = await asyncio.gather(
+                *(
+                    asyncio.to_thread(
+                        run_wrk,
+                        url,
+                        seconds=seconds,
+                        connections=BENCH_CONNECTIONS // len(self.urls),
+                        workdir=self._wrk_dir(i),
+                        prefix=f"{PREFIX}{label}{i}-",
+                        resource_prefix=f"{PREFIX}bench-",
+                        api_key=self.secret,
+                    )
+                    for i, url in enumerate(self.urls)
+                )
+            )
+            log.info("wrk %s: %s", label, results)
+            rate = sum(r.requests_per_s for r in results)
+            refused += sum(r.non_2xx for r in results)
+        return rate, refused
+
+    def _wrk_dir(self, replica: int) -> Path:
+        path = self.dir / f"wrk-{replica}"
+        path.mkdir(exist_ok=True)
+        return path
+
     async def run(self, cluster: LocalCluster) -> LoadResult:
         await self._blocking(lambda: self._start_gateways(cluster))
         assert cluster.zookeeper is not None
-        self._t0 = time.monotonic()
+        cfg = self.config
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
         retry = RetryPolicy(delay=0.01, jitter=0.05, poll=0.2)
         lockers = [
             Redlock(cluster.redis_urls, tokens=ZooKeeperTokens(cluster.zookeeper), retry=retry)
-            for _ in range(self.config.clients)
+            for _ in range(cfg.clients)
         ]
+        tokens = ZooKeeperTokens(cluster.zookeeper)
         try:
-            async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with aiohttp.ClientSession(
+                timeout=timeout, connector=aiohttp.TCPConnector(limit=0)
+            ) as session:
+
+                async def put_unleased(
+                    client: int, key: str, token: int, body: bytes, *, resource: str
+                ) -> Call:
+                    return await self.put(
+                        session, client, key, token, body, resource=resource, into=self.history.unleased
+                    )
+
+                writers = Writers(
+                    put=put_unleased, tokens=tokens, count=cfg.writers, in_flight=cfg.in_flight,
+                    prefix=PREFIX, stop=self._stop,
+                )  # fmt: skip
+                await writers.first_tokens()  # also a token the wrk burst's token 1 is below
+                bench_rate, bench_refused = await self._bench()
                 for locker in lockers:
                     await locker.connect()
+                self._t0 = time.monotonic()
                 workers = [asyncio.create_task(self._client(i, lk, session)) for i, lk in enumerate(lockers)]
                 workers.append(asyncio.create_task(self._poll_marks(session)))
-                if self.config.faults:
+                workers.append(asyncio.create_task(writers.run()))
+                if cfg.faults:
                     await self._faults(cluster)
-                await asyncio.sleep(max(0.0, self.config.duration - self.now()))
+                await asyncio.sleep(max(0.0, cfg.duration - self.now()))
                 self._stop.set()
-                await asyncio.wait_for(asyncio.gather(*workers), LOCK_TIMEOUT + REQUEST_TIMEOUT * 2)
+                await asyncio.wait_for(
+                    asyncio.gather(*workers), LOCK_TIMEOUT + RETRY_DEADLINE + REQUEST_TIMEOUT * 2
+                )
                 elapsed = self.now()
                 finals = await self._finals(session)
         finally:
+            await tokens.aclose()
             for locker in lockers:
                 await locker.aclose()
             for proc in self.gateways:
                 await self._blocking(proc.stop)
             self._ops.shutdown(wait=False)
-        audited, audit = await self._audit(cluster)
-        return LoadResult(self.history, finals, audited, audit, self.faults, elapsed)
+        audited, objects, audit = await self._audit(cluster)
+        return LoadResult(
+            self.history, finals, objects, audited, audit, bench_rate, bench_refused, self.faults, elapsed
+        )
 
     async def _finals(self, session: aiohttp.ClientSession) -> dict[str, Final]:
         headers = {"Authorization": f"Bearer {self.secret}"}
@@ -311,7 +481,10 @@ class Soak:
             finals[key] = Final(body, version, mark)
         return finals
 
-    async def _audit(self, cluster: LocalCluster) -> tuple[Counter[tuple[str, int]], AuditReport]:
+    async def _audit(
+        self, cluster: LocalCluster
+    ) -> tuple[Counter[tuple[str, int]], dict[str, tuple[bytes, int]], AuditReport]:
+        """Accepted PUTs per (key, token) in the audit trail, the unleased writers' objects, the check."""
         assert cluster.postgres_dsn is not None
         engine = open_engine(cluster.postgres_dsn)
         try:
@@ -327,6 +500,12 @@ class Soak:
                         for key, token, count in (await conn.execute(stmt)).all()
                     }
                 )
-            return audited, await verify_audit(engine)
+                rows = await conn.execute(
+                    select(StoredObject.key, StoredObject.data, StoredObject.version).where(
+                        StoredObject.key.startswith(f"{PREFIX}w", autoescape=True)
+                    )
+                )
+                objects = {str(key): (bytes(data), int(version)) for key, data, version in rows.all()}
+            return audited, objects, await verify_audit(engine)
         finally:
             await engine.dispose()

@@ -472,7 +472,12 @@ class LocalCluster:
                 os.kill(pid, sig)
 
     def pause(self, name: str) -> None:
-        """SIGSTOP the server and its children: it hangs, its sockets stay open (hung, not dead)."""
+        """SIGSTOP the server and its children: it hangs, its sockets stay open (hung, not dead).
+
+        Twice: the second pass lists the children of a server that can no longer fork, so it
+        reaches one forked (a PostgreSQL backend for a new connection) while the first ran.
+        """
+        self._signal(name, signal.SIGSTOP)
         self._signal(name, signal.SIGSTOP)
 
     def resume(self, name: str) -> None:

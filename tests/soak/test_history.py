@@ -1,0 +1,68 @@
+"""The soak's checker catches what it claims to: a write applied twice, retries answered differently,
+an acknowledged unleased write missing or changed, a refused one stored. Histories written by hand."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from fencegate.soak.history import Call, History, check, check_unleased, retries
+
+
+def put(key: str, token: int, status: int | None, *, version: int | None = None, answer: bytes = b"") -> Call:
+    body = f"w0 {key} t{token}".encode()
+    return Call(0, 0, "PUT", key, token, body, 0.0, 0.1, status, version, f"c0-{key}-{token}", answer)
+
+
+def test_a_write_retried_and_applied_once_passes() -> None:
+    calls = [put("k1", 5, None), put("k1", 5, 503), put("k1", 5, 201, version=1, answer=b"a")]
+    calls.append(put("k1", 5, 201, version=1, answer=b"a"))  # the confirming replay
+    found = retries(calls, Counter({("k1", 5): 1}))
+    assert (found.writes, found.attempts, found.unknown) == (1, 3, 0)
+    assert found.applied_twice == []
+    assert found.answers_differ == []
+
+
+def test_a_write_applied_twice_is_caught() -> None:
+    found = retries([put("k1", 5, None), put("k1", 5, 201, version=2)], Counter({("k1", 5): 2}))
+    assert len(found.applied_twice) == 1
+
+
+def test_retries_answered_differently_are_caught() -> None:
+    calls = [put("k1", 5, None), put("k1", 5, 201, version=1, answer=b"a"), put("k1", 5, 200, answer=b"b")]
+    assert len(retries(calls, Counter({("k1", 5): 1})).answers_differ) == 1
+
+
+def test_a_write_without_any_definite_answer_is_unknown() -> None:
+    assert retries([put("k1", 5, None), put("k1", 5, 503)], Counter()).unknown == 1
+
+
+def test_an_acknowledged_unleased_write_missing_or_changed_is_lost() -> None:
+    ok, missing, changed = (
+        put("a", 1, 201, version=1),
+        put("b", 1, 201, version=1),
+        put("c", 1, 201, version=1),
+    )
+    objects = {"a": (ok.body, 1), "c": (b"other bytes", 1)}
+    audited = Counter({("a", 1): 1, ("b", 1): 1, ("c", 1): 1})
+    acked, lost, violations = check_unleased([ok, missing, changed], objects, audited)
+    assert (acked, lost) == (3, 2)
+    assert [v.split(":")[1].strip() for v in violations] == ["b", "c"]
+
+
+def test_an_acknowledged_unleased_write_the_audit_trail_lacks_is_lost() -> None:
+    ok = put("a", 1, 201, version=1)
+    assert check_unleased([ok], {"a": (ok.body, 1)}, Counter())[1] == 1
+
+
+def test_a_refused_unleased_write_that_was_stored_is_a_violation() -> None:
+    refused = put("a", 1, 409)
+    _, lost, violations = check_unleased([refused], {"a": (refused.body, 1)}, Counter())
+    assert lost == 0
+    assert violations == ["invariant 2: a: its write was refused, yet the key exists"]
+
+
+def test_check_fails_a_run_whose_retried_write_was_applied_twice() -> None:
+    history = History(unleased=[put("a", 1, None), put("a", 1, 201, version=1, answer=b"x")])
+    verdict = check(history, {}, Counter({("a", 1): 2}), 1.0, objects={"a": (history.unleased[0].body, 1)})
+    assert verdict.lost == 0
+    assert any("applied 2 times" in v for v in verdict.violations)
