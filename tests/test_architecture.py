@@ -22,7 +22,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "fencegate.lab.cluster": PRODUCT,
     "fencegate.lab": PRODUCT | {"fencegate.lab.cluster", "fencegate.cli", "fencegate.tables"},
     "fencegate.bench": PRODUCT | {"fencegate.lab.cluster", "fencegate.cli", "fencegate.tables"},
-    "fencegate.soak": PRODUCT | {"fencegate.lab.cluster", "fencegate.cli", "fencegate.tables"},
+    "fencegate.soak": PRODUCT
+    | {"fencegate.lab.cluster", "fencegate.bench", "fencegate.cli", "fencegate.tables"},
     "fencegate.model": frozenset({"fencegate.lab", "fencegate.cli", "fencegate.tables"}),
 }
 
