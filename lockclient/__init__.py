@@ -27,6 +27,7 @@ from lockclient.errors import (
 )
 from lockclient.http import FetchedObject, GatewayClient, ObjectInfo
 from lockclient.lease import Lease, token_of
+from lockclient.observe import Observer
 from lockclient.protocols import Clock, Fenced, TokenSource
 from lockclient.redlock import Redlock
 from lockclient.tokens import SOURCES, open_token_source
@@ -50,6 +51,7 @@ __all__ = [
     "LockNotAcquired",
     "MissingExtra",
     "ObjectInfo",
+    "Observer",
     "PostgresTokens",
     "QuorumUnavailable",
     "RedisIncrTokens",

@@ -3,7 +3,7 @@
 LockClientError
  ├── ConfigurationError (ValueError)   bad arguments; the message says the fix
  ├── LockNotAcquired (TimeoutError)    no quorum in time; per-node reasons attached
- │    └── QuorumUnavailable            a majority of masters did not answer: an outage, not contention
+ │    └── QuorumUnavailable            a majority of masters did not answer (down, refused, timed out)
  ├── LockLost                          the lease expired or was taken away
  ├── ExtensionLimitReached             a lease was extended as often as allowed
  ├── TokenSourceError                  the token source failed or is unreachable
@@ -36,8 +36,8 @@ class LockNotAcquired(LockClientError, TimeoutError):
 
 
 class QuorumUnavailable(LockNotAcquired):
-    """A majority of masters did not answer (refused, reset, timed out) for `RetryPolicy.unreachable`
-    seconds: an outage, not a lock held elsewhere. `unreachable` names those masters."""
+    """A majority of masters did not answer (refused, reset, timed out, or an error reply):
+    an outage, not contention. `unreachable` lists those masters."""
 
     def __init__(
         self,
