@@ -2,9 +2,10 @@
 
 Every fenced call takes `lease=` (anything with `token` and `resource`, a
 `lockclient.protocols.Fenced`) and sends them as `Fencing-Token` and
-`Fencing-Resource`. A 409 is raised as `StaleToken` carrying the mark that
-refused it: the caller's lease is no longer the newest and must not write
-again. Any other failure is a `GatewayError` with the status and the
+`Fencing-Resource`. A lease that can tell it is lost (a `Lease`) is checked
+first: a lost one raises `LockLost` and nothing is sent. A 409 is raised as
+`StaleToken` carrying the mark that refused it: the caller's lease is no
+longer the newest and must not write again. Any other failure is a `GatewayError` with the status and the
 gateway's error code; a 5xx or a lost connection means the outcome is
 unknown, never that the write happened.
 """
@@ -108,6 +109,9 @@ class GatewayClient:
         if lease is not None:
             if token is not None or resource is not None:
                 raise ConfigurationError("pass either lease= or token=/resource=, not both")
+            check = getattr(lease, "check", None)
+            if callable(check):
+                check()  # a lease that knows it is lost (a `Lease`) raises `LockLost`: nothing is sent
             token, resource = lease.token, lease.resource
         if token is None:
             if required:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
-from lockclient import Lease, LockLost, Redlock
+from lockclient import GatewayClient, Lease, LockLost, Redlock, SQLiteTokens
 from tests.lockclient._recorder import Recorder
 from tests.waiting import eventually
 
@@ -69,12 +70,13 @@ async def test_two_restarted_masters_do_not_cost_the_lease(cluster_factory: Fact
 
 
 async def test_a_majority_lost_past_the_validity_is_reported_once_the_validity_is_over(
-    cluster_factory: Factory,
+    cluster_factory: Factory, tmp_path: Path
 ) -> None:
     cluster = await start(cluster_factory)
     recorder = Recorder()
     lost_at: list[float] = []
-    async with Redlock(cluster.redis_urls, node_timeout=0.2, observer=recorder) as locker:
+    tokens = SQLiteTokens(tmp_path / "tokens.db")
+    async with Redlock(cluster.redis_urls, tokens=tokens, node_timeout=0.2, observer=recorder) as locker:
         lease = await locker.acquire(
             "gone", ttl=3.0, auto_extend=True, on_lost=lambda _: lost_at.append(locker.clock())
         )
@@ -89,3 +91,7 @@ async def test_a_majority_lost_past_the_validity_is_reported_once_the_validity_i
         with pytest.raises(LockLost):
             lease.check()
         assert len(recorder.named("lost")) == 1
+        # nothing listens on port 1: a request that was sent would fail as a GatewayError instead
+        async with GatewayClient("http://127.0.0.1:1", timeout=5.0) as gateway:
+            with pytest.raises(LockLost):
+                await gateway.put("gone/object", b"late", lease=lease)
