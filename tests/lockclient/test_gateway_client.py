@@ -1,0 +1,63 @@
+"""`GatewayClient` names the lease's resource on every request; a bare token binds the key to itself.
+
+Against a served gateway (SQLite storage) and real Redis masters.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fencegate.lab.cluster import LocalCluster
+from gateway import Settings, create_app
+from lockclient import GatewayClient, GatewayError, Redlock, SQLiteTokens
+
+
+async def _gateway(aiohttp_client: Any, tmp_path: Path) -> GatewayClient:
+    client = await aiohttp_client(create_app(Settings(data_dir=tmp_path / "gw")))
+    return GatewayClient(str(client.server.make_url("")))
+
+
+async def test_every_request_with_a_lease_names_its_resource(
+    redis_cluster: LocalCluster, aiohttp_client: Any, tmp_path: Path
+) -> None:
+    resource = f"gc-{uuid.uuid4().hex[:10]}"
+    key = f"{resource}/42"  # a key under the lock, not the lock's own name
+    async with (
+        await _gateway(aiohttp_client, tmp_path) as gateway,
+        Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
+        locker.lock(resource, ttl=10.0) as lease,
+    ):
+        written = await gateway.put(key, b"one", lease=lease)
+        assert (written.resource, written.token) == (resource, lease.token)
+        assert (await gateway.get(key, lease=lease)).data == b"one"  # a fenced read of the same resource
+        await gateway.delete(key, lease=lease)
+        again = await gateway.put(key, b"two", lease=lease)  # a recreate stays under the lease's resource
+        assert again.resource == resource
+        assert await gateway.fence(resource) == lease.token
+        # the same token without the resource names the key itself: the key is not that resource's
+        with pytest.raises(GatewayError) as refused:
+            await gateway.put(key, b"bare", token=lease.token)
+        assert (refused.value.status, refused.value.code) == (409, "resource_mismatch")
+        assert (await gateway.get(key)).data == b"two"  # the refused write changed nothing
+
+
+async def test_a_bare_token_binds_the_key_to_a_resource_of_its_own_name(
+    redis_cluster: LocalCluster, aiohttp_client: Any, tmp_path: Path
+) -> None:
+    resource = f"gc-{uuid.uuid4().hex[:10]}"
+    key = f"{resource}/7"
+    async with (
+        await _gateway(aiohttp_client, tmp_path) as gateway,
+        Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
+        locker.lock(resource, ttl=10.0) as lease,
+    ):
+        bare = await gateway.put(key, b"bare", token=lease.token)
+        assert bare.resource == key
+        with pytest.raises(GatewayError) as refused:  # for good: the lease's resource cannot take it over
+            await gateway.put(key, b"leased", lease=lease)
+        assert (refused.value.status, refused.value.code) == (409, "resource_mismatch")
+        assert (await gateway.get(key)).data == b"bare"
