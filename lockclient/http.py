@@ -13,6 +13,8 @@ unknown, never that the write happened.
 from __future__ import annotations
 
 import json
+import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -21,10 +23,12 @@ from urllib.parse import quote
 
 import aiohttp
 
+from lockclient._tls import client_context, explain
 from lockclient.errors import ConfigurationError, GatewayError, StaleToken
 from lockclient.protocols import Fenced
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
+TLSPath = str | os.PathLike[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +73,16 @@ def _info(body: Mapping[str, Any], *, etag: str | None = None, created: bool = F
 
 
 class GatewayClient:
-    """Talks to one gateway; `async with` it, or call `aclose()`."""
+    """Talks to one gateway; `async with` it, or call `aclose()`.
+
+    Over `https://`, the gateway's certificate is verified against
+    `ssl_ca_certs` (a PEM file; the system's store when not given) and must
+    name the URL's host; `ssl_certfile` and `ssl_keyfile` are the client
+    certificate a gateway run with `--tls-client-ca` asks for. The names are
+    redis-py's, as for the Redis masters. A handshake that fails raises
+    `GatewayError` with code `"tls"` and the reason; it is never retried in
+    plaintext.
+    """
 
     def __init__(
         self,
@@ -78,11 +91,15 @@ class GatewayClient:
         api_key: str | None = None,
         session: aiohttp.ClientSession | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        ssl_ca_certs: TLSPath | None = None,
+        ssl_certfile: TLSPath | None = None,
+        ssl_keyfile: TLSPath | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigurationError(
                 f"base_url {base_url!r} must be an http(s) URL, e.g. http://127.0.0.1:8080"
             )
+        self._tls = _tls_context(base_url, session, ssl_ca_certs, ssl_certfile, ssl_keyfile)
         self._base = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session = session
@@ -126,7 +143,8 @@ class GatewayClient:
         self, method: str, path: str, *, headers: Mapping[str, str] | None = None, **kwargs: Any
     ) -> tuple[int, Mapping[str, str], bytes]:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            connector = aiohttp.TCPConnector(ssl=self._tls) if self._tls is not None else None
+            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         try:
             async with self._session.request(
                 method, self._base + path, headers={**self._headers, **(headers or {})}, **kwargs
@@ -140,6 +158,14 @@ class GatewayClient:
                 code="timeout",
             ) from exc
         except aiohttp.ClientError as exc:
+            why = _tls_failure(exc)
+            if why is not None:
+                raise GatewayError(
+                    f"{method} {path}: cannot connect to the gateway at {self._base}: TLS: {why}; "
+                    "nothing was sent",
+                    status=None,
+                    code="tls",
+                ) from exc
             raise GatewayError(
                 f"{method} {path}: cannot reach the gateway at {self._base} ({exc}); the outcome is unknown",
                 status=None,
@@ -226,3 +252,34 @@ class GatewayClient:
         """The resource's current high-water mark (0 if no token was ever accepted)."""
         _, _, body = await self._request("GET", "/v1/fences/" + quote(resource, safe="/"))
         return int(json.loads(body)["highest"])
+
+
+def _tls_context(
+    base_url: str,
+    session: aiohttp.ClientSession | None,
+    ca: TLSPath | None,
+    cert: TLSPath | None,
+    key: TLSPath | None,
+) -> ssl.SSLContext | None:
+    """The client context for the `ssl_*` settings; None when none is given (aiohttp's default then)."""
+    if ca is None and cert is None and key is None:
+        return None
+    if not base_url.startswith("https://"):
+        raise ConfigurationError(f"ssl_* settings need an https:// base_url, got {base_url!r}: use https://")
+    if session is not None:
+        raise ConfigurationError("give either session= or the ssl_* settings: a session brings its own TLS")
+    if key is not None and cert is None:
+        raise ConfigurationError("ssl_keyfile belongs to a client certificate: give ssl_certfile too")
+    return client_context(
+        ca=None if ca is None else os.fspath(ca),
+        cert=None if cert is None else os.fspath(cert),
+        key=None if key is None else os.fspath(key),
+    )
+
+
+def _tls_failure(exc: aiohttp.ClientError) -> str | None:
+    """Why a TLS handshake with the gateway failed, in words; None when `exc` is no TLS failure."""
+    for cause in (getattr(exc, "certificate_error", None), getattr(exc, "os_error", None), exc.__cause__):
+        if isinstance(cause, BaseException) and (why := explain(cause)) is not None:
+            return why
+    return None
