@@ -5,9 +5,11 @@ Every fenced call takes `lease=` (anything with `token` and `resource`, a
 `Fencing-Resource`. A lease that can tell it is lost (a `Lease`) is checked
 first: a lost one raises `LockLost` and nothing is sent. A 409 is raised as
 `StaleToken` carrying the mark that refused it: the caller's lease is no
-longer the newest and must not write again. Any other failure is a `GatewayError` with the status and the
-gateway's error code; a 5xx or a lost connection means the outcome is
-unknown, never that the write happened.
+longer the newest and must not write again. Every other error code of the API has its own `GatewayError`
+subclass (`NotFound` for a missing object, `ResourceMismatch`,
+`TokenFromTheFuture`, `BadRequest`, ...; `lockclient.errors`); a 5xx or a
+lost connection is a plain `GatewayError` and means the outcome is unknown,
+never that the write happened.
 """
 
 from __future__ import annotations
@@ -24,11 +26,34 @@ from urllib.parse import quote
 import aiohttp
 
 from lockclient._tls import client_context, explain
-from lockclient.errors import ConfigurationError, GatewayError, StaleToken
+from lockclient.errors import (
+    BadRequest,
+    ConfigurationError,
+    Forbidden,
+    GatewayError,
+    IdempotencyKeyReused,
+    NotFound,
+    ResourceMismatch,
+    StaleToken,
+    TokenFromTheFuture,
+    Unauthorized,
+)
 from lockclient.protocols import Fenced
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
 TLSPath = str | os.PathLike[str]
+# each error of the API (docs/gateway.md) as its exception; the 5xx stay plain GatewayError
+BY_STATUS: dict[int, type[GatewayError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    405: BadRequest,
+    413: BadRequest,
+    428: BadRequest,
+    501: BadRequest,
+}
+BY_CODE: dict[str | None, type[GatewayError]] = {"idempotency_key_reused": IdempotencyKeyReused}
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +217,20 @@ class GatewayClient:
                 token=document["token"],
                 highest=document["highest"],
             )
-        return GatewayError(f"{method} {path}: {status} {code}: {detail}", status=status, code=code)
+        message = f"{method} {path}: {status} {code}: {detail}"
+        if status == 409 and code == "resource_mismatch":
+            return ResourceMismatch(
+                message,
+                key=document["key"],
+                resource=document["resource"],
+                object_resource=document["object_resource"],
+            )
+        if status == 422 and code == "token_from_the_future":
+            return TokenFromTheFuture(
+                message, resource=document["resource"], token=document["token"], bound=document["bound"]
+            )
+        kind = BY_CODE.get(code) or BY_STATUS.get(status, GatewayError)
+        return kind(message, status=status, code=code)
 
     @staticmethod
     def _object_path(key: str) -> str:
