@@ -244,9 +244,14 @@ class GatewayClient:
         lease: Fenced | None = None,
         token: int | None = None,
         resource: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ObjectInfo:
-        """Store `data` under `key`, fenced by the lease's token."""
-        headers = self._fencing(key, lease, token, resource, required=True)
+        """Store `data` under `key`, fenced by the lease's token.
+
+        With `idempotency_key`, a retry of a write whose outcome was unknown
+        (a 5xx, a timeout) answers the first outcome instead of writing twice.
+        """
+        headers = self._fencing(key, lease, token, resource, required=True) | _idempotent(idempotency_key)
         status, resp_headers, body = await self._request(
             "PUT", self._object_path(key), headers=headers, data=data
         )
@@ -267,10 +272,16 @@ class GatewayClient:
         )
 
     async def delete(
-        self, key: str, *, lease: Fenced | None = None, token: int | None = None, resource: str | None = None
+        self,
+        key: str,
+        *,
+        lease: Fenced | None = None,
+        token: int | None = None,
+        resource: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ObjectInfo:
-        """Delete `key`, fenced by the lease's token."""
-        headers = self._fencing(key, lease, token, resource, required=True)
+        """Delete `key`, fenced by the lease's token; `idempotency_key` as for `put`."""
+        headers = self._fencing(key, lease, token, resource, required=True) | _idempotent(idempotency_key)
         _, resp_headers, body = await self._request("DELETE", self._object_path(key), headers=headers)
         return _info(json.loads(body), etag=resp_headers.get("ETag"))
 
@@ -290,6 +301,10 @@ class GatewayClient:
         """The resource's current high-water mark (0 if no token was ever accepted)."""
         _, _, body = await self._request("GET", "/v1/fences/" + quote(resource, safe="/"))
         return int(json.loads(body)["highest"])
+
+
+def _idempotent(key: str | None) -> dict[str, str]:
+    return {} if key is None else {"Idempotency-Key": key}
 
 
 def _tls_context(

@@ -16,6 +16,7 @@ from gateway import Settings, create_app
 from lockclient import (
     BadRequest,
     GatewayClient,
+    IdempotencyKeyReused,
     NotFound,
     Redlock,
     ResourceMismatch,
@@ -103,3 +104,22 @@ async def test_each_error_code_is_its_own_exception(
         assert (malformed.value.status, malformed.value.code) == (400, "bad_request")
         with pytest.raises(NotFound):
             await gateway.get(f"{resource}/a")  # neither refused write changed anything
+
+
+async def test_a_retried_write_with_its_idempotency_key_is_applied_once(
+    redis_cluster: LocalCluster, aiohttp_client: Any, tmp_path: Path
+) -> None:
+    resource = f"gc-{uuid.uuid4().hex[:10]}"
+    key = f"{resource}/1"
+    once = uuid.uuid4().hex
+    async with (
+        await _gateway(aiohttp_client, tmp_path) as gateway,
+        Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
+        locker.lock(resource, ttl=10.0) as lease,
+    ):
+        first = await gateway.put(key, b"once", lease=lease, idempotency_key=once)
+        again = await gateway.put(key, b"once", lease=lease, idempotency_key=once)  # the retry
+        assert again.version == first.version  # answered from the first write, not written again
+        with pytest.raises(IdempotencyKeyReused):  # the same key for another request is refused
+            await gateway.put(key, b"other", lease=lease, idempotency_key=once)
+        assert (await gateway.get(key)).data == b"once"
