@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect as pyinspect
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from types import TracebackType
-from typing import Generic, cast, overload
+from typing import Generic, ParamSpec, TypeVar, cast, overload
 
 from lockclient import _nodes
 from lockclient._nodes import Master, release_channel
@@ -71,6 +73,8 @@ from lockclient.transport.fanout import Outcome
 __all__ = ["Redlock"]
 
 OnLost = Callable[[Lease[TokenT]], object]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 CONNECT_TIMEOUT = 1.0  # for connect(): a handshake on a loaded machine may take far longer than a command
 
@@ -495,6 +499,40 @@ class Redlock(Generic[TokenT]):
                 resource=lease.resource,
                 token=lease.token,
             )
+
+    def locked(
+        self,
+        resource: str,
+        *,
+        ttl: float | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        auto_extend: bool = False,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+        """Decorate a coroutine function so every call runs under a lease on `resource`.
+
+        Each call is `async with self.lock(resource, ...)` around the function:
+        the same waiting, errors and release. The function does not see the
+        lease; for fenced writes, use `lock()` and pass the lease to the store.
+        """
+
+        def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+            if not pyinspect.iscoroutinefunction(function):
+                raise ConfigurationError(
+                    f"{getattr(function, '__qualname__', function)!r} is not a coroutine function: "
+                    "decorate `async def` functions, or use lockclient.sync.Redlock.locked for plain ones"
+                )
+
+            @functools.wraps(function)
+            async def under_lease(*args: P.args, **kwargs: P.kwargs) -> R:
+                async with self.lock(
+                    resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend
+                ):
+                    return await function(*args, **kwargs)
+
+            return under_lease
+
+        return decorate
 
     # -- lifetime ------------------------------------------------------------------------
 
