@@ -13,20 +13,28 @@ from typing import TYPE_CHECKING
 
 from lockclient.config import DEFAULT_RETRY, RedlockSettings, RetryPolicy, TLSSettings
 from lockclient.errors import (
+    BadRequest,
     ConfigurationError,
     ExtensionLimitReached,
+    Forbidden,
     GatewayError,
+    IdempotencyKeyReused,
     LockClientError,
     LockLost,
     LockNotAcquired,
     MissingExtra,
+    NotFound,
     QuorumUnavailable,
+    ResourceMismatch,
     StaleToken,
     TLSError,
+    TokenFromTheFuture,
     TokenSourceError,
+    Unauthorized,
 )
 from lockclient.http import FetchedObject, GatewayClient, ObjectInfo
 from lockclient.lease import Lease, token_of
+from lockclient.observe import Observer
 from lockclient.protocols import Clock, Fenced, TokenSource
 from lockclient.redlock import Redlock
 from lockclient.tokens import SOURCES, open_token_source
@@ -36,32 +44,40 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_RETRY",
+    "BadRequest",
     "Clock",
     "ConfigurationError",
     "EtcdTokens",
     "ExtensionLimitReached",
     "Fenced",
     "FetchedObject",
+    "Forbidden",
     "GatewayClient",
     "GatewayError",
+    "IdempotencyKeyReused",
     "Lease",
     "LockClientError",
     "LockLost",
     "LockNotAcquired",
     "MissingExtra",
+    "NotFound",
     "ObjectInfo",
+    "Observer",
     "PostgresTokens",
     "QuorumUnavailable",
     "RedisIncrTokens",
     "Redlock",
     "RedlockSettings",
+    "ResourceMismatch",
     "RetryPolicy",
     "SQLiteTokens",
     "StaleToken",
     "TLSError",
     "TLSSettings",
+    "TokenFromTheFuture",
     "TokenSource",
     "TokenSourceError",
+    "Unauthorized",
     "ZooKeeperTokens",
     "open_token_source",
     "token_of",

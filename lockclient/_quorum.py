@@ -26,7 +26,9 @@ __all__ = [
     "NodeAnswers",
     "Refusal",
     "Tally",
+    "display_url",
     "drift",
+    "failed_masters",
     "fan_out",
     "quorum",
     "reason",
@@ -89,13 +91,18 @@ class Tally:
     def has_quorum(self) -> bool:
         return self.granted >= quorum(self.nodes)
 
-    def unreachable(self) -> bool:
-        """So many masters failed (refused, reset, timed out) that no quorum was possible: an outage."""
-        return self.failed > self.nodes - quorum(self.nodes)
-
     def held_elsewhere(self) -> bool:
         """A majority refused: another owner holds the lock, retrying before it goes is useless."""
         return self.refused >= quorum(self.nodes)
+
+    def unreachable(self) -> bool:
+        """So many masters failed (no answer, refused connection, reset, error reply) that no quorum
+        could have answered: an outage, not contention."""
+        return self.failed > self.nodes - quorum(self.nodes)
+
+    def disproves(self) -> bool:
+        """So many masters answered "not yours" that no quorum can hold the value: proof of loss."""
+        return self.refused > self.nodes - quorum(self.nodes)
 
     def grants(self, validity_left: float) -> bool:
         """Redlock step 3: a quorum answered yes and time is left to use the lease."""
@@ -103,7 +110,8 @@ class Tally:
 
 
 class Refusal:
-    """Why one attempt was not granted: the tally, each master's answer, and a sentence."""
+    """Why one attempt was not granted: the tally, each master's answer, the masters that failed, and
+    a sentence."""
 
     __slots__ = ("failed", "nodes", "summary", "tally")
 
@@ -113,14 +121,14 @@ class Refusal:
         nodes: dict[str, str],
         quorum: int,
         *,
+        failed: tuple[str, ...],
         elapsed: float,
         ttl: float,
         validity_left: float,
-        failed: tuple[str, ...] = (),
     ) -> None:
         self.tally = tally
         self.nodes = nodes
-        self.failed = failed  # the masters that failed (their URLs), in the masters' order
+        self.failed = failed
         if tally.has_quorum():
             self.summary = (
                 f"a quorum answered but the attempt took {elapsed * 1000:.1f} ms of a {ttl}s TTL "
@@ -169,6 +177,28 @@ class NodeAnswers(Mapping[str, str]):
 
     def __len__(self) -> int:
         return len(self._urls)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def failed_masters(urls: Sequence[str], outcomes: Sequence[Outcome[object]]) -> tuple[str, ...]:
+    """The masters whose outcome is an error (no answer in time, a lost connection, an error reply), as
+    known now: one still pending counts once its answer has landed."""
+    return tuple(
+        url
+        for url, outcome in zip(urls, outcomes, strict=True)
+        if isinstance(current(outcome), BaseException)
+    )
+
+
+def display_url(url: str) -> str:
+    """A master's URL without its credentials, for messages, logs and metric labels."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
 
 
 def _expire(tasks: list[asyncio.Task[T]]) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_NODE_TIMEOUT",
     "DEFAULT_RETRY",
     "DEFAULT_TTL",
+    "DEFAULT_UNREACHABLE",
     "DEFAULT_WATCHDOG_FRACTION",
     "CertReqs",
     "RedlockSettings",
@@ -45,6 +46,9 @@ DEFAULT_MAX_EXTENSIONS = 10
 # leaving two more chances before the key expires.
 DEFAULT_WATCHDOG_FRACTION = 1 / 3
 DEFAULT_KEY_PREFIX = "fencegate:lock:"
+# An unreachable majority is an outage, not contention: a blocking acquire gives up after this many
+# seconds of it (Redisson's defaults, 3 attempts 1.5 s apart, give up after about 4.5 s).
+DEFAULT_UNREACHABLE = 5.0
 
 
 def check_ttl(ttl: float, node_timeout: float) -> None:
@@ -70,31 +74,28 @@ def require_positive(name: str, value: float, fix: str) -> None:
         raise ConfigurationError(f"{name} must be a finite number > 0, got {value!r}: {fix}")
 
 
-# seconds a blocking acquire keeps trying while no quorum of masters answers: long enough for a
-# master's restart or a failover, short enough that an outage surfaces as an error
-DEFAULT_UNREACHABLE = 5.0
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RetryPolicy:
-    """How a blocking acquire waits between attempts (Redlock steps 4 and 9).
+    """How a blocking acquire waits between attempts (Redlock steps 4 and 9), and when it gives up.
 
     attempts: attempts per acquire, None for as many as the timeout allows.
     delay, jitter: after a split vote (nobody has a quorum) wait a random
         `delay + uniform(0, jitter)` seconds, so contenders desynchronise.
+        After a failed renewal, or while the masters are unreachable, the
+        pause doubles from `delay` each time, up to `max_delay` (plus jitter).
     poll: when another owner holds the lock, wait for its release message,
         but at most this long (the fallback if the message is lost or the
         holder died and its key expires instead).
-    unreachable: while so many masters fail (refused, reset, timed out) that
-        no quorum is possible, keep trying this many seconds, then raise
-        `QuorumUnavailable`: an outage is not contention, and waiting for it
-        like for a release would hang a caller without a timeout forever.
-        0 gives up at the first such attempt.
+    unreachable: how long a blocking acquire keeps trying while a majority of
+        masters does not answer (down, refused, reset, timed out) before it
+        raises `QuorumUnavailable`: an outage is not contention, and waiting
+        on it until `timeout` (or forever) would hide it. 0 gives up at once.
     """
 
     attempts: int | None = None
     delay: float = 0.05
     jitter: float = 0.15
+    max_delay: float = 1.0
     poll: float = 1.0
     unreachable: float = DEFAULT_UNREACHABLE
 
@@ -104,21 +105,17 @@ class RetryPolicy:
                 f"RetryPolicy.attempts must be an int >= 1 or None, got {self.attempts!r}: "
                 "use 1 to try once, None to retry until the timeout"
             )
-        for name in ("delay", "jitter"):
+        for name in ("delay", "jitter", "max_delay", "unreachable"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigurationError(f"RetryPolicy.{name} must be a finite number >= 0, got {value!r}")
         require_positive(
             "RetryPolicy.poll", self.poll, "give the longest wait without a release message, e.g. 1.0"
         )
-        if not (math.isfinite(self.unreachable) and self.unreachable >= 0):
-            raise ConfigurationError(
-                f"RetryPolicy.unreachable must be a finite number of seconds >= 0, got {self.unreachable!r}"
-            )
 
-    def backoff(self) -> float:
-        """A random pause after a split vote."""
-        return self.delay + random.random() * self.jitter
+    def backoff(self, streak: int = 0) -> float:
+        """A random pause: after a split vote (`streak` 0), or the `streak`-th failure in a row."""
+        return min(self.delay * 2.0 ** min(streak, 30), self.max_delay) + random.random() * self.jitter
 
 
 DEFAULT_RETRY = RetryPolicy()

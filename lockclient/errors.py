@@ -3,14 +3,21 @@
 LockClientError
  ├── ConfigurationError (ValueError)   bad arguments; the message says the fix
  ├── LockNotAcquired (TimeoutError)    no quorum in time; per-node reasons attached
- │    └── QuorumUnavailable            a majority of masters did not answer: an outage, not contention
+ │    └── QuorumUnavailable            a majority of masters did not answer (down, refused, timed out)
  ├── LockLost                          the lease expired or was taken away
  ├── ExtensionLimitReached             a lease was extended as often as allowed
  ├── TokenSourceError                  the token source failed or is unreachable
  ├── TLSError (ConnectionError)        a TLS connection failed; says why (CA, host name, client certificate)
  ├── MissingExtra (ImportError)        a token source's driver is not installed; names the extra
- └── GatewayError                      the gateway answered with an error
-      └── StaleToken                   409: a newer token has already written
+ └── GatewayError                      the gateway answered with an error, or could not be asked
+      ├── BadRequest (ValueError)      400, 405, 413, 428, 501: the request is wrong; nothing changed
+      ├── Unauthorized                 401: no or an unknown API key
+      ├── Forbidden                    403: the key is not scoped to this resource or key
+      ├── NotFound (LookupError)       404: no such object (a fenced read still raised the mark)
+      ├── StaleToken                   409 stale_token: a newer token has already written
+      ├── ResourceMismatch             409 resource_mismatch: the key belongs to another resource
+      ├── TokenFromTheFuture           422 token_from_the_future: above what the source issued
+      └── IdempotencyKeyReused         422 idempotency_key_reused: the key stands for another request
 """
 
 from __future__ import annotations
@@ -36,8 +43,8 @@ class LockNotAcquired(LockClientError, TimeoutError):
 
 
 class QuorumUnavailable(LockNotAcquired):
-    """A majority of masters did not answer (refused, reset, timed out) for `RetryPolicy.unreachable`
-    seconds: an outage, not a lock held elsewhere. `unreachable` names those masters."""
+    """A majority of masters did not answer (refused, reset, timed out, or an error reply):
+    an outage, not contention. `unreachable` lists those masters."""
 
     def __init__(
         self,
@@ -107,6 +114,22 @@ class GatewayError(LockClientError):
         self.code = code
 
 
+class BadRequest(GatewayError, ValueError):
+    """The request is malformed or not allowed here; nothing changed. Fix it rather than retry."""
+
+
+class Unauthorized(GatewayError):
+    """401: the gateway needs an API key and got none or an unknown one."""
+
+
+class Forbidden(GatewayError):
+    """403: the API key is not allowed on this resource, key or prefix (or is read-only)."""
+
+
+class NotFound(GatewayError, LookupError):
+    """404: no such object. A fenced read of a missing key still raised the resource's mark."""
+
+
 class StaleToken(GatewayError):
     """409: the resource's mark is above this token; the write changed nothing."""
 
@@ -115,3 +138,31 @@ class StaleToken(GatewayError):
         self.resource = resource
         self.token = token
         self.highest = highest
+
+
+class ResourceMismatch(GatewayError):
+    """409: the key belongs to `object_resource` and the request named `resource`; nothing changed.
+
+    A key is fenced by the mark of the resource it was first written under, for
+    good: send that resource's lease.
+    """
+
+    def __init__(self, message: str, *, key: str, resource: str, object_resource: str) -> None:
+        super().__init__(message, status=409, code="resource_mismatch")
+        self.key = key
+        self.resource = resource
+        self.object_resource = object_resource
+
+
+class TokenFromTheFuture(GatewayError):
+    """422: the token is above anything the gateway's token source has issued for the resource."""
+
+    def __init__(self, message: str, *, resource: str, token: int, bound: int) -> None:
+        super().__init__(message, status=422, code="token_from_the_future")
+        self.resource = resource
+        self.token = token
+        self.bound = bound
+
+
+class IdempotencyKeyReused(GatewayError):
+    """422: this Idempotency-Key already stands for a different request of this client."""

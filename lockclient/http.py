@@ -2,16 +2,21 @@
 
 Every fenced call takes `lease=` (anything with `token` and `resource`, a
 `lockclient.protocols.Fenced`) and sends them as `Fencing-Token` and
-`Fencing-Resource`. A 409 is raised as `StaleToken` carrying the mark that
-refused it: the caller's lease is no longer the newest and must not write
-again. Any other failure is a `GatewayError` with the status and the
-gateway's error code; a 5xx or a lost connection means the outcome is
-unknown, never that the write happened.
+`Fencing-Resource`. A lease that can tell it is lost (a `Lease`) is checked
+first: a lost one raises `LockLost` and nothing is sent. A 409 is raised as
+`StaleToken` carrying the mark that refused it: the caller's lease is no
+longer the newest and must not write again. Every other error code of the API has its own `GatewayError`
+subclass (`NotFound` for a missing object, `ResourceMismatch`,
+`TokenFromTheFuture`, `BadRequest`, ...; `lockclient.errors`); a 5xx or a
+lost connection is a plain `GatewayError` and means the outcome is unknown,
+never that the write happened.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -20,10 +25,35 @@ from urllib.parse import quote
 
 import aiohttp
 
-from lockclient.errors import ConfigurationError, GatewayError, StaleToken
+from lockclient._tls import client_context, explain
+from lockclient.errors import (
+    BadRequest,
+    ConfigurationError,
+    Forbidden,
+    GatewayError,
+    IdempotencyKeyReused,
+    NotFound,
+    ResourceMismatch,
+    StaleToken,
+    TokenFromTheFuture,
+    Unauthorized,
+)
 from lockclient.protocols import Fenced
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
+TLSPath = str | os.PathLike[str]
+# each error of the API (docs/gateway.md) as its exception; the 5xx stay plain GatewayError
+BY_STATUS: dict[int, type[GatewayError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    405: BadRequest,
+    413: BadRequest,
+    428: BadRequest,
+    501: BadRequest,
+}
+BY_CODE: dict[str | None, type[GatewayError]] = {"idempotency_key_reused": IdempotencyKeyReused}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +98,16 @@ def _info(body: Mapping[str, Any], *, etag: str | None = None, created: bool = F
 
 
 class GatewayClient:
-    """Talks to one gateway; `async with` it, or call `aclose()`."""
+    """Talks to one gateway; `async with` it, or call `aclose()`.
+
+    Over `https://`, the gateway's certificate is verified against
+    `ssl_ca_certs` (a PEM file; the system's store when not given) and must
+    name the URL's host; `ssl_certfile` and `ssl_keyfile` are the client
+    certificate a gateway run with `--tls-client-ca` asks for. The names are
+    redis-py's, as for the Redis masters. A handshake that fails raises
+    `GatewayError` with code `"tls"` and the reason; it is never retried in
+    plaintext.
+    """
 
     def __init__(
         self,
@@ -77,11 +116,15 @@ class GatewayClient:
         api_key: str | None = None,
         session: aiohttp.ClientSession | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        ssl_ca_certs: TLSPath | None = None,
+        ssl_certfile: TLSPath | None = None,
+        ssl_keyfile: TLSPath | None = None,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigurationError(
                 f"base_url {base_url!r} must be an http(s) URL, e.g. http://127.0.0.1:8080"
             )
+        self._tls = _tls_context(base_url, session, ssl_ca_certs, ssl_certfile, ssl_keyfile)
         self._base = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session = session
@@ -108,6 +151,9 @@ class GatewayClient:
         if lease is not None:
             if token is not None or resource is not None:
                 raise ConfigurationError("pass either lease= or token=/resource=, not both")
+            check = getattr(lease, "check", None)
+            if callable(check):
+                check()  # a lease that knows it is lost (a `Lease`) raises `LockLost`: nothing is sent
             token, resource = lease.token, lease.resource
         if token is None:
             if required:
@@ -122,7 +168,8 @@ class GatewayClient:
         self, method: str, path: str, *, headers: Mapping[str, str] | None = None, **kwargs: Any
     ) -> tuple[int, Mapping[str, str], bytes]:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            connector = aiohttp.TCPConnector(ssl=self._tls) if self._tls is not None else None
+            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         try:
             async with self._session.request(
                 method, self._base + path, headers={**self._headers, **(headers or {})}, **kwargs
@@ -136,6 +183,14 @@ class GatewayClient:
                 code="timeout",
             ) from exc
         except aiohttp.ClientError as exc:
+            why = _tls_failure(exc)
+            if why is not None:
+                raise GatewayError(
+                    f"{method} {path}: cannot connect to the gateway at {self._base}: TLS: {why}; "
+                    "nothing was sent",
+                    status=None,
+                    code="tls",
+                ) from exc
             raise GatewayError(
                 f"{method} {path}: cannot reach the gateway at {self._base} ({exc}); the outcome is unknown",
                 status=None,
@@ -162,7 +217,20 @@ class GatewayClient:
                 token=document["token"],
                 highest=document["highest"],
             )
-        return GatewayError(f"{method} {path}: {status} {code}: {detail}", status=status, code=code)
+        message = f"{method} {path}: {status} {code}: {detail}"
+        if status == 409 and code == "resource_mismatch":
+            return ResourceMismatch(
+                message,
+                key=document["key"],
+                resource=document["resource"],
+                object_resource=document["object_resource"],
+            )
+        if status == 422 and code == "token_from_the_future":
+            return TokenFromTheFuture(
+                message, resource=document["resource"], token=document["token"], bound=document["bound"]
+            )
+        kind = BY_CODE.get(code) or BY_STATUS.get(status, GatewayError)
+        return kind(message, status=status, code=code)
 
     @staticmethod
     def _object_path(key: str) -> str:
@@ -176,9 +244,14 @@ class GatewayClient:
         lease: Fenced | None = None,
         token: int | None = None,
         resource: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ObjectInfo:
-        """Store `data` under `key`, fenced by the lease's token."""
-        headers = self._fencing(key, lease, token, resource, required=True)
+        """Store `data` under `key`, fenced by the lease's token.
+
+        With `idempotency_key`, a retry of a write whose outcome was unknown
+        (a 5xx, a timeout) answers the first outcome instead of writing twice.
+        """
+        headers = self._fencing(key, lease, token, resource, required=True) | _idempotent(idempotency_key)
         status, resp_headers, body = await self._request(
             "PUT", self._object_path(key), headers=headers, data=data
         )
@@ -199,10 +272,16 @@ class GatewayClient:
         )
 
     async def delete(
-        self, key: str, *, lease: Fenced | None = None, token: int | None = None, resource: str | None = None
+        self,
+        key: str,
+        *,
+        lease: Fenced | None = None,
+        token: int | None = None,
+        resource: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ObjectInfo:
-        """Delete `key`, fenced by the lease's token."""
-        headers = self._fencing(key, lease, token, resource, required=True)
+        """Delete `key`, fenced by the lease's token; `idempotency_key` as for `put`."""
+        headers = self._fencing(key, lease, token, resource, required=True) | _idempotent(idempotency_key)
         _, resp_headers, body = await self._request("DELETE", self._object_path(key), headers=headers)
         return _info(json.loads(body), etag=resp_headers.get("ETag"))
 
@@ -222,3 +301,38 @@ class GatewayClient:
         """The resource's current high-water mark (0 if no token was ever accepted)."""
         _, _, body = await self._request("GET", "/v1/fences/" + quote(resource, safe="/"))
         return int(json.loads(body)["highest"])
+
+
+def _idempotent(key: str | None) -> dict[str, str]:
+    return {} if key is None else {"Idempotency-Key": key}
+
+
+def _tls_context(
+    base_url: str,
+    session: aiohttp.ClientSession | None,
+    ca: TLSPath | None,
+    cert: TLSPath | None,
+    key: TLSPath | None,
+) -> ssl.SSLContext | None:
+    """The client context for the `ssl_*` settings; None when none is given (aiohttp's default then)."""
+    if ca is None and cert is None and key is None:
+        return None
+    if not base_url.startswith("https://"):
+        raise ConfigurationError(f"ssl_* settings need an https:// base_url, got {base_url!r}: use https://")
+    if session is not None:
+        raise ConfigurationError("give either session= or the ssl_* settings: a session brings its own TLS")
+    if key is not None and cert is None:
+        raise ConfigurationError("ssl_keyfile belongs to a client certificate: give ssl_certfile too")
+    return client_context(
+        ca=None if ca is None else os.fspath(ca),
+        cert=None if cert is None else os.fspath(cert),
+        key=None if key is None else os.fspath(key),
+    )
+
+
+def _tls_failure(exc: aiohttp.ClientError) -> str | None:
+    """Why a TLS handshake with the gateway failed, in words; None when `exc` is no TLS failure."""
+    for cause in (getattr(exc, "certificate_error", None), getattr(exc, "os_error", None), exc.__cause__):
+        if isinstance(cause, BaseException) and (why := explain(cause)) is not None:
+            return why
+    return None

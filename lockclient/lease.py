@@ -5,11 +5,14 @@ monotonic clock from before the quorum was asked, minus the drift allowance,
 so it errs on the short side; past it the lease must not be used. What makes
 a write safe is the fencing token checked by the storage, not the lease.
 
-Loss is sticky: once a renewal fails or the validity runs out, `check()`
-raises `LockLost` for good and `lost` is true. The `on_lost` callback (if
-any) is called once, on the event loop, when Redlock learns of the loss (a
-failed renewal or extension, a release that found the lock gone, or a
-watchdog that woke too late); plain expiry is seen by `check()`.
+Loss is sticky: once the validity runs out (no renewal confirmed in time)
+or a renewal proves another value holds the quorum, `check()` raises
+`LockLost` for good and `lost` is true. A renewal that merely fails (a
+master restarting, a slow round) is retried until the validity runs out and
+loses nothing. The `on_lost` callback (if any) is called once, on the event
+loop, when Redlock learns of the loss (the watchdog or `extend()` giving up,
+a release that found the lock gone); plain expiry without a watchdog is seen
+by `check()`.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ class Lease(Generic[TokenT]):
         self.owner = owner
         self.extensions = 0
         self.renewals = 0
+        self.failed_renewals = 0  # renewal rounds without a quorum, each retried within the validity
         self.holds = 1
         self._clock = clock
         self._on_lost = on_lost
@@ -140,10 +144,13 @@ class Lease(Generic[TokenT]):
             except TimeoutError:
                 pass
 
-    def _mark_lost(self, reason: str, *, notify: bool = True) -> None:
-        """Record the end of the lease once, on the event loop; `notify=False` for an orderly release."""
+    def _mark_lost(self, reason: str, *, notify: bool = True) -> bool:
+        """Record the end of the lease once, on the event loop; `notify=False` for an orderly release.
+
+        True if this call ended it (so the caller reports it), False if it had ended already.
+        """
         if self._lost_reason is not None:
-            return
+            return False
         self._lost_reason = reason
         if self._lost_event is not None:
             self._lost_event.set()
@@ -152,7 +159,9 @@ class Lease(Generic[TokenT]):
                 self._on_lost(self)
             except Exception:  # the holder's callback must not break the watchdog or the release
                 log.exception("on_lost callback for %r raised", self._resource)
+        return True
 
     def __repr__(self) -> str:
-        state = f"lost: {self._lost_reason}" if self._lost_reason else f"{self.remaining():.3f}s left"
-        return f"<Lease {self._resource!r} token={self._token} {state}>"
+        reason = self.lost_reason
+        state = f"lost: {reason}" if reason else f"valid {self.remaining():.3f}s of {self.ttl}s"
+        return f"<Lease {self._resource!r} token={self._token} {state} masters={self.nodes!r}>"

@@ -9,24 +9,40 @@ jittered pause) and try again with a new token.
 Failure semantics: nothing is granted without a quorum inside the validity
 window; a cancelled attempt undoes itself, shielded from a second
 cancellation; a lease is forgotten only after the release script has
-answered; a failed extension or watchdog renewal marks the lease lost at
-once and releases what is left.
+answered. Contention is waited out until `timeout`; an unreachable majority
+is an outage and raises `QuorumUnavailable` after `retry.unreachable`
+seconds. A renewal (watchdog or `extend()`) that gets no quorum is retried
+with backoff until the lease's validity runs out; the lease is lost (marked,
+reported, released) only then, or as soon as a renewal proves that no quorum
+holds its value any more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect as pyinspect
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from types import TracebackType
-from typing import Generic, cast, overload
+from typing import Generic, ParamSpec, TypeVar, cast, overload
 
 from lockclient import _nodes
 from lockclient._nodes import Master, release_channel
 from lockclient._notify import Notifier, Watch
-from lockclient._quorum import NodeAnswers, Refusal, drift, fan_out, quorum, tally, validity
+from lockclient._quorum import (
+    NodeAnswers,
+    Refusal,
+    display_url,
+    drift,
+    failed_masters,
+    fan_out,
+    quorum,
+    tally,
+    validity,
+)
 from lockclient.config import (
     DEFAULT_DRIFT_FACTOR,
     DEFAULT_KEY_PREFIX,
@@ -48,19 +64,19 @@ from lockclient.errors import (
     LockNotAcquired,
     QuorumUnavailable,
 )
-from lockclient.lease import EXPIRED, Lease, TokenT, lock_value
+from lockclient.lease import Lease, TokenT, lock_value
+from lockclient.observe import Events, Observer
 from lockclient.protocols import Clock, TokenSource
-from lockclient.transport.fanout import Outcome, current
+from lockclient.renewal import Renewals, ms
+from lockclient.transport.fanout import Outcome
 
 __all__ = ["Redlock"]
 
 OnLost = Callable[[Lease[TokenT]], object]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 CONNECT_TIMEOUT = 1.0  # for connect(): a handshake on a loaded machine may take far longer than a command
-
-
-def _ms(seconds: float) -> int:
-    return max(1, math.ceil(seconds * 1000))
 
 
 class Redlock(Generic[TokenT]):
@@ -77,6 +93,7 @@ class Redlock(Generic[TokenT]):
         node_timeout: float = ..., retry: RetryPolicy = ..., clock: Clock = ...,
         drift_factor: float = ..., max_extensions: int = ..., watchdog_fraction: float = ...,
         reentrant: bool = ..., key_prefix: str = ..., tls: TLSSettings | None = ...,
+        observer: Observer | None = ...,
     ) -> None: ...  # fmt: skip
 
     @overload
@@ -85,6 +102,7 @@ class Redlock(Generic[TokenT]):
         node_timeout: float = ..., retry: RetryPolicy = ..., clock: Clock = ...,
         drift_factor: float = ..., max_extensions: int = ..., watchdog_fraction: float = ...,
         reentrant: bool = ..., key_prefix: str = ..., tls: TLSSettings | None = ...,
+        observer: Observer | None = ...,
     ) -> None: ...  # fmt: skip
 
     @overload
@@ -93,6 +111,7 @@ class Redlock(Generic[TokenT]):
         node_timeout: float = ..., retry: RetryPolicy = ..., clock: Clock = ...,
         drift_factor: float = ..., max_extensions: int = ..., watchdog_fraction: float = ...,
         reentrant: bool = ..., key_prefix: str = ..., tls: TLSSettings | None = ...,
+        observer: Observer | None = ...,
     ) -> None: ...  # fmt: skip
 
     def __init__(
@@ -110,6 +129,7 @@ class Redlock(Generic[TokenT]):
         reentrant: bool = False,
         key_prefix: str = DEFAULT_KEY_PREFIX,
         tls: TLSSettings | None = None,
+        observer: Observer | None = None,
     ) -> None:
         check_masters(masters)
         self.settings = RedlockSettings(
@@ -121,6 +141,7 @@ class Redlock(Generic[TokenT]):
         self._urls = tuple(masters)
         self._tokens = tokens
         self._clock = clock
+        self._events = Events(observer, clock)
         self.quorum = quorum(len(masters))
         self._notifier = Notifier(
             self._masters,
@@ -128,12 +149,27 @@ class Redlock(Generic[TokenT]):
             subscribe_timeout=max(4 * node_timeout, 0.2),
         )
         self._held: dict[tuple[str, Hashable], Lease[TokenT]] = {}
-        self._watchdogs: dict[Lease[TokenT], asyncio.Task[None]] = {}
+        self._renewals: Renewals[TokenT] = Renewals(
+            self._masters, self._urls, quorum=self.quorum, settings=self.settings, clock=clock,
+            events=self._events, undo=lambda lease: self._undo(lease.key, lease.value, self._masters),
+        )  # fmt: skip
         self._closed = False
 
     @property
     def masters(self) -> list[str]:
         return list(self._urls)
+
+    @property
+    def clock(self) -> Clock:
+        """The monotonic clock validity and deadlines are measured on."""
+        return self._clock
+
+    def __repr__(self) -> str:
+        shown = ", ".join(display_url(url) for url in self._urls)
+        return (
+            f"<Redlock masters=[{shown}] quorum={self.quorum} tokens={type(self._tokens).__name__} "
+            f"ttl={self.settings.ttl}s>"
+        )
 
     def key(self, resource: str) -> str:
         """The Redis key that holds `resource`'s lock on every master."""
@@ -178,7 +214,7 @@ class Redlock(Generic[TokenT]):
         if self.settings.reentrant:
             self._held[(resource, owner)] = lease
         if auto_extend:
-            self._watchdogs[lease] = asyncio.create_task(self._watchdog(lease), name=f"watchdog {resource}")
+            self._renewals.watch(lease)
         return lease
 
     async def _acquire(
@@ -190,76 +226,105 @@ class Redlock(Generic[TokenT]):
         owner: Hashable,
         on_lost: OnLost[TokenT] | None,
     ) -> Lease[TokenT]:
-        deadline = math.inf if timeout is None else self._clock() + timeout
+        began = self._clock()
+        deadline = math.inf if timeout is None else began + timeout
         retry = self.settings.retry
         attempts = 0
-        outage_since: float | None = None  # when attempts began to find no quorum possible
+        outage_since = math.inf  # when the current run of attempts that no quorum answered began
+        outages = 0
         watch: Watch | None = None
+        drawn_at = began
         try:
             while True:
                 attempts += 1
+                if attempts > 1:
+                    drawn_at = self._clock()
                 # Step 10: a fresh token before every attempt, so whoever stalls holds the older one
-                drawn_at = self._clock()
-                token = await self._draw(resource, deadline)
+                token = await self._draw(resource, deadline, attempts)
                 value = lock_value(token)
                 if watch is not None:
                     watch.arm(value)
                 result = await self._attempt(resource, token, drawn_at, value, ttl, owner, on_lost)
                 if isinstance(result, Lease):
+                    self._events.acquired(result, began, attempts)
                     return result
                 now = self._clock()
+                unreachable = result.tally.unreachable()
+                outage_since = min(outage_since, drawn_at) if unreachable else math.inf
+                outages = outages + 1 if unreachable else 0
                 left = deadline - now
-                if not result.tally.unreachable():
-                    outage_since = None
-                elif outage_since is None:
-                    outage_since = drawn_at
-                if outage_since is not None and (not blocking or now - outage_since >= retry.unreachable):
-                    raise QuorumUnavailable(
-                        f"could not lock {resource!r}: {len(result.failed)} of {result.tally.nodes} masters "
-                        f"did not answer for {now - outage_since:.1f} s ({', '.join(result.failed)}): an "
-                        f"outage, not contention; per-node reasons are in .reasons. Bring the masters back, "
-                        f"or wait longer for them with RetryPolicy(unreachable=SECONDS) "
-                        f"(now {retry.unreachable:g})",
-                        resource=resource,
-                        unreachable=result.failed,
-                        reasons=result.nodes,
-                    )
+                if unreachable and (
+                    not blocking or left <= 0 or attempts == retry.attempts
+                    or now - outage_since >= retry.unreachable
+                ):  # fmt: skip
+                    raise self._unavailable(resource, result, began, attempts, now - outage_since)
                 if not blocking or left <= 0 or attempts == retry.attempts:
+                    self._events.masters_failed(resource, result.failed)
+                    self._events.not_acquired(resource, began, attempts, unreachable=False)
                     raise LockNotAcquired(
                         f"could not lock {resource!r} after {attempts} attempt(s): {result.summary}; "
                         "per-node reasons are in .reasons (raise timeout, or check the masters)",
                         resource=resource,
                         reasons=result.nodes,
                     )
+                held = result.tally.held_elsewhere()
+                self._events.retried(
+                    resource, "unreachable" if unreachable else "held" if held else "split", result.failed
+                )
+                if unreachable:  # nothing to wait for but the masters: back off, no subscription
+                    budget = outage_since + retry.unreachable - now
+                    await asyncio.sleep(max(0.0, min(retry.backoff(outages - 1), left, budget)))
+                    continue
                 if watch is None:
                     # Step 9: subscribe, then try again at once so a release before the
                     # subscription took effect is not missed.
                     watch = await self._notifier.watch(release_channel(self.key(resource)))
                     watch.own.add(value.encode())
                     continue
-                pause = retry.poll if result.tally.held_elsewhere() else retry.backoff()
+                pause = retry.poll if held else retry.backoff()
                 await watch.wait(min(pause, left))
         finally:
             if watch is not None:
                 await self._notifier.unwatch(watch)
 
-    async def _draw(self, resource: str, deadline: float) -> TokenT:
-        """The next token; within the acquire's deadline, which bounds the draw too."""
+    async def _draw(self, resource: str, deadline: float, attempts: int) -> TokenT:
+        """The next token, within what is left of the acquire's `timeout`: the draw is part of it."""
         if self._tokens is None:
             return cast(TokenT, None)
         if deadline == math.inf:
             return cast(TokenT, await self._tokens.next_token(resource))
         try:
-            async with asyncio.timeout(max(0.0, deadline - self._clock())) as window:
+            async with asyncio.timeout(max(0.0, deadline - self._clock())) as scope:
                 return cast(TokenT, await self._tokens.next_token(resource))
         except TimeoutError as exc:
-            if not window.expired():
-                raise  # the source's own timeout, not the acquire's
+            if not scope.expired():
+                raise
             raise LockNotAcquired(
-                f"could not lock {resource!r}: the token source gave no token before the acquire's "
-                "timeout; check the token source, or raise timeout",
+                f"could not lock {resource!r} within the timeout: the token source "
+                f"({type(self._tokens).__name__}) had not issued a token for attempt {attempts} when it "
+                "ran out; check the source, or raise timeout",
                 resource=resource,
             ) from exc
+
+    def _unavailable(
+        self, resource: str, result: Refusal, began: float, attempts: int, outage: float
+    ) -> QuorumUnavailable:
+        self._events.masters_failed(resource, result.failed)
+        self._events.not_acquired(resource, began, attempts, unreachable=True)
+        down = ", ".join(display_url(url) for url in result.failed)
+        error = QuorumUnavailable(
+            f"could not lock {resource!r}: {len(result.failed)} of {len(self._urls)} masters did not "
+            f"answer ({attempts} attempt(s) over {outage:.1f}s), so no quorum ({self.quorum}) could grant "
+            f"it: {down} (e.g. {result.nodes[result.failed[0]]}). This is an outage, not contention: start "
+            "those masters or fix the network to them, or wait longer for them with "
+            f"RetryPolicy(unreachable=SECONDS) (now {self.settings.retry.unreachable:g}); per-master reasons "
+            "are in .reasons",
+            resource=resource,
+            reasons=result.nodes,
+            unreachable=tuple(display_url(url) for url in result.failed),
+        )
+        self._events.unavailable(error, resource)
+        return error
 
     async def _attempt(
         self,
@@ -272,7 +337,7 @@ class Redlock(Generic[TokenT]):
         on_lost: OnLost[TokenT] | None,
     ) -> Lease[TokenT] | Refusal:
         key = self.key(resource)
-        ttl_ms = _ms(ttl)
+        ttl_ms = ms(ttl)
         # Validity runs from before the token was drawn: a client that stalls between the draw
         # and the quorum must find its lease already spent, not start a fresh one with an older
         # token than a holder that came and went meanwhile (the spin model's late-clock variant).
@@ -306,13 +371,11 @@ class Redlock(Generic[TokenT]):
         await self._undo(
             key, value, [m for m, o in zip(self._masters, outcomes, strict=True) if o is not False]
         )
-        counts = tally(outcomes)
-        failed = tuple(
-            url for url, o in zip(self._urls, outcomes, strict=True) if isinstance(current(o), BaseException)
-        )
+        counts = tally(outcomes)  # the undo was queued behind each SET: every master has answered by now
         return Refusal(
-            counts, dict(nodes), self.quorum, elapsed=elapsed, ttl=ttl, validity_left=left, failed=failed
-        )
+            counts, dict(nodes), self.quorum, failed=failed_masters(self._urls, outcomes),
+            elapsed=elapsed, ttl=ttl, validity_left=left,
+        )  # fmt: skip
 
     async def _undo(
         self, key: str, value: str, masters: Sequence[Master], *, need: int | None = None
@@ -354,12 +417,14 @@ class Redlock(Generic[TokenT]):
             # A quorum released it, or masters that did not answer may still have held it (their keys
             # expire by the TTL): no evidence the lease was lost, so no error.
             lease._mark_lost("released", notify=False)
+            self._events.released(lease)
             return
         why = (
             f"{not_ours} of {len(self._masters)} masters no longer held it at release, "
             f"so a quorum ({self.quorum}) cannot have"
         )
-        lease._mark_lost(why)
+        if lease._mark_lost(why):
+            self._events.lost(lease, f"found at release: {why}")
         raise LockLost(
             f"the lease on {lease.resource!r} (token {lease.token}) was lost before release: {why}; "
             "its writes must be checked by the fence",
@@ -370,8 +435,11 @@ class Redlock(Generic[TokenT]):
     async def extend(self, lease: Lease[TokenT], *, ttl: float | None = None) -> Lease[TokenT]:
         """Give `lease` `ttl` more seconds (default: its own TTL) on a quorum, within its validity (step 6).
 
-        Raises `ExtensionLimitReached` (nothing changed) past `max_extensions`,
-        `LockLost` (the lease is lost and released) when no quorum confirmed in time.
+        A round that gets no quorum is retried (backoff from `retry.delay`)
+        while the lease is still valid. Raises `ExtensionLimitReached`
+        (nothing changed) past `max_extensions`; `LockLost` (the lease is
+        lost and released) when no round was confirmed within the validity,
+        or one proved that no quorum holds the lease any more.
         """
         limit = self.settings.max_extensions
         if lease.extensions >= limit:
@@ -381,65 +449,13 @@ class Redlock(Generic[TokenT]):
                 resource=lease.resource,
                 limit=limit,
             )
-        await self._renew(lease, lease.ttl if ttl is None else ttl)
+        await self._renewals.renew(lease, lease.ttl if ttl is None else ttl)
         lease.extensions += 1
         return lease
 
-    async def _renew(self, lease: Lease[TokenT], ttl: float) -> None:
-        check_ttl(ttl, self.settings.node_timeout)
-        if lease.lost:  # e.g. the loop was blocked past the deadline: too late to renew
-            why = lease.lost_reason or EXPIRED
-            lease._mark_lost(why)
-            raise LockLost(
-                f"could not extend the lease on {lease.resource!r} (token {lease.token}): {why}",
-                resource=lease.resource,
-                token=lease.token,
-            )
-        start = self._clock()
-        command = _nodes.extend(lease.key, lease.value, _ms(ttl))
-        outcomes = await fan_out(
-            [m.send(command) for m in self._masters],
-            self.settings.node_timeout,
-            need=self.quorum,
-        )
-        end = self._clock()
-        extended = sum(o is True for o in outcomes)
-        if extended >= self.quorum and end < lease.deadline:
-            lease.deadline = start + ttl - drift(ttl, self.settings.drift_factor)
-            lease.ttl = ttl
-            return
-        if extended >= self.quorum:
-            why = "the extension was confirmed only after the lease's validity had run out"
-        else:
-            counts = tally(outcomes)
-            why = f"{counts.refused} of {counts.nodes} masters no longer held it"
-            why += f", {counts.failed} failed" if counts.failed else ""
-            why += f", {counts.pending} had not answered" if counts.pending else ""
-            why += f", so a quorum ({self.quorum}) can no longer confirm it"
-        lease._mark_lost(why)
-        await self._undo(lease.key, lease.value, self._masters)
-        raise LockLost(
-            f"could not extend the lease on {lease.resource!r} (token {lease.token}): {why}",
-            resource=lease.resource,
-            token=lease.token,
-        )
-
-    async def _watchdog(self, lease: Lease[TokenT]) -> None:
-        """Step 7: renew every `ttl * watchdog_fraction` until released or lost."""
-        while True:
-            await asyncio.sleep(lease.ttl * self.settings.watchdog_fraction)
-            try:
-                await self._renew(lease, lease.ttl)
-            except LockLost:
-                return  # _renew marked the lease lost; the holder sees it via check(), on_lost or wait_lost()
-            lease.renewals += 1
-
     async def _stop_watchdog(self, lease: Lease[TokenT]) -> None:
-        task = self._watchdogs.pop(lease, None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        """Stop renewing `lease` (started by `auto_extend`): it then lives until its validity runs out."""
+        await self._renewals.stop(lease)
 
     # -- the context manager ---------------------------------------------------------
 
@@ -484,6 +500,40 @@ class Redlock(Generic[TokenT]):
                 token=lease.token,
             )
 
+    def locked(
+        self,
+        resource: str,
+        *,
+        ttl: float | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        auto_extend: bool = False,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+        """Decorate a coroutine function so every call runs under a lease on `resource`.
+
+        Each call is `async with self.lock(resource, ...)` around the function:
+        the same waiting, errors and release. The function does not see the
+        lease; for fenced writes, use `lock()` and pass the lease to the store.
+        """
+
+        def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+            if not pyinspect.iscoroutinefunction(function):
+                raise ConfigurationError(
+                    f"{getattr(function, '__qualname__', function)!r} is not a coroutine function: "
+                    "decorate `async def` functions, or use lockclient.sync.Redlock.locked for plain ones"
+                )
+
+            @functools.wraps(function)
+            async def under_lease(*args: P.args, **kwargs: P.kwargs) -> R:
+                async with self.lock(
+                    resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend
+                ):
+                    return await function(*args, **kwargs)
+
+            return under_lease
+
+        return decorate
+
     # -- lifetime ------------------------------------------------------------------------
 
     async def aclose(self) -> None:
@@ -491,8 +541,7 @@ class Redlock(Generic[TokenT]):
         if self._closed:
             return
         self._closed = True
-        for lease in list(self._watchdogs):
-            await self._stop_watchdog(lease)
+        await self._renewals.aclose()
         await self._notifier.aclose()
         for master in self._masters:
             await master.aclose()

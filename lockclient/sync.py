@@ -16,19 +16,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import threading
 from collections.abc import Callable, Coroutine, Hashable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Generic, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
 from lockclient import redlock
 from lockclient.config import RetryPolicy, TLSSettings
+from lockclient.errors import ConfigurationError
 from lockclient.lease import Lease, TokenT
 from lockclient.protocols import Clock, TokenSource
 
 __all__ = ["Redlock", "RedlockOptions"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class RedlockOptions(TypedDict, total=False):
@@ -162,6 +166,35 @@ class Redlock(Generic[TokenT]):
             self._run(functools.partial(block.__aexit__, type(exc), exc, exc.__traceback__))
             raise
         self._run(lambda: block.__aexit__(None, None, None))
+
+    def locked(
+        self,
+        resource: str,
+        *,
+        ttl: float | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        auto_extend: bool = False,
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorate a plain function so every call runs under a lease on `resource` (see `lock()`)."""
+
+        def decorate(function: Callable[P, R]) -> Callable[P, R]:
+            if inspect.iscoroutinefunction(function):
+                raise ConfigurationError(
+                    f"{function.__qualname__!r} is a coroutine function: decorate it with the async "
+                    "lockclient.Redlock.locked"
+                )
+
+            @functools.wraps(function)
+            def under_lease(*args: P.args, **kwargs: P.kwargs) -> R:
+                with self.lock(
+                    resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend
+                ):
+                    return function(*args, **kwargs)
+
+            return under_lease
+
+        return decorate
 
     def close(self) -> None:
         """Close the async client (pools, subscribers, token source), then stop the thread."""

@@ -37,6 +37,7 @@ async def test_quorum_survives_two_stopped_masters_but_not_three(cluster_factory
         assert sorted(failed) == sorted(caught.value.unreachable)
         assert len(failed) == 3
         assert all("Error" in caught.value.reasons[url] for url in failed)
+        assert caught.value.unreachable == tuple(cluster.nodes[f"redis-{i}"].url for i in range(3))
 
 
 async def test_a_quorum_does_not_wait_for_hung_masters(cluster_factory: Factory) -> None:
@@ -132,10 +133,12 @@ async def test_watchdog_keeps_the_lease_past_its_ttl_and_reports_a_lost_majority
             await asyncio.to_thread(cluster.kill, name)
         async with asyncio.timeout(10):
             await lease.wait_lost()
-        assert lease.renewals == renewed  # the very next renewal after the kill noticed
-        assert time.monotonic() < deadline_when_taken  # the holder knew before the lease ran out
+        await eventually(lambda: bool(lost), what="on_lost")
+        assert lease.renewals == renewed  # nothing was renewed without the majority
+        assert lease.failed_renewals >= 1  # the failed rounds were retried, not given up at the first
+        assert time.monotonic() >= deadline_when_taken  # lost when the validity ran out, not before
         assert lost == [lease.lost_reason]
-        assert "a quorum (3) can no longer confirm it" in str(lease.lost_reason)
+        assert "while renewals failed" in str(lease.lost_reason)
 
 
 async def test_a_waiter_wakes_on_the_release_message_without_polling(cluster_factory: Factory) -> None:
