@@ -9,6 +9,10 @@ process builds:
 | `fenced` | the design, a token drawn before each attempt | the gateway, reads and writes fenced |
 | `fence-only` | no lock: a token per iteration | the gateway, reads and writes fenced |
 
+The etcd design is its own token source: in `fenced` mode its lease carries
+its lock key's create revision, and `tokens` (the same etcd cluster's URL)
+serves only the seed write and `fence-only`.
+
 Token sources are URLs (`lockclient.open_token_source`); `INCR` stands for
 the redis the scenario provides (an untouched node, or in token-regress the
 lock node that restarts), read with `?unsafe=1`.
@@ -28,7 +32,8 @@ from lockclient import open_token_source
 
 Mode = Literal["lock-only", "fenced", "fence-only"]
 MODES: tuple[Mode, ...] = ("lock-only", "fenced", "fence-only")
-DESIGNS = ("redlock", "single", "setnx-getset")
+DESIGNS = ("redlock", "single", "setnx-getset", "etcd")
+ETCD = "etcd"  # the design whose lock lives on the session's etcd cluster, not on redis nodes
 REDLOCK_NODES = 5
 LAB_LOCKS = {
     "single": "fencegate.lab.locks:SingleLock",
@@ -46,16 +51,19 @@ class GatewayDeployment:
     key: str
     resource: str
     tokens: str | None = None  # a token source URL, or INCR; None only in lock-only mode
+    lock_url: str | None = None  # the etcd design's cluster (etcd://...); redis nodes are per run
 
     def __post_init__(self) -> None:
         if self.design not in DESIGNS:
             raise LabError(f"unknown lock design {self.design!r}: use one of {', '.join(DESIGNS)}")
+        if self.design == ETCD and self.lock_url is None:
+            raise LabError("the etcd lock design needs its cluster: give lock_url=etcd://HOST:PORT,...")
         if self.mode != "lock-only" and self.tokens is None:
             raise LabError(f"{self.mode} mode draws tokens: give a token source URL (or {INCR!r})")
 
     @property
     def lock_nodes(self) -> int:
-        return REDLOCK_NODES if self.design == "redlock" else 1
+        return {"redlock": REDLOCK_NODES, ETCD: 0}.get(self.design, 1)
 
     @property
     def store_address(self) -> tuple[str, int]:
@@ -70,6 +78,10 @@ class GatewayDeployment:
         source = self._source(tokens)
         if self.mode == "fence-only":
             return Component("fencegate.lab.leases:token_only", {"tokens": source})
+        if self.design == ETCD:
+            return Component(
+                "fencegate.lab.etcd_lock:etcd_lock", {"url": self.lock_url, "tokens": self.mode == "fenced"}
+            )
         if self.design == "redlock":
             return Component("fencegate.lab.leases:redlock", {"urls": list(urls), "tokens": source})
         if source is None:
@@ -118,4 +130,4 @@ class GatewayDeployment:
             await counter.aclose()
 
 
-__all__ = ["DESIGNS", "INCR", "MODES", "GatewayDeployment", "Mode"]
+__all__ = ["DESIGNS", "ETCD", "INCR", "MODES", "GatewayDeployment", "Mode"]

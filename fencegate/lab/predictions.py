@@ -5,10 +5,18 @@ cannot see (`BREAKS`): every lease design under a pause or a delayed packet;
 the Redis designs under a lost key (a restart without persistence, a
 failover) and Redis's wall clock (a jump expires the key, except for the
 SETNX/GETSET pattern, which keeps its expiry in the value); that pattern
-alone under the clients' own clocks disagreeing (clock skew). A fence is
-safe under all of them, unless its tokens go back (token-regress with the
-redis INCR source). Pure: the report and `lab report` use it on recorded
-histories, the runs use it before they start.
+alone under the clients' own clocks disagreeing (clock skew). The etcd
+design (a session lease kept alive by its client) only under a pause: its
+lease lives on etcd's clock, so a client's clock, a redis node's memory or
+clock cannot touch it, but a client that stops cannot keep it alive (what
+Jepsen saw in etcd 3.4.3). A fence is safe under all of them, unless its
+tokens go back (token-regress with the redis INCR source).
+
+Not every scenario applies to every design (`INAPPLICABLE`): the faults of
+a redis lock node have nothing to hit in etcd, and a delayed write cannot
+let a challenger in while the etcd session keeps its lease alive. Pure: the
+report and `lab report` use it on recorded histories, the runs use it
+before they start.
 """
 
 from __future__ import annotations
@@ -25,6 +33,19 @@ BREAKS: dict[str, frozenset[str]] = {
     "redlock": _LEASES | _REDIS_KEY | {"clock-jump"},
     "single": _LEASES | _REDIS_KEY | {"clock-jump"},
     "setnx-getset": _LEASES | _REDIS_KEY | {"clock-skew"},
+    "etcd": frozenset({"pause"}),
+}
+_REDIS_NODE = (
+    "faults a redis lock node (its memory, clock, replica or INCR); the etcd design keeps its lock in the "
+    "Raft log of 3 etcd members"
+)
+# design -> scenario -> why the scenario cannot run on that design
+INAPPLICABLE: dict[str, dict[str, str]] = {
+    "etcd": {
+        "delay": "holds the write until another client wrote, but the etcd session keeps its lease alive "
+        "meanwhile, so no other client ever gets the lock",
+        **{name: _REDIS_NODE for name in ("clock-jump", "restart", "restart-delayed", "failover", REGRESS)},
+    },
 }
 
 
@@ -44,6 +65,11 @@ class Described(Protocol):
     def tokens(self) -> str | None: ...
 
 
+def inapplicable(design: str, scenario: str) -> str | None:
+    """Why `scenario` cannot run on `design` (None: it can)."""
+    return INAPPLICABLE.get(design, {}).get(scenario)
+
+
 def expected_safe(run: Described) -> bool:
     """The verdict the seed documents predict for `run`."""
     if run.mode != LOCK_ONLY:
@@ -51,4 +77,4 @@ def expected_safe(run: Described) -> bool:
     return run.scenario not in BREAKS.get(run.lock, frozenset())
 
 
-__all__ = ["BREAKS", "INCR", "LOCK_ONLY", "REGRESS", "expected_safe"]
+__all__ = ["BREAKS", "INAPPLICABLE", "INCR", "LOCK_ONLY", "REGRESS", "expected_safe", "inapplicable"]

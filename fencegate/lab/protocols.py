@@ -72,7 +72,8 @@ class Deployment(Protocol):
 
     @property
     def lock_nodes(self) -> int:
-        """How many redis nodes the lock design uses (1, or 5 for Redlock)."""
+        """How many redis nodes the lock design uses (1, 5 for Redlock, 0 for etcd: its cluster is the
+        session's)."""
         ...
 
     @property

@@ -26,12 +26,13 @@ from typing import Any, TextIO
 
 from fencegate.cli import INCOMPLETE
 from fencegate.lab.cluster import TERMINATED, until_terminated
-from fencegate.lab.deployments import DESIGNS, MODES, Mode
+from fencegate.lab.deployments import DESIGNS, ETCD, MODES, Mode
 from fencegate.lab.errors import LabArgumentError, LabError
 from fencegate.lab.history import Meta
+from fencegate.lab.predictions import inapplicable
 from fencegate.lab.report import RunResult, as_predicted, predicted_line, summary, table, to_json, token_trail
 from fencegate.lab.scenarios import SCENARIOS, RunPlan
-from fencegate.lab.session import TOKEN_KINDS, LabSession, RunSpec, one_node_note, plan_runs
+from fencegate.lab.session import TOKEN_KINDS, LabSession, RunSpec, one_node_note, plan_runs, servers_for
 from fencegate.lab.timeline import write_html, write_svg
 
 HEADLINE = ("pause", "restart", "token-regress")
@@ -85,14 +86,17 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
         choices=[*DESIGNS, "all"],
         default="redlock",
         help="lock design: redlock (5 masters), single (SET NX PX on one node), setnx-getset "
-        "(the SETNX page's timestamp pattern on one node), all: the three, one after another",
+        "(the SETNX page's timestamp pattern on one node), etcd (etcd's Session + Mutex on a 3-member "
+        "cluster, fenced by its lock key's create revision), all: the four, one after another "
+        "(each only in the scenarios that apply to it)",
     )
     parser.add_argument(
         "--tokens",
         choices=TOKEN_KINDS,
         default="sqlite",
-        help="token source of the fenced and fence-only modes: sqlite (embedded), zookeeper or "
-        "postgres (started for the run), incr (redis INCR, unsafe); token-regress always adds incr",
+        help="token source of the fenced and fence-only modes: sqlite (embedded), zookeeper, "
+        "postgres or etcd (started for the run), incr (redis INCR, unsafe); token-regress always adds "
+        "incr; --lock etcd always uses etcd's revisions",
     )
     parser.add_argument("--clients", type=_positive, default=3, help="client processes per run (>= 2)")
     parser.add_argument("--ops", type=_positive, default=3, help="increments each client attempts")
@@ -146,7 +150,7 @@ def add_commands(commands: Any) -> None:
         "--scenario", required=True, choices=list(SCENARIOS), help="see `fencegate lab scenarios`"
     )
     _options(run, modes=True)
-    run.set_defaults(func=lambda args: _command(args, [args.scenario]))
+    run.set_defaults(func=lambda args: _command(args, [args.scenario], strict=args.lock != "all"))
     every = commands.add_parser(
         "all",
         help="run every scenario in every mode (a few minutes)",
@@ -167,22 +171,37 @@ def add_commands(commands: Any) -> None:
     headline.set_defaults(func=lambda args: _command(args, list(HEADLINE)), mode="all")
 
 
-def _command(args: argparse.Namespace, scenarios: Sequence[str]) -> int:
+def _applicable(scenarios: Sequence[str], design: str, *, strict: bool) -> list[str]:
+    """The scenarios that apply to `design`; the others are refused (`strict`) or skipped with a note."""
+    if strict:
+        return list(scenarios)  # plan_runs refuses an inapplicable one, naming why
+    skipped = [name for name in scenarios if inapplicable(design, name) is not None]
+    if skipped:
+        print(f"note: --lock {design} skips {', '.join(skipped)} (they do not apply to it; see "
+              "`fencegate lab run --lock DESIGN --scenario NAME` for why)", file=sys.stderr)  # fmt: skip
+    return [name for name in scenarios if name not in skipped]
+
+
+def _command(args: argparse.Namespace, scenarios: Sequence[str], *, strict: bool = False) -> int:
     if args.clients < 2:
         raise LabArgumentError("every scenario needs a holder and a challenger: use --clients 2 or more")
     modes: tuple[Mode, ...] = MODES if args.mode == "all" else (args.mode,)
     seeds = range(args.seed, args.seed + args.seeds)
     designs = DESIGNS if args.lock == "all" else (args.lock,)
+    chosen = {design: _applicable(scenarios, design, strict=strict) for design in designs}
     specs = [
         spec
         for design in designs
-        for spec in plan_runs(scenarios, modes, design=design, tokens=args.tokens, seeds=seeds)
+        for spec in plan_runs(chosen[design], modes, design=design, tokens=args.tokens, seeds=seeds)
     ]
     plan = RunPlan(clients=args.clients, ops=args.ops, ttl=args.ttl)
     for design in designs:
-        note = one_node_note(scenarios, design)
+        note = one_node_note(chosen[design], design)
         if note is not None:
             print(f"note: {note}", file=sys.stderr)
+    if ETCD in designs and args.tokens not in ("sqlite", ETCD):
+        print(f"note: --lock etcd fences with its lock key's create revision; --tokens {args.tokens} "
+              "serves the other designs", file=sys.stderr)  # fmt: skip
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="fencegate-lab-"))
     started = time.monotonic()
     try:
@@ -205,7 +224,7 @@ def _command(args: argparse.Namespace, scenarios: Sequence[str]) -> int:
 async def _run_all(
     specs: Sequence[RunSpec], plan: RunPlan, workdir: Path, out: TextIO
 ) -> tuple[list[RunResult], int]:
-    kinds = {spec.tokens for spec in specs if spec.tokens is not None}
+    kinds = servers_for(specs)
     runs: list[RunResult] = []
     failures = 0
     async with LabSession.open(workdir, token_kinds=kinds) as session:

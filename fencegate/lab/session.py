@@ -10,6 +10,9 @@ schedule in every mode. Everything is stopped on the way out.
 `plan_runs` expands scenarios x modes into runs; `token-regress` always runs
 fenced, once with the redis INCR source on the restarting node and once with
 a source that does not go back (the one asked for, SQLite if that was INCR).
+The etcd lock design runs on a 3-member etcd cluster the session starts
+(through the cluster helper) and fences with its own revisions, whatever
+source was asked for; a scenario that cannot apply to a design is refused.
 `expected_safe` (from `lab.predictions`) is the verdict the seed documents
 predict for a run.
 """
@@ -24,15 +27,16 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
-from fencegate.lab.deployments import GatewayDeployment, Mode
-from fencegate.lab.errors import LabError
+from fencegate.lab.deployments import ETCD, GatewayDeployment, Mode
+from fencegate.lab.errors import LabArgumentError, LabError
 from fencegate.lab.gateway_process import GatewayProcess, running
 from fencegate.lab.history import History, Meta
-from fencegate.lab.predictions import INCR, REGRESS, expected_safe
+from fencegate.lab.predictions import INCR, REGRESS, expected_safe, inapplicable
 from fencegate.lab.scenarios import SCENARIOS, RunPlan, run_scenario
 from fencegate.lab.scenarios.stage import PARTITION_NODES
 
-TOKEN_KINDS = ("sqlite", "zookeeper", "postgres", INCR)
+TOKEN_KINDS = ("sqlite", "zookeeper", "postgres", ETCD, INCR)
+ETCD_MEMBERS = 3  # the etcd cluster a session starts: a quorum survives one member down
 # Where the fault itself (a restart, a promotion, a jump, a partition) eats into the holder's lease, a
 # longer TTL keeps a loaded machine from closing the challenger's window; these never wait a TTL out.
 LONG_TTL = frozenset({"clock-jump", "restart", "failover", "token-regress"})
@@ -64,10 +68,15 @@ def plan_runs(
 ) -> list[RunSpec]:
     """Every run of a comparison, seed by seed, each scenario in every mode asked for."""
     runs = []
+    if design == ETCD:
+        tokens = ETCD  # the lock key's create revision is the token; no second source
     for seed in seeds:
         for scenario in scenarios:
             if scenario not in SCENARIOS:
                 raise LabError(f"unknown scenario {scenario!r}: see `fencegate lab scenarios`")
+            why = inapplicable(design, scenario)
+            if why is not None:
+                raise LabArgumentError(f"--scenario {scenario} does not apply to --lock {design}: it {why}")
             if scenario == REGRESS:
                 stable = "sqlite" if tokens == INCR else tokens
                 runs += [RunSpec(scenario, "fenced", design, kind, seed) for kind in (INCR, stable)]
@@ -79,9 +88,15 @@ def plan_runs(
     return runs
 
 
+def servers_for(specs: Iterable[RunSpec]) -> set[str]:
+    """The server kinds a comparison needs: its token sources, and etcd for the etcd design's lock."""
+    kinds = {spec.tokens for spec in specs if spec.tokens is not None}
+    return kinds | {ETCD for spec in specs if spec.design == ETCD}
+
+
 def one_node_note(scenarios: Iterable[str], design: str) -> str | None:
     """What to tell a user who runs a five-node scenario on a one-node lock design (None: nothing)."""
-    if design == "redlock":
+    if design in ("redlock", ETCD):
         return None
     partitioned = [name for name in scenarios if SCENARIOS[name].partitioned]
     if not partitioned:
@@ -125,7 +140,7 @@ class LabSession:
         token_urls: Mapping[str, str] | None = None,
         gateway_url: str | None = None,
     ) -> AsyncIterator[LabSession]:
-        """Start the gateway, and ZooKeeper or PostgreSQL for the `token_kinds` that need them.
+        """Start the gateway, and ZooKeeper, PostgreSQL or etcd for the `token_kinds` that need them.
 
         `token_urls` names servers that already run for some kinds (kind -> source URL); those are not
         started (the test suite shares its session-wide ZooKeeper and PostgreSQL this way).
@@ -137,7 +152,12 @@ class LabSession:
         unknown = (kinds | set(given)) - set(TOKEN_KINDS)
         if unknown:
             raise LabError(f"unknown token source {sorted(unknown)}: use one of {', '.join(TOKEN_KINDS)}")
-        spec = ClusterSpec(redis=0, zookeeper="zookeeper" in kinds, postgres="postgres" in kinds)
+        spec = ClusterSpec(
+            redis=0,
+            zookeeper="zookeeper" in kinds,
+            postgres="postgres" in kinds,
+            etcd=ETCD_MEMBERS if ETCD in kinds else 0,
+        )
         async with LocalCluster.running_async(spec, workdir / "servers") as servers:
             if gateway_url is not None:
                 yield cls(workdir, None, servers, given, address=_address(gateway_url))
@@ -154,6 +174,8 @@ class LabSession:
             return f"zookeeper://{self._servers.zookeeper}"  # the cluster says so if it was not started
         if kind == "postgres":
             return self._servers.postgres_dsn
+        if kind == ETCD:
+            return self._servers.etcd
         if kind == INCR:
             return INCR
         raise LabError(f"unknown token source {kind!r}: use one of {', '.join(TOKEN_KINDS)}")
@@ -168,6 +190,7 @@ class LabSession:
             key=f"lab/{run_id}/counter",
             resource=f"lab-{run_id}",
             tokens=None if spec.tokens is None else self.token_url(spec.tokens),
+            lock_url=self.token_url(ETCD) if spec.design == ETCD else None,
         )
         await deployment.seed()
         ttl = plan.ttl * LONG_TTL_FACTOR if spec.scenario in LONG_TTL else plan.ttl
@@ -188,4 +211,13 @@ def _address(url: str) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
-__all__ = ["TOKEN_KINDS", "LabSession", "RunSpec", "expected_safe", "one_node_note", "plan_runs"]
+__all__ = [
+    "ETCD_MEMBERS",
+    "TOKEN_KINDS",
+    "LabSession",
+    "RunSpec",
+    "expected_safe",
+    "one_node_note",
+    "plan_runs",
+    "servers_for",
+]

@@ -177,9 +177,9 @@ async def _stage(
     scenario: Scenario, deployment: Deployment, runner: Runner, cluster: LocalCluster, plan: RunPlan
 ) -> AsyncIterator[Stage]:
     """Start the lock nodes (one faulted as the scenario needs) and the proxies; undo all of it."""
-    count = deployment.lock_nodes
-    if count < 1:
-        raise FaultError(f"the deployment uses {count} lock nodes; a lock needs at least one")
+    count = deployment.lock_nodes  # 0: the lock lives on servers of its own (etcd), no node fault applies
+    if count < 0:
+        raise FaultError(f"the deployment uses {count} lock nodes; give 0 or more")
     faulted_index = min(2, count - 1)
     shift = ClockShift(cluster.dir / "clock-offset") if scenario.shifted else None
     skew = ClockShift(cluster.dir / "challenger-clock-offset") if scenario.skew_ttls else None
@@ -210,8 +210,10 @@ async def _stage(
                 links[f"c{number}"] = [await DelayProxy(*_host_port(url)).start() for url in urls]
         if scenario.tokens_on_lock_node:
             tokens = urls[faulted_index]
-        else:
+        elif count:
             tokens = (await asyncio.to_thread(cluster.add_redis)).url
+        else:
+            tokens = ""  # no redis at all: the design brings its own tokens
         yield Stage(runner, cluster, plan.ttl, urls, tokens, faulted, proxies, links, shift, pair, skew)
     finally:
         for proxy in [*proxies.values(), *(link for client in links.values() for link in client)]:
