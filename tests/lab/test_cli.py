@@ -73,6 +73,20 @@ def test_lab_run_refuses_a_single_client_before_starting_anything(
     assert not (tmp_path / "w").exists()
 
 
+def test_lab_run_refuses_a_scenario_that_does_not_apply_to_the_lock_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["lab", "run", "--scenario", "restart", "--lock", "etcd", "--workdir", str(tmp_path / "w")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "fencegate lab run: --scenario restart does not apply to --lock etcd: it faults a redis lock node "
+        "(its memory, clock, replica or INCR); the etcd design keeps its lock in the Raft log of 3 etcd "
+        "members"
+    ]
+    assert not (tmp_path / "w").exists()  # refused before anything started
+
+
 def test_the_old_name_of_lock_only_is_still_accepted_with_a_note(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

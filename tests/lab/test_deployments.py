@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from fencegate.lab.deployments import INCR, GatewayDeployment, Mode
-from fencegate.lab.errors import LabError
-from fencegate.lab.session import RunSpec, expected_safe, one_node_note, plan_runs
+from fencegate.lab.errors import LabArgumentError, LabError
+from fencegate.lab.predictions import INAPPLICABLE
+from fencegate.lab.session import RunSpec, expected_safe, one_node_note, plan_runs, servers_for
 
 GATEWAY = ("127.0.0.1", 8099)
 NODES = [f"redis://127.0.0.1:{port}" for port in range(7001, 7006)]
@@ -59,6 +60,50 @@ def test_the_lab_lock_designs_use_one_node(design: str, lock_only: str, fenced: 
     }
 
 
+ETCD_URL = "etcd://127.0.0.1:2379,127.0.0.1:22379"
+
+
+@pytest.mark.parametrize(("mode", "tokens"), [("lock-only", False), ("fenced", True)])
+def test_the_etcd_design_uses_its_cluster_and_fences_with_its_own_revision(mode: Mode, tokens: bool) -> None:
+    chosen = GatewayDeployment(
+        mode=mode, design="etcd", gateway=GATEWAY, key="k", resource="r",
+        tokens=None if mode == "lock-only" else ETCD_URL, lock_url=ETCD_URL,
+    )  # fmt: skip
+    assert chosen.lock_nodes == 0  # no redis node: the session's etcd cluster holds the lock
+    lock = chosen.lock([], tokens="")
+    assert (lock.factory, dict(lock.kwargs)) == (
+        "fencegate.lab.etcd_lock:etcd_lock",
+        {"url": ETCD_URL, "tokens": tokens},
+    )
+    with pytest.raises(LabError, match="the etcd lock design needs its cluster"):
+        GatewayDeployment(mode=mode, design="etcd", gateway=GATEWAY, key="k", resource="r", tokens=ETCD_URL)
+
+
+def test_the_etcd_design_runs_with_its_own_tokens_whatever_source_was_asked_for() -> None:
+    runs = plan_runs(
+        ["pause"], ["lock-only", "fenced", "fence-only"], design="etcd", tokens="postgres", seeds=[1]
+    )
+    assert [(r.mode, r.tokens) for r in runs] == [
+        ("lock-only", None),
+        ("fenced", "etcd"),
+        ("fence-only", "etcd"),
+    ]
+    assert servers_for(runs) == {"etcd"}
+    assert servers_for(plan_runs(["pause"], ["lock-only"], design="etcd", tokens="sqlite", seeds=[1])) == {
+        "etcd"
+    }
+
+
+@pytest.mark.parametrize(
+    "scenario", ["delay", "clock-jump", "restart", "restart-delayed", "failover", "token-regress"]
+)
+def test_a_scenario_that_cannot_apply_to_etcd_is_refused_with_the_reason(scenario: str) -> None:
+    with pytest.raises(LabArgumentError, match=f"--scenario {scenario} does not apply to --lock etcd: it "):
+        plan_runs(["pause", scenario], ["lock-only"], design="etcd", tokens="sqlite", seeds=[1])
+    assert set(INAPPLICABLE) == {"etcd"}  # every scenario applies to every redis design
+    assert len(plan_runs([scenario], ["fenced"], design="single", tokens="sqlite", seeds=[1])) >= 1
+
+
 def test_bad_deployments_are_refused_with_the_fix() -> None:
     with pytest.raises(LabError, match="unknown lock design 'zk'"):
         deployment("fenced", "zk")
@@ -97,6 +142,11 @@ def test_token_regress_runs_fenced_with_incr_next_to_a_source_that_does_not_go_b
     (RunSpec("token-regress", "fenced", "redlock", INCR, 1), False),
     (RunSpec("token-regress", "fenced", "redlock", "zookeeper", 1), True),
     (RunSpec("restart", "fence-only", "redlock", INCR, 1), True),
+    (RunSpec("pause", "lock-only", "etcd", None, 1), False),
+    (RunSpec("pause", "fenced", "etcd", "etcd", 1), True),
+    (RunSpec("pause", "fence-only", "etcd", "etcd", 1), True),
+    (RunSpec("none", "lock-only", "etcd", None, 1), True),
+    (RunSpec("clock-skew", "lock-only", "etcd", None, 1), True),
 ])  # fmt: skip
 def test_the_predicted_verdicts(spec: RunSpec, safe: bool) -> None:
     assert expected_safe(spec) is safe
