@@ -122,3 +122,22 @@ def test_lab_run_on_the_gateway_prints_json_progress_and_the_report(
     assert f"report: {report}" in captured.err
     assert report.read_text().startswith("<!doctype html>")
     assert (tmp_path / "svg" / "lab-pause-fenced.svg").read_text().startswith("<svg")
+
+
+def test_lab_run_on_etcd_starts_its_cluster_and_prints_the_acceptance_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The session starts a 3-member etcd cluster itself; lock-only is unsafe under the pause, fenced safe."""
+    argv = ["lab", "run", "--lock", "etcd", "--scenario", "pause", "--mode", "all", "--clients", "2",
+            "--ops", "1", "--report", str(tmp_path / "lab.html")]  # fmt: skip
+    assert main(argv) == 0  # every verdict as predicted
+    rows = {
+        line.split()[1]: line.split()
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("pause")
+    }
+    assert rows["lock-only"][2:4] == ["etcd", "-"]
+    assert rows["lock-only"][-1] == "UNSAFE"
+    assert rows["fenced"][2:4] == ["etcd", "etcd"]  # the lock key's create revision, no second source
+    assert rows["fenced"][-1] == "SAFE"
+    assert rows["fence-only"][-1] == "SAFE"
