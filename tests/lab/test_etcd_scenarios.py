@@ -103,3 +103,13 @@ async def test_a_challenger_clock_ahead_changes_nothing_for_etcd(session: LabSes
     history, verdict = await run(session, "clock-skew", "lock-only")
     assert [e.detail for e in history.events if e.kind == "fault"] == ["c2's wall clock +2s"]
     assert (verdict.lost_updates, verdict.interleaved_leases, verdict.overlaps) == (0, 0, 0)
+
+
+async def test_redlock_fenced_with_etcd_tokens_is_safe_under_the_pause(session: LabSession) -> None:
+    """`--tokens etcd` serves the other designs as a token source (EtcdTokens on the same cluster)."""
+    spec = RunSpec("pause", "fenced", "redlock", "etcd", seed=3)
+    history = await session.run(spec, PLAN)
+    verdict = check(history)
+    assert (verdict.lost_updates, verdict.interleaved_leases) == (0, 0)
+    assert verdict.refused >= 1
+    assert all(token is not None for _, token in holders(history))
