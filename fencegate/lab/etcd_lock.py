@@ -7,6 +7,9 @@
   The holder is the key under the prefix with the lowest create revision; a
   waiter watches the key with the next lower create revision for its
   deletion, then looks again, so waiters are served in create-revision order.
+  Each look first checks that its own key is still there: a session that
+  expired in line must not take the lock (the client bug Jepsen found in
+  etcd 3.4.3 was that missing check).
 - Token: the lock key's create revision, etcd's cluster-wide revision at the
   moment the key was made. A later holder's key was made later, so its
   revision is larger: the fence needs no second token source.
@@ -148,11 +151,11 @@ class EtcdLock:
                 mine = int(responses[0][0][1].create_revision)
             while True:
                 found = await self._client.get_prefix(prefix, sort_order="ascend", sort_target="create")
+                if key not in {kv.key for kv in found}:  # the check etcd 3.4.3's client lacked (Jepsen)
+                    raise LockNotAcquired(f"the session of {resource} expired in line", resource=resource)
                 before = [kv for kv in found if kv.create_revision < mine]
                 if not before:
                     return mine
-                if session.lost:
-                    raise LockNotAcquired(f"the session of {resource} expired in line", resource=resource)
                 left = deadline - self._clock()
                 if left <= 0:
                     raise LockNotAcquired(f"{resource} is held; gave up the place in line", resource=resource)

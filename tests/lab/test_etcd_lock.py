@@ -144,6 +144,28 @@ async def test_a_waiter_gives_its_place_up_after_its_wait(etcd_cluster: LocalClu
         await waiter.aclose()
 
 
+async def test_a_waiter_whose_session_expired_in_line_does_not_take_the_lock(
+    etcd_cluster: LocalCluster,
+) -> None:
+    """The check Jepsen found missing in etcd 3.4.3's client: is my key still there once nothing is ahead?"""
+    name = resource()
+    holder, waiter = EtcdLock(etcd_cluster.etcd), EtcdLock(etcd_cluster.etcd)
+    try:
+        held = await holder.acquire(name, TTL)
+        waiting = asyncio.create_task(waiter.acquire(name, TTL))
+        await eventually(in_line(etcd_cluster, name, 2), what="the waiter in line")
+        async with raw(etcd_cluster) as client:  # its lease ends on etcd, as if it had expired
+            found = await client.get_prefix(lock_prefix(name), sort_order="ascend", sort_target="create")
+            await client.revoke_lease(found[1].lease)
+        assert await holder.release(held)
+        with pytest.raises(LockNotAcquired, match="expired in line"):
+            await waiting
+        assert await held_keys(etcd_cluster, name) == []
+    finally:
+        await holder.aclose()
+        await waiter.aclose()
+
+
 async def test_a_release_of_a_lease_it_never_gave_is_refused(etcd_cluster: LocalCluster) -> None:
     lock = EtcdLock(etcd_cluster.etcd)
     try:
