@@ -27,6 +27,7 @@ from lockclient import (
     GatewayError,
     GatewayRetry,
     IdempotencyKeyReused,
+    LockLost,
     NotFound,
     OutcomeUnknown,
     Redlock,
@@ -35,6 +36,7 @@ from lockclient import (
     StaleToken,
 )
 from lockclient.http import BY_STATUS
+from tests.gateway.test_storage_down import hung
 from tests.waiting import eventually
 
 PG = "postgres-0"
@@ -159,14 +161,18 @@ async def _eventually_put(gateway: GatewayClient, key: str, data: bytes, lease: 
 
 
 class DroppingRelay:
-    """A TCP relay to the gateway that drops the first `drops` connections once the gateway has
-    answered, without passing the answer on: the write was applied, the client cannot know."""
+    """A TCP relay to the gateway(s) that drops a connection once the gateway has answered, without
+    passing the answer on (the write was applied, the client cannot know): the first `drops`
+    connections, or every other one with `alternate`. Connections go to each target in turn."""
 
-    def __init__(self, target: tuple[str, int], drops: int) -> None:
-        self.target = target
+    def __init__(self, *targets: tuple[str, int], drops: int = 0, alternate: bool = False) -> None:
+        self.targets = targets
         self.drops = drops
+        self.alternate = alternate
         self.dropped = 0
         self.relayed = 0
+        self.connections = 0
+        self.used: set[tuple[str, int]] = set()
         self.server: asyncio.Server | None = None
 
     async def start(self) -> str:
@@ -175,8 +181,11 @@ class DroppingRelay:
         return f"http://127.0.0.1:{port}"
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        drop = self.dropped < self.drops
+        target = self.targets[self.connections % len(self.targets)]
+        drop = self.connections % 2 == 0 if self.alternate else self.dropped < self.drops
+        self.connections += 1
+        self.used.add(target)
+        up_reader, up_writer = await asyncio.open_connection(*target)
         self.dropped += drop
         self.relayed += not drop
 
@@ -302,3 +311,103 @@ def test_every_error_code_of_the_api_is_a_typed_error() -> None:
         assert (error.status, error.code) == (status, code)
         assert isinstance(error, OutcomeUnknown) == (status >= 500 and status != 501), (status, code)
     assert set(BY_STATUS) <= {status for status, _ in codes}
+
+
+async def test_a_write_answered_503_while_postgresql_hangs_is_applied_once_after_it_continues(
+    redis_cluster: LocalCluster,
+    aiohttp_client: Any,
+    cluster_factory: Callable[[ClusterSpec], LocalCluster],
+    tmp_path: Path,
+) -> None:
+    """SIGSTOPped past the deadlines, the first send's transaction may still commit when PostgreSQL
+    continues: the resends under its key must then be answered from it, not applied again."""
+    storage = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
+    settings = Settings(
+        data_dir=tmp_path / "gw", storage=storage.postgres_dsn, storage_timeout=1.0, request_timeout=3.0
+    )
+    served = await aiohttp_client(create_app(settings))
+    resource = f"gr-{uuid.uuid4().hex[:10]}"
+    key = f"{resource}/doc"
+    sends = Sends()
+    async with (
+        traced(str(served.server.make_url("")), sends, PATIENT) as gateway,
+        Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
+        locker.lock(resource, ttl=120.0, auto_extend=True) as lease,
+    ):
+        before = await gateway.put(key, b"v1", lease=lease)
+        with hung(storage):
+            write = asyncio.create_task(gateway.put(key, b"v2", lease=lease))
+            await eventually(
+                lambda: any(s[2] == 503 for s in sends.writes()[1:]), within=60, what="a 503 to the write"
+            )
+        written = await write
+        tried = sends.writes()[1:]
+        assert 503 in {status for *_, status, _ in tried}
+        assert len({once for *_, once in tried}) == 1
+        assert before.version is not None
+        assert written.version == before.version + 1  # once, whichever send it was
+        fetched = await gateway.get(key)
+        assert (fetched.data, fetched.version) == (b"v2", before.version + 1)
+
+
+async def test_a_lease_lost_between_sends_stops_the_retries_with_the_outcome_unknown(
+    redis_cluster: LocalCluster,
+    aiohttp_client: Any,
+    cluster_factory: Callable[[ClusterSpec], LocalCluster],
+    tmp_path: Path,
+) -> None:
+    storage = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
+    served = await aiohttp_client(
+        create_app(Settings(data_dir=tmp_path / "gw", storage=storage.postgres_dsn, storage_timeout=2.0))
+    )
+    resource = f"gr-{uuid.uuid4().hex[:10]}"
+    sends = Sends()
+    async with (
+        traced(str(served.server.make_url("")), sends, PATIENT) as gateway,
+        Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
+    ):
+        lease = await locker.acquire(resource, ttl=1.5)  # no watchdog: it runs out while the sends fail
+        await asyncio.to_thread(storage.stop, PG)
+        with pytest.raises(OutcomeUnknown) as unknown:
+            await gateway.put(f"{resource}/doc", b"late", lease=lease)
+        assert isinstance(unknown.value.__cause__, LockLost)
+        assert unknown.value.idempotency_key is not None
+        sent = len(sends.writes())
+        assert 1 <= sent < PATIENT.attempts
+        with pytest.raises(LockLost):  # and from now on nothing is sent
+            await gateway.put(f"{resource}/doc", b"later", lease=lease)
+        assert len(sends.writes()) == sent
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+async def test_concurrent_writers_whose_answers_are_dropped_are_applied_once_across_two_replicas(
+    engine: str, aiohttp_client: Any, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Every other connection is dropped after its gateway answered; connections alternate between
+    two gateways on one database (PostgreSQL; SQLite has one gateway), so a resend often reaches the
+    replica that did not apply it."""
+    if engine == "postgresql":
+        cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
+        apps = [Settings(data_dir=tmp_path / f"gw{i}", storage=cluster.postgres_dsn) for i in (1, 2)]
+    else:
+        apps = [Settings(data_dir=tmp_path / "gw")]
+    served = [await aiohttp_client(create_app(settings)) for settings in apps]
+    relay = DroppingRelay(*[("127.0.0.1", each.server.port) for each in served], alternate=True)
+    prefix = f"gc-{uuid.uuid4().hex[:10]}"
+    writers = 12
+    url = await relay.start()
+    try:
+        async with GatewayClient(str(served[-1].server.make_url(""))) as direct:
+
+            async def write(n: int) -> Any:
+                async with GatewayClient(url, retry=GatewayRetry(attempts=10, delay=0.0, jitter=0.0)) as own:
+                    return await own.put(f"{prefix}/{n}", b"%d" % n, token=5)
+
+            answers = await asyncio.gather(*(write(n) for n in range(writers)))
+            assert relay.dropped >= 1
+            assert len(relay.used) == len(served)
+            for n, answer in enumerate(answers):
+                fetched = await direct.get(f"{prefix}/{n}")
+                assert (answer.version, fetched.version, fetched.data) == (1, 1, b"%d" % n)
+    finally:
+        await relay.close()
