@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,21 +75,34 @@ async def traced(base_url: str, sends: Sends, retry: GatewayRetry | None) -> Asy
         yield gateway
 
 
+OverPostgres = Callable[..., Awaitable[tuple[LocalCluster, str]]]
+
+
+@pytest.fixture
+def over_postgres(
+    aiohttp_client: Any, cluster_factory: Callable[[ClusterSpec], LocalCluster], tmp_path: Path
+) -> OverPostgres:
+    """`await over_postgres(**settings)`: a served gateway over a PostgreSQL of its own, which the
+    test may stop or pause; that cluster and the gateway's URL."""
+
+    async def start(**settings: Any) -> tuple[LocalCluster, str]:
+        storage = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
+        overrides = {"storage": storage.postgres_dsn, "storage_timeout": 2.0, **settings}
+        served = await aiohttp_client(create_app(Settings(data_dir=tmp_path / "gw", **overrides)))
+        return storage, str(served.server.make_url(""))
+
+    return start
+
+
 async def test_a_503_is_resent_with_the_same_key_and_applied_once_when_storage_returns(
-    redis_cluster: LocalCluster,
-    aiohttp_client: Any,
-    cluster_factory: Callable[[ClusterSpec], LocalCluster],
-    tmp_path: Path,
+    redis_cluster: LocalCluster, over_postgres: OverPostgres, tmp_path: Path
 ) -> None:
-    storage = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
-    served = await aiohttp_client(
-        create_app(Settings(data_dir=tmp_path / "gw", storage=storage.postgres_dsn, storage_timeout=2.0))
-    )
+    storage, url = await over_postgres()
     resource = f"gr-{uuid.uuid4().hex[:10]}"
     key = f"{resource}/doc"
     sends = Sends()
     async with (
-        traced(str(served.server.make_url("")), sends, PATIENT) as gateway,
+        traced(url, sends, PATIENT) as gateway,
         Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
         locker.lock(resource, ttl=60.0) as lease,
     ):
@@ -111,20 +124,14 @@ async def test_a_503_is_resent_with_the_same_key_and_applied_once_when_storage_r
 
 
 async def test_when_retries_run_out_the_error_carries_the_key_and_a_later_retry_applies_once(
-    redis_cluster: LocalCluster,
-    aiohttp_client: Any,
-    cluster_factory: Callable[[ClusterSpec], LocalCluster],
-    tmp_path: Path,
+    redis_cluster: LocalCluster, over_postgres: OverPostgres, tmp_path: Path
 ) -> None:
-    storage = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
-    served = await aiohttp_client(
-        create_app(Settings(data_dir=tmp_path / "gw", storage=storage.postgres_dsn, storage_timeout=2.0))
-    )
+    storage, url = await over_postgres()
     resource = f"gr-{uuid.uuid4().hex[:10]}"
     key = f"{resource}/doc"
     sends = Sends()
     async with (
-        traced(str(served.server.make_url("")), sends, GatewayRetry(attempts=2, delay=0.0)) as gateway,
+        traced(url, sends, GatewayRetry(attempts=2, delay=0.0)) as gateway,
         Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
         locker.lock(resource, ttl=60.0) as lease,
     ):
@@ -314,23 +321,16 @@ def test_every_error_code_of_the_api_is_a_typed_error() -> None:
 
 
 async def test_a_write_answered_503_while_postgresql_hangs_is_applied_once_after_it_continues(
-    redis_cluster: LocalCluster,
-    aiohttp_client: Any,
-    cluster_factory: Callable[[ClusterSpec], LocalCluster],
-    tmp_path: Path,
+    redis_cluster: LocalCluster, over_postgres: OverPostgres, tmp_path: Path
 ) -> None:
     """SIGSTOPped past the deadlines, the first send's transaction may still commit when PostgreSQL
     continues: the resends under its key must then be answered from it, not applied again."""
-    storage = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
-    settings = Settings(
-        data_dir=tmp_path / "gw", storage=storage.postgres_dsn, storage_timeout=1.0, request_timeout=3.0
-    )
-    served = await aiohttp_client(create_app(settings))
+    storage, url = await over_postgres(storage_timeout=1.0, request_timeout=3.0)
     resource = f"gr-{uuid.uuid4().hex[:10]}"
     key = f"{resource}/doc"
     sends = Sends()
     async with (
-        traced(str(served.server.make_url("")), sends, PATIENT) as gateway,
+        traced(url, sends, PATIENT) as gateway,
         Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
         locker.lock(resource, ttl=120.0, auto_extend=True) as lease,
     ):
@@ -351,19 +351,13 @@ async def test_a_write_answered_503_while_postgresql_hangs_is_applied_once_after
 
 
 async def test_a_lease_lost_between_sends_stops_the_retries_with_the_outcome_unknown(
-    redis_cluster: LocalCluster,
-    aiohttp_client: Any,
-    cluster_factory: Callable[[ClusterSpec], LocalCluster],
-    tmp_path: Path,
+    redis_cluster: LocalCluster, over_postgres: OverPostgres, tmp_path: Path
 ) -> None:
-    storage = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
-    served = await aiohttp_client(
-        create_app(Settings(data_dir=tmp_path / "gw", storage=storage.postgres_dsn, storage_timeout=2.0))
-    )
+    storage, url = await over_postgres()
     resource = f"gr-{uuid.uuid4().hex[:10]}"
     sends = Sends()
     async with (
-        traced(str(served.server.make_url("")), sends, PATIENT) as gateway,
+        traced(url, sends, PATIENT) as gateway,
         Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
     ):
         lease = await locker.acquire(resource, ttl=1.5)  # no watchdog: it runs out while the sends fail
