@@ -11,19 +11,15 @@ event loop and its connections. Calls block the caller; errors, retries and
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import TypedDict, Unpack
 
 from lockclient import http
+from lockclient._loop import LoopThread
 from lockclient.http import FetchedObject, GatewayRetry, ObjectInfo, TLSPath
 from lockclient.protocols import Fenced
 
 __all__ = ["GatewayClient", "GatewayOptions"]
-
-T = TypeVar("T")
 
 
 class GatewayOptions(TypedDict, total=False):
@@ -42,18 +38,9 @@ class GatewayClient:
 
     def __init__(self, base_url: str, **options: Unpack[GatewayOptions]) -> None:
         self._async = http.GatewayClient(base_url, **options)  # checks the arguments before a thread starts
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="lockclient-gateway", daemon=True)
-        self._thread.start()
+        self._thread = LoopThread("lockclient-gateway")
+        self._run = self._thread.run
         self._closed = False
-
-    def _run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        future = asyncio.run_coroutine_threadsafe(make(), self._loop)
-        try:
-            return future.result()
-        except BaseException:
-            future.cancel()  # e.g. KeyboardInterrupt in the caller: stop the request too
-            raise
 
     @property
     def async_client(self) -> http.GatewayClient:
@@ -115,9 +102,7 @@ class GatewayClient:
         try:
             self._run(self._async.aclose)
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
+            self._thread.stop()
 
     def __enter__(self) -> GatewayClient:
         return self
