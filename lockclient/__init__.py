@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from lockclient.config import DEFAULT_RETRY, RedlockSettings, RetryPolicy, TLSSettings
 from lockclient.errors import (
     BadRequest,
+    BodyTimeout,
     ConfigurationError,
     ExtensionLimitReached,
     Forbidden,
@@ -24,15 +25,17 @@ from lockclient.errors import (
     LockNotAcquired,
     MissingExtra,
     NotFound,
+    OutcomeUnknown,
     QuorumUnavailable,
     ResourceMismatch,
     StaleToken,
     TLSError,
     TokenFromTheFuture,
     TokenSourceError,
+    TooManyRequests,
     Unauthorized,
 )
-from lockclient.http import FetchedObject, GatewayClient, ObjectInfo
+from lockclient.http import DEFAULT_GATEWAY_RETRY, FetchedObject, GatewayClient, GatewayRetry, ObjectInfo
 from lockclient.lease import Lease, token_of
 from lockclient.observe import Observer
 from lockclient.protocols import Clock, Fenced, TokenSource
@@ -43,8 +46,10 @@ if TYPE_CHECKING:
     from lockclient.tokens import EtcdTokens, PostgresTokens, RedisIncrTokens, SQLiteTokens, ZooKeeperTokens
 
 __all__ = [
+    "DEFAULT_GATEWAY_RETRY",
     "DEFAULT_RETRY",
     "BadRequest",
+    "BodyTimeout",
     "Clock",
     "ConfigurationError",
     "EtcdTokens",
@@ -54,6 +59,7 @@ __all__ = [
     "Forbidden",
     "GatewayClient",
     "GatewayError",
+    "GatewayRetry",
     "IdempotencyKeyReused",
     "Lease",
     "LockClientError",
@@ -63,6 +69,7 @@ __all__ = [
     "NotFound",
     "ObjectInfo",
     "Observer",
+    "OutcomeUnknown",
     "PostgresTokens",
     "QuorumUnavailable",
     "RedisIncrTokens",
@@ -77,6 +84,7 @@ __all__ = [
     "TokenFromTheFuture",
     "TokenSource",
     "TokenSourceError",
+    "TooManyRequests",
     "Unauthorized",
     "ZooKeeperTokens",
     "open_token_source",

@@ -11,13 +11,17 @@ LockClientError
  ├── MissingExtra (ImportError)        a token source's driver is not installed; names the extra
  └── GatewayError                      the gateway answered with an error, or could not be asked
       ├── BadRequest (ValueError)      400, 405, 413, 428, 501: the request is wrong; nothing changed
+      ├── BodyTimeout                  408: the body did not arrive in time; nothing changed
       ├── Unauthorized                 401: no or an unknown API key
       ├── Forbidden                    403: the key is not scoped to this resource or key
       ├── NotFound (LookupError)       404: no such object (a fenced read still raised the mark)
       ├── StaleToken                   409 stale_token: a newer token has already written
       ├── ResourceMismatch             409 resource_mismatch: the key belongs to another resource
       ├── TokenFromTheFuture           422 token_from_the_future: above what the source issued
-      └── IdempotencyKeyReused         422 idempotency_key_reused: the key stands for another request
+      ├── IdempotencyKeyReused         422 idempotency_key_reused: the key stands for another request
+      ├── TooManyRequests              429: too many requests of this client in flight; nothing changed
+      └── OutcomeUnknown               5xx but 501, a timeout or a dropped connection: the write may or
+                                       may not have happened; carries the Idempotency-Key to retry with
 """
 
 from __future__ import annotations
@@ -166,3 +170,46 @@ class TokenFromTheFuture(GatewayError):
 
 class IdempotencyKeyReused(GatewayError):
     """422: this Idempotency-Key already stands for a different request of this client."""
+
+
+class BodyTimeout(GatewayError):
+    """408: the gateway did not receive the whole body in time; nothing changed."""
+
+
+class TooManyRequests(GatewayError):
+    """429: this client has too many requests in flight at the gateway; nothing changed.
+
+    `retry_after` is the gateway's `Retry-After` in seconds (None if absent).
+    """
+
+    def __init__(
+        self, message: str, *, status: int | None, code: str | None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status=status, code=code)
+        self.retry_after = retry_after
+
+
+class OutcomeUnknown(GatewayError):
+    """The request may or may not have been applied: a 5xx (but 501), a timeout, or a connection
+    dropped after the request could have been sent.
+
+    `GatewayClient` has already retried it with the same `idempotency_key`
+    (`GatewayRetry`) when it raises this; `attempts` says how often it was
+    sent. Send it again later with `idempotency_key=` set to this key: if the
+    first one was applied, the gateway answers its outcome instead of
+    applying it twice. `idempotency_key` is None for a request without one (a
+    read, or a client with `retry=None`).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None,
+        code: str | None,
+        idempotency_key: str | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message, status=status, code=code)
+        self.idempotency_key = idempotency_key
+        self.attempts = attempts

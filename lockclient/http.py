@@ -5,18 +5,28 @@ Every fenced call takes `lease=` (anything with `token` and `resource`, a
 `Fencing-Resource`. A lease that can tell it is lost (a `Lease`) is checked
 first: a lost one raises `LockLost` and nothing is sent. A 409 is raised as
 `StaleToken` carrying the mark that refused it: the caller's lease is no
-longer the newest and must not write again. Every other error code of the API has its own `GatewayError`
-subclass (`NotFound` for a missing object, `ResourceMismatch`,
-`TokenFromTheFuture`, `BadRequest`, ...; `lockclient.errors`); a 5xx or a
-lost connection is a plain `GatewayError` and means the outcome is unknown,
-never that the write happened.
+longer the newest and must not write again. Every other error code of the
+API has its own `GatewayError` subclass (`NotFound` for a missing object,
+`ResourceMismatch`, `TokenFromTheFuture`, `BadRequest`, ...;
+`lockclient.errors`).
+
+A 5xx (but 501), a timeout or a connection dropped mid-request means the
+outcome is unknown, never that the write happened. Every write carries an
+`Idempotency-Key` (the caller's, or one made per call), and such a request
+is sent again with the same key a few times (`GatewayRetry`): the gateway
+applies it once and answers the first outcome to every retry. When the
+retries run out, `OutcomeUnknown` carries the key for a later retry.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import os
+import random
 import ssl
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -28,32 +38,75 @@ import aiohttp
 from lockclient._tls import client_context, explain
 from lockclient.errors import (
     BadRequest,
+    BodyTimeout,
     ConfigurationError,
     Forbidden,
     GatewayError,
     IdempotencyKeyReused,
+    LockLost,
     NotFound,
+    OutcomeUnknown,
     ResourceMismatch,
     StaleToken,
     TokenFromTheFuture,
+    TooManyRequests,
     Unauthorized,
 )
 from lockclient.protocols import Fenced
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
 TLSPath = str | os.PathLike[str]
-# each error of the API (docs/gateway.md) as its exception; the 5xx stay plain GatewayError
+# each error of the API (docs/gateway.md) as its exception; the 409s and 422s with fields are built in
+# `_error`; another 5xx (500 internal_error, 502, 503 and its codes, 504) is `OutcomeUnknown`
 BY_STATUS: dict[int, type[GatewayError]] = {
     400: BadRequest,
     401: Unauthorized,
     403: Forbidden,
     404: NotFound,
     405: BadRequest,
+    408: BodyTimeout,
     413: BadRequest,
     428: BadRequest,
     501: BadRequest,
 }
 BY_CODE: dict[str | None, type[GatewayError]] = {"idempotency_key_reused": IdempotencyKeyReused}
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayRetry:
+    """How `GatewayClient` sends a request again whose outcome is unknown (a 5xx but 501, a
+    timeout, a dropped connection) or that could not connect (nothing was sent).
+
+    attempts: sends in all, the first included (1: never again).
+    delay, max_delay, jitter: the pause before the n-th retry is
+        `min(delay * 2**(n-1), max_delay) + uniform(0, jitter)` seconds.
+
+    A write is retried with its `Idempotency-Key` only, so it is applied at
+    most once. An answer of the API (a 4xx: stale, mismatch, not found, ...)
+    is never retried, nor a TLS failure. Each send has the client's `timeout`.
+    """
+
+    attempts: int = 4
+    delay: float = 0.1
+    max_delay: float = 2.0
+    jitter: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ConfigurationError(
+                f"GatewayRetry.attempts must be an int >= 1, got {self.attempts!r}: use 1 to send once"
+            )
+        for name in ("delay", "max_delay", "jitter"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigurationError(f"GatewayRetry.{name} must be a finite number >= 0, got {value!r}")
+
+    def backoff(self, retry: int) -> float:
+        """The pause before retry number `retry` + 1."""
+        return min(self.delay * 2.0 ** min(retry, 30), self.max_delay) + random.random() * self.jitter
+
+
+DEFAULT_GATEWAY_RETRY = GatewayRetry()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +160,12 @@ class GatewayClient:
     redis-py's, as for the Redis masters. A handshake that fails raises
     `GatewayError` with code `"tls"` and the reason; it is never retried in
     plaintext.
+
+    `retry` (default `GatewayRetry()`: 4 sends, 0.1 s doubling up to 2 s)
+    resends unknown outcomes; every `put` and `delete` without an
+    `idempotency_key` gets a fresh one (a UUID) for all its sends.
+    `retry=None` sends each request once and makes no keys: for a gateway
+    in proxy mode, which refuses `Idempotency-Key` (501).
     """
 
     def __init__(
@@ -119,6 +178,7 @@ class GatewayClient:
         ssl_ca_certs: TLSPath | None = None,
         ssl_certfile: TLSPath | None = None,
         ssl_keyfile: TLSPath | None = None,
+        retry: GatewayRetry | None = DEFAULT_GATEWAY_RETRY,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigurationError(
@@ -130,6 +190,7 @@ class GatewayClient:
         self._session = session
         self._owns_session = session is None
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._retry = retry
 
     async def __aenter__(self) -> GatewayClient:
         return self
@@ -151,9 +212,7 @@ class GatewayClient:
         if lease is not None:
             if token is not None or resource is not None:
                 raise ConfigurationError("pass either lease= or token=/resource=, not both")
-            check = getattr(lease, "check", None)
-            if callable(check):
-                check()  # a lease that knows it is lost (a `Lease`) raises `LockLost`: nothing is sent
+            _check(lease)  # a lease that knows it is lost (a `Lease`) raises `LockLost`: nothing is sent
             token, resource = lease.token, lease.resource
         if token is None:
             if required:
@@ -164,9 +223,11 @@ class GatewayClient:
             headers["Fencing-Resource"] = resource
         return headers
 
-    async def _request(
+    async def _send(
         self, method: str, path: str, *, headers: Mapping[str, str] | None = None, **kwargs: Any
     ) -> tuple[int, Mapping[str, str], bytes]:
+        """One request, its failures translated: nothing sent (`code` "unreachable", "tls"), or
+        `OutcomeUnknown` (a timeout, a dropped connection, a 5xx), or the API's typed error."""
         if self._session is None:
             connector = aiohttp.TCPConnector(ssl=self._tls) if self._tls is not None else None
             self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
@@ -177,12 +238,12 @@ class GatewayClient:
                 body = await resp.read()
                 status, resp_headers = resp.status, resp.headers
         except TimeoutError as exc:
-            raise GatewayError(
+            raise OutcomeUnknown(
                 f"{method} {path}: no answer within the timeout; the outcome is unknown",
                 status=None,
                 code="timeout",
             ) from exc
-        except aiohttp.ClientError as exc:
+        except aiohttp.ClientConnectorError as exc:
             why = _tls_failure(exc)
             if why is not None:
                 raise GatewayError(
@@ -192,16 +253,66 @@ class GatewayClient:
                     code="tls",
                 ) from exc
             raise GatewayError(
-                f"{method} {path}: cannot reach the gateway at {self._base} ({exc}); the outcome is unknown",
+                f"{method} {path}: cannot connect to the gateway at {self._base} ({exc}); nothing was sent",
                 status=None,
                 code="unreachable",
             ) from exc
+        except aiohttp.ClientError as exc:
+            raise OutcomeUnknown(
+                f"{method} {path}: the connection to {self._base} failed after the request may have been "
+                f"sent ({exc or type(exc).__name__}); the outcome is unknown",
+                status=None,
+                code="disconnected",
+            ) from exc
         if status >= 400:
-            raise self._error(method, path, status, body)
+            raise self._error(method, path, status, resp_headers, body)
         return status, resp_headers, body
 
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        lease: Fenced | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """`_send`, retried by the `GatewayRetry` while the outcome is unknown or nothing was sent.
+
+        A write is retried only with its Idempotency-Key (the gateway then applies it once), and
+        only while its lease (if it can tell) is not lost. An answer of the API (a 4xx) ends it.
+        """
+        retry = self._retry
+        write = method in ("PUT", "DELETE")
+        tries = 1 if retry is None or (write and idempotency_key is None) else retry.attempts
+        unknown: OutcomeUnknown | None = None  # set once a send may have been applied
+        failure: GatewayError
+        for attempt in range(1, tries + 1):
+            try:
+                return await self._send(method, path, headers=headers, **kwargs)
+            except OutcomeUnknown as exc:
+                unknown = failure = exc
+            except GatewayError as exc:
+                if exc.code != "unreachable":
+                    raise
+                failure = exc
+            if retry is None or attempt == tries:
+                break
+            await asyncio.sleep(retry.backoff(attempt - 1))
+            if lease is not None:
+                try:
+                    _check(lease)
+                except LockLost as lost:
+                    if unknown is None:
+                        raise  # nothing was sent
+                    raise _gave_up(unknown, idempotency_key, attempt, f"the lease was lost: {lost}") from lost
+        if unknown is None:
+            raise failure  # the gateway could not be reached: nothing was sent
+        raise _gave_up(unknown, idempotency_key, attempt, "no retry left") from failure
+
     @staticmethod
-    def _error(method: str, path: str, status: int, body: bytes) -> GatewayError:
+    def _error(method: str, path: str, status: int, headers: Mapping[str, str], body: bytes) -> GatewayError:
         try:
             document = json.loads(body)
         except ValueError:
@@ -229,6 +340,12 @@ class GatewayClient:
             return TokenFromTheFuture(
                 message, resource=document["resource"], token=document["token"], bound=document["bound"]
             )
+        if status == 429:
+            wait = headers.get("Retry-After", "")
+            retry_after = float(wait) if wait.isdigit() else None
+            return TooManyRequests(message, status=status, code=code, retry_after=retry_after)
+        if status >= 500 and status != 501:
+            return OutcomeUnknown(f"{message}; the outcome is unknown", status=status, code=code)
         kind = BY_CODE.get(code) or BY_STATUS.get(status, GatewayError)
         return kind(message, status=status, code=code)
 
@@ -248,21 +365,31 @@ class GatewayClient:
     ) -> ObjectInfo:
         """Store `data` under `key`, fenced by the lease's token.
 
-        With `idempotency_key`, a retry of a write whose outcome was unknown
-        (a 5xx, a timeout) answers the first outcome instead of writing twice.
+        Sent with `idempotency_key` (a new one per call when not given, unless
+        `retry=None`): a retry of a write whose outcome was unknown answers the
+        first outcome instead of writing twice. Raises `OutcomeUnknown` (with
+        the key) when every send's outcome stayed unknown.
         """
-        headers = self._fencing(key, lease, token, resource, required=True) | _idempotent(idempotency_key)
+        headers = self._fencing(key, lease, token, resource, required=True)
+        once = self._key(idempotency_key)
         status, resp_headers, body = await self._request(
-            "PUT", self._object_path(key), headers=headers, data=data
-        )
+            "PUT", self._object_path(key), headers=headers | _idempotent(once), lease=lease,
+            idempotency_key=once, data=data,
+        )  # fmt: skip
         return _info(json.loads(body), etag=resp_headers.get("ETag"), created=status == 201)
 
     async def get(
         self, key: str, *, lease: Fenced | None = None, token: int | None = None, resource: str | None = None
     ) -> FetchedObject:
-        """Read `key`; with a lease it is a fenced read, which raises the mark."""
+        """Read `key`; with a lease it is a fenced read, which raises the mark.
+
+        A missing key raises `NotFound` (a `LookupError`); a fenced read of
+        one has raised the mark all the same.
+        """
         headers = self._fencing(key, lease, token, resource, required=False)
-        _, resp_headers, body = await self._request("GET", self._object_path(key), headers=headers)
+        _, resp_headers, body = await self._request(
+            "GET", self._object_path(key), headers=headers, lease=lease
+        )
         return FetchedObject(
             key=key,
             data=body,
@@ -280,9 +407,16 @@ class GatewayClient:
         resource: str | None = None,
         idempotency_key: str | None = None,
     ) -> ObjectInfo:
-        """Delete `key`, fenced by the lease's token; `idempotency_key` as for `put`."""
-        headers = self._fencing(key, lease, token, resource, required=True) | _idempotent(idempotency_key)
-        _, resp_headers, body = await self._request("DELETE", self._object_path(key), headers=headers)
+        """Delete `key`, fenced by the lease's token; `idempotency_key` and retries as for `put`.
+
+        A missing key raises `NotFound`.
+        """
+        headers = self._fencing(key, lease, token, resource, required=True)
+        once = self._key(idempotency_key)
+        _, resp_headers, body = await self._request(
+            "DELETE", self._object_path(key), headers=headers | _idempotent(once), lease=lease,
+            idempotency_key=once,
+        )  # fmt: skip
         return _info(json.loads(body), etag=resp_headers.get("ETag"))
 
     async def list(self, prefix: str = "") -> list[ObjectInfo]:
@@ -302,9 +436,38 @@ class GatewayClient:
         _, _, body = await self._request("GET", "/v1/fences/" + quote(resource, safe="/"))
         return int(json.loads(body)["highest"])
 
+    def _key(self, given: str | None) -> str | None:
+        """The write's Idempotency-Key: the caller's, else a new one (none with `retry=None`)."""
+        if given is not None or self._retry is None:
+            return given
+        return uuid.uuid4().hex
+
 
 def _idempotent(key: str | None) -> dict[str, str]:
     return {} if key is None else {"Idempotency-Key": key}
+
+
+def _check(lease: Fenced) -> None:
+    """A lease that can tell it is lost (a `Lease`) raises `LockLost`."""
+    check = getattr(lease, "check", None)
+    if callable(check):
+        check()
+
+
+def _gave_up(unknown: OutcomeUnknown, key: str | None, attempts: int, why: str) -> OutcomeUnknown:
+    """The error after the last send of a request whose outcome stayed unknown."""
+    again = (
+        f"send it again with idempotency_key={key!r}: it is applied at most once"
+        if key is not None
+        else "no Idempotency-Key was sent: read the object before sending a write again"
+    )
+    return OutcomeUnknown(
+        f"{unknown} (sent {attempts} time(s); {why}): {again}",
+        status=unknown.status,
+        code=unknown.code,
+        idempotency_key=key,
+        attempts=attempts,
+    )
 
 
 def _tls_context(

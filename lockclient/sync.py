@@ -27,8 +27,9 @@ from lockclient.config import RetryPolicy, TLSSettings
 from lockclient.errors import ConfigurationError
 from lockclient.lease import Lease, TokenT
 from lockclient.protocols import Clock, TokenSource
+from lockclient.sync_http import GatewayClient, GatewayOptions
 
-__all__ = ["Redlock", "RedlockOptions"]
+__all__ = ["GatewayClient", "GatewayOptions", "Redlock", "RedlockOptions"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
