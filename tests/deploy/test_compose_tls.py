@@ -663,6 +663,9 @@ async def test_with_mutual_tls_on_compose_clients_get_in_and_a_client_without_a_
             ssl_keyfile=tls_dir / "lab.key",
         ) as client:
             assert isinstance(await client.list("loadcheck/"), list)
+        over_https, with_certificate = _deploy_curls()
+        assert (await asyncio.to_thread(_curl, with_certificate, secrets, port)).returncode == 0
+        assert (await asyncio.to_thread(_curl, over_https, secrets, port)).returncode != 0
         check = client_context(ca=ca, cert=str(tls_dir / "lb.pem"))
         assert (await _handshake(port, check, "gateway-1")).getpeercert()
         async with GatewayClient(url, api_key=api_key, ssl_ca_certs=ca) as anonymous:
@@ -671,3 +674,34 @@ async def test_with_mutual_tls_on_compose_clients_get_in_and_a_client_without_a_
         # no answer at all: TLS 1.3 reports the refused certificate as an alert or a closed stream
         assert refused.value.status is None, refused.value
         assert refused.value.code in {"tls", "unreachable"}, refused.value
+
+
+def _deploy_curls() -> list[str]:
+    """docs/deploy.md's curl lines, in order: over HTTPS, then with the lab's certificate (mutual TLS)."""
+    lines = (ROOT / "docs" / "deploy.md").read_text().splitlines()
+    return [line for line in lines if line.startswith("curl ")]
+
+
+def _curl(line: str, compose_dir: Path, port: int) -> subprocess.CompletedProcess[str]:
+    """A docs curl line as written, run from a directory where `compose/` is make-secrets.sh's copy."""
+    if shutil.which("curl") is None:
+        pytest.fail("curl is not installed: run scripts/install-servers.sh")
+    assert "https://localhost:8443/" in line, line
+    here = compose_dir.parent / f"{compose_dir.name}-docs"
+    here.mkdir(exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        (here / "compose").symlink_to(compose_dir)
+    line = line.replace("localhost:8443", f"localhost:{port}")
+    return subprocess.run(
+        ["sh", "-c", line], cwd=here, capture_output=True, text=True, timeout=30, check=False
+    )
+
+
+def test_the_deploy_docs_curl_reaches_the_gateways_through_haproxy(
+    deployment: tuple[int, int], secrets: Path
+) -> None:
+    over_https, with_certificate = _deploy_curls()
+    for line in (over_https, with_certificate):  # a certificate the gateway does not ask for changes nothing
+        result = _curl(line, secrets, deployment[0])
+        assert result.returncode == 0, result.stderr
+        assert "objects" in json.loads(result.stdout)
