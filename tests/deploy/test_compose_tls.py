@@ -21,7 +21,7 @@ import subprocess
 import sys
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -47,6 +47,7 @@ from lockclient import GatewayClient, GatewayError, LockNotAcquired, Redlock
 from lockclient._tls import client_context
 from lockclient.postgres_tls import PARAMETERS, PostgresTLS, split_tls
 from lockclient.tokens.zookeeper import url_options
+from tests.tls_greeting import GREETING, greeting_server, handshake, hello
 from tests.urls import edit_query, with_host
 from tests.waiting import eventually, eventually_sync
 
@@ -196,50 +197,24 @@ def test_make_secrets_writes_every_declared_file_and_keeps_them(secrets: Path) -
     assert {path: path.read_bytes() for path in files.values()} == before
 
 
-@contextlib.asynccontextmanager
-async def _server(keystore: Path, key: Path | None, ca: Path) -> AsyncIterator[int]:
-    """A TLS server with `keystore` (and `key`, unless the key store holds it) that requires a client
-    certificate from `ca`, as PostgreSQL with clientcert=verify-full and ZooKeeper with clientAuth=need do."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(keystore, key)
-    context.load_verify_locations(ca)
-    context.verify_mode = ssl.CERT_REQUIRED
-
-    async def answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"hello")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=context)
-    async with server:
-        yield server.sockets[0].getsockname()[1]
-
-
-async def _hello(port: int, context: ssl.SSLContext, host: str) -> bytes:
-    """What the server says after a handshake that checks `host` (no DNS: the name is only checked)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname=host)
-    try:
-        return await reader.read()
-    finally:
-        writer.close()
-
-
 async def test_gateways_reach_postgres_by_its_name_with_their_certificate(secrets: Path) -> None:
     storage = _on_host(_interpolated(_services()["gateway-1"]["environment"]["FENCEGATE_STORAGE"]), secrets)
     tls = split_tls(storage)[1]  # the product reads the files now
     context, tls_dir = tls.context(), secrets / "secrets" / "tls"
     assert context is not None
-    async with _server(tls_dir / "postgres.crt", tls_dir / "postgres.key", tls_dir / "ca.pem") as port:
-        assert await _hello(port, context, "postgres") == b"hello"
+    async with greeting_server(
+        tls_dir / "postgres.crt", tls_dir / "postgres.key", client_ca=tls_dir / "ca.pem"
+    ) as port:
+        assert await hello(port, context, "postgres") == GREETING
         with pytest.raises(ssl.SSLCertVerificationError, match="Hostname mismatch"):
-            await _hello(port, context, "zookeeper-1")
+            await hello(port, context, "zookeeper-1")
         anonymous = _postgres_tls(edit_query(storage, sslcert=None, sslkey=None)).context()
         assert anonymous is not None
         try:  # TLS 1.3: the refusal is an alert on the first read, or a closed stream; never the greeting
-            answer = await _hello(port, anonymous, "postgres")
+            answer = await hello(port, anonymous, "postgres")
         except (ssl.SSLError, ConnectionResetError) as exc:
             answer = repr(exc).encode()
-        assert answer != b"hello"
+        assert answer != GREETING
     subject = x509.load_pem_x509_certificate((tls_dir / "fencegate.crt").read_bytes()).subject
     assert subject.rfc4514_string() == "CN=fencegate"  # clientcert=verify-full: the name is the role
 
@@ -253,11 +228,13 @@ async def test_each_zookeeper_key_store_serves_its_members_name_to_gateways_and_
         options = url_options(urlsplit(_on_host(url, secrets)).query)
         clients[name] = client_context(ca=options["ca"], cert=options["certfile"], key=options["keyfile"])
     for n in (1, 2, 3):
-        async with _server(tls_dir / f"zookeeper-{n}.pem", None, tls_dir / "ca.pem") as port:
+        async with greeting_server(
+            tls_dir / f"zookeeper-{n}.pem", None, client_ca=tls_dir / "ca.pem"
+        ) as port:
             for context in clients.values():
-                assert await _hello(port, context, f"zookeeper-{n}") == b"hello"
+                assert await hello(port, context, f"zookeeper-{n}") == GREETING
             with pytest.raises(ssl.SSLCertVerificationError, match="Hostname mismatch"):
-                await _hello(port, clients["lab"], f"zookeeper-{n % 3 + 1}")
+                await hello(port, clients["lab"], f"zookeeper-{n % 3 + 1}")
 
 
 async def test_compose_pg_hba_on_a_real_postgresql_wants_tls_the_roles_certificate_and_the_password(
@@ -424,9 +401,9 @@ async def test_a_master_refuses_the_lab_without_its_certificate_and_the_name_is_
         ca=str(tls_dir / "ca.pem"), cert=str(tls_dir / "lab.crt"), key=str(tls_dir / "lab.key")
     )
     port = _master(masters, 1).port
-    await _handshake(port, lab, "redis-1")
+    await handshake(port, lab, "redis-1")
     with pytest.raises(ssl.SSLCertVerificationError, match="Hostname mismatch"):
-        await _handshake(port, lab, "redis-2")
+        await handshake(port, lab, "redis-2")
 
 
 def test_the_redis_health_check_pings_over_tls_with_the_masters_own_certificate(
@@ -438,18 +415,6 @@ def test_the_redis_health_check_pings_over_tls_with_the_masters_own_certificate(
         argv = _mapped(argv, secrets, name, {REDIS_PORT: str(_master(masters, n).port)})
         result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
         assert (result.returncode, result.stdout.strip()) == (0, "PONG"), result.stderr
-
-
-async def _handshake(port: int, context: ssl.SSLContext, host: str) -> ssl.SSLObject:
-    """A finished TLS handshake with 127.0.0.1:`port` that checks `host`; its TLS object."""
-    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname=host)
-    try:
-        tls: ssl.SSLObject = writer.get_extra_info("ssl_object")
-        return tls
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError, ssl.SSLError):  # a server may cut the TLS shutdown short
-            await writer.wait_closed()
 
 
 # -- The gateways: HTTPS as compose serves it, HAProxy passing TLS through, the lab's check over it ----------
@@ -616,12 +581,12 @@ async def test_through_the_load_balancer_a_client_meets_the_gateways_own_certifi
 ) -> None:
     """TCP passthrough: the TLS session is the gateway's, for the name clients use (`lb`)."""
     tls_dir = secrets / "secrets" / "tls"
-    tls = await _handshake(deployment[0], client_context(ca=str(tls_dir / "ca.pem")), "lb")
+    tls = await handshake(deployment[0], client_context(ca=str(tls_dir / "ca.pem")), "lb")
     certificate = tls.getpeercert()
     assert certificate is not None
     assert certificate["subject"] == ((("commonName", "gateway"),),)
     with pytest.raises(ssl.SSLCertVerificationError, match="Hostname mismatch"):
-        await _handshake(deployment[0], client_context(ca=str(tls_dir / "ca.pem")), "postgres")
+        await handshake(deployment[0], client_context(ca=str(tls_dir / "ca.pem")), "postgres")
 
 
 def _gateway_health_check(secrets: Path, port: int) -> subprocess.CompletedProcess[str]:
@@ -667,7 +632,7 @@ async def test_with_mutual_tls_on_compose_clients_get_in_and_a_client_without_a_
         assert (await asyncio.to_thread(_curl, with_certificate, secrets, port)).returncode == 0
         assert (await asyncio.to_thread(_curl, over_https, secrets, port)).returncode != 0
         check = client_context(ca=ca, cert=str(tls_dir / "lb.pem"))
-        assert (await _handshake(port, check, "gateway-1")).getpeercert()
+        assert (await handshake(port, check, "gateway-1")).getpeercert()
         async with GatewayClient(url, api_key=api_key, ssl_ca_certs=ca) as anonymous:
             with pytest.raises(GatewayError) as refused:
                 await anonymous.list("loadcheck/")
