@@ -6,6 +6,13 @@ The token source and storage hops are tested against real TLS servers elsewhere
 tests/deploy/test_native_tls.py); here compose must configure its servers with
 the same settings (rendered by the cluster helper), and its clients with URLs
 the product accepts, pointing at secrets the service mounts.
+
+The Redis and gateway hops run here as compose runs them, on loopback: its
+masters' arguments on real redis-server, its gateways' environment on real
+`fencegate serve`, compose/haproxy.cfg on real HAProxy, its health checks,
+the lab's command and docs/deploy.md's curl lines, each with the files
+`make-secrets.sh` wrote in place of the mounted secrets, and a service's
+name (no DNS here) replaced by `localhost`, which its certificate names too.
 """
 
 from __future__ import annotations
