@@ -529,9 +529,7 @@ def _checks_passed(stats: int, names: set[str]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def deployment(
-    secrets: Path, masters: LocalCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[int, int]]:
+def deployment(secrets: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
     """Two gateways as compose runs them, and HAProxy with compose's config in front: (TLS port, stats)."""
     run_dir = tmp_path_factory.mktemp("compose-gateways")
     with (
