@@ -8,9 +8,16 @@
 #     postgres.crt/.key            PostgreSQL's server certificate, for the name `postgres`
 #     zookeeper-N.pem              ZooKeeper member N's key and certificate in one file (ZooKeeper's PEM key store),
 #                                  for the name `zookeeper-N`
+#     redis-N.crt/.key             Redis master N's certificate, for the names `redis-N` and `localhost` (its
+#                                  health check connects there, showing this certificate as its client one)
+#     gateway.crt/.key             the gateways' HTTPS certificate, for `lb` (clients reach the gateways
+#                                  through HAProxy's TCP passthrough), `gateway-1`, `gateway-2`,
+#                                  `localhost` and 127.0.0.1 (the host's published port)
 #     fencegate.crt/.key           the gateways' client certificate; its name is their PostgreSQL role
 #                                  (clientcert=verify-full compares them)
-#     lab.crt/.key                 the `lab` service's client certificate (ZooKeeper)
+#     lab.crt/.key                 the `lab` service's client certificate (Redis, ZooKeeper; the gateway
+#                                  too when it requires one: its name is the lab's API key entry)
+#     lb.pem                       HAProxy's client certificate and key in one file, for its health checks
 # Existing files are kept, so running it again never rotates a secret by surprise; to renew the
 # certificates, remove secrets/tls/ and run it again, then restart the services one at a time.
 set -eu
@@ -40,13 +47,14 @@ if [ ! -e ca.pem ]; then
     chmod 600 ca.key  # never mounted into a container
 fi
 
-# issue NAME USAGE [DNS_NAME]: NAME.crt and NAME.key (EC P-256, PKCS#8), signed by the CA
+# issue NAME USAGE [NAMES]: NAME.crt and NAME.key (EC P-256, PKCS#8), signed by the CA; USAGE is the
+# extended key usage (serverAuth, clientAuth or both), NAMES its subjectAltName (DNS:a,DNS:b,IP:c)
 issue() {
     [ -e "$1.crt" ] && return 0
     ext=$(mktemp)
     printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=%s\n' \
         "$2" > "$ext"
-    [ -z "${3:-}" ] || printf 'subjectAltName=DNS:%s\n' "$3" >> "$ext"
+    [ -z "${3:-}" ] || printf 'subjectAltName=%s\n' "$3" >> "$ext"
     openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
         -keyout "$1.key" -out "$1.csr" 2>/dev/null
     openssl x509 -req -in "$1.csr" -CA ca.pem -CAkey ca.key -set_serial "0x$(openssl rand -hex 16)" \
@@ -55,11 +63,17 @@ issue() {
     chmod 644 "$1.key"
 }
 
-issue postgres serverAuth postgres
+issue postgres serverAuth DNS:postgres
 for n in 1 2 3; do
-    issue "zookeeper-$n" serverAuth "zookeeper-$n"
+    issue "zookeeper-$n" serverAuth "DNS:zookeeper-$n"
     [ -e "zookeeper-$n.pem" ] || cat "zookeeper-$n.key" "zookeeper-$n.crt" > "zookeeper-$n.pem"
 done
+for n in 1 2 3 4 5; do
+    issue "redis-$n" serverAuth,clientAuth "DNS:redis-$n,DNS:localhost"
+done
+issue gateway serverAuth DNS:lb,DNS:gateway-1,DNS:gateway-2,DNS:localhost,IP:127.0.0.1
 issue fencegate clientAuth
 issue lab clientAuth
+issue lb clientAuth
+[ -e lb.pem ] || cat lb.crt lb.key > lb.pem
 echo "secrets ready in $here: .env, secrets/lab-api-key, secrets/api-keys.json, secrets/tls/" >&2

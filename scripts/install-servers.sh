@@ -2,8 +2,8 @@
 # Install the Debian packages fencegate runs for real: Redis, ZooKeeper,
 # PostgreSQL, etcd, a C compiler (the lab's clock shim, spin models), spin, wrk,
 # Chromium (the lab report test), HAProxy (the native deployment's load
-# balancer) and openssl (compose/make-secrets.sh, tested). Idempotent: it
-# installs only what is missing.
+# balancer), openssl (compose/make-secrets.sh, tested) and curl (docs/deploy.md's
+# examples, tested). Idempotent: it installs only what is missing.
 set -euo pipefail
 
 missing=()
@@ -14,6 +14,7 @@ compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgres
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v faketime >/dev/null || missing+=(faketime)
 command -v openssl >/dev/null || missing+=(openssl)
+command -v curl >/dev/null || missing+=(curl)
 command -v gcc >/dev/null || missing+=(gcc)
 command -v spin >/dev/null || missing+=(spin)
 command -v wrk >/dev/null || missing+=(wrk)

@@ -3,9 +3,10 @@
 The file must parse, validate against the compose specification's JSON schema
 (vendored here, see SCHEMA_SOURCE), pin every image to an exact version,
 give every long-running service a health check, and configure the gateways
-only with options the real `fencegate` CLI has. HAProxy's config must be the
-one `fencegate.lab.cluster.topology.haproxy_config` renders, so compose and the native
-topology balance the same way.
+only with options the real `fencegate` CLI has. HAProxy's config must balance,
+time out, retry and check the gateways as the one
+`fencegate.lab.cluster.topology.haproxy_config` renders for the native topology,
+in TCP mode (TLS passes through to the gateways; test_compose_tls.py runs it).
 """
 
 from __future__ import annotations
@@ -13,19 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
-import subprocess
 import tomllib
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import jsonschema
-import pytest
 import yaml
 
 from fencegate.cli import build_parser
-from fencegate.lab.cluster.topology import haproxy_binary, haproxy_config
+from fencegate.lab.cluster.topology import haproxy_config
 from gateway.config import ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,8 +116,12 @@ def test_fencegate_commands_are_accepted_by_the_real_cli() -> None:
         assert _parse_cli(services[name]["command"][1:]).command == "serve"
     lab = _parse_cli(services["lab"]["command"][1:])
     assert (lab.command, lab.action) == ("cluster", "check")
-    assert lab.gateway == "http://lb:8080"
-    assert lab.redis == [f"redis://redis-{i}:6379" for i in range(1, 6)]
+    assert lab.gateway == "https://lb:8443"
+    assert lab.redis == [
+        f"rediss://redis-{i}:6379"
+        "?ssl_ca_certs=/run/secrets/ca&ssl_certfile=/run/secrets/lab_cert&ssl_keyfile=/run/secrets/lab_key"
+        for i in range(1, 6)
+    ]
     assert lab.tokens == (
         "zookeeper://zookeeper-1:2281,zookeeper-2:2281,zookeeper-3:2281"
         "?use_ssl=true&ca=/run/secrets/ca&certfile=/run/secrets/lab_cert&keyfile=/run/secrets/lab_key"
@@ -148,7 +150,11 @@ def test_gateway_environment_values_are_accepted_by_settings() -> None:
     }
     args = build_parser().parse_args(["serve"])
     settings = settings_from(args, env)
-    assert (settings.host, settings.port) == ("0.0.0.0", 8080)  # noqa: S104 - a container listens on all
+    assert (settings.host, settings.port) == ("0.0.0.0", 8443)  # noqa: S104 - a container listens on all
+    assert (settings.tls_cert, settings.tls_key) == (
+        Path("/run/secrets/gateway_https_cert"),
+        Path("/run/secrets/gateway_https_key"),
+    )
     assert settings.tokens == env["FENCEGATE_TOKENS"]
 
 
@@ -164,17 +170,32 @@ def test_secrets_come_from_git_ignored_files() -> None:
     assert "${POSTGRES_PASSWORD:?" in raw
 
 
-def test_haproxy_config_is_the_rendered_one_and_haproxy_accepts_it() -> None:
+def test_haproxy_balances_and_checks_as_the_native_topology_but_passes_tls_through() -> None:
     rendered = haproxy_config(
-        bind="*:8080", servers=[(n, f"{n}:8080") for n in GATEWAYS], stats_bind="*:8404", docker_dns=True
+        bind="*:8443", servers=[(n, f"{n}:8443") for n in GATEWAYS], stats_bind="*:8404", docker_dns=True
     )
-    assert (COMPOSE / "haproxy.cfg").read_text() == rendered
-    if shutil.which("haproxy") is None and not Path("/usr/sbin/haproxy").exists():
-        pytest.fail("haproxy is not installed: run scripts/install-servers.sh")
-    result = subprocess.run(
-        [haproxy_binary(), "-c", "-f", str(COMPOSE / "haproxy.cfg")],
-        capture_output=True,
-        text=True,
-        check=False,
+    compose = (COMPOSE / "haproxy.cfg").read_text()
+    lines = {line.strip() for line in compose.splitlines()}
+    http_only = {
+        "mode http",
+        "option httplog",
+        "monitor-uri /lb-health",
+        "monitor fail if { nbsrv(gateways) lt 1 }",
+    }
+    for line in rendered.splitlines():
+        line = line.strip()
+        if line.startswith("server "):  # the same checks, plus TLS and the name each certificate must carry
+            name = line.split()[1]
+            ours = next(ours for ours in lines if ours.startswith(f"server {name} "))
+            assert ours.startswith(line + " "), ours
+            assert ours.endswith(f" verifyhost {name}"), ours
+        elif line and not line.startswith("#") and line not in http_only:
+            assert line in lines, f"compose/haproxy.cfg lacks the native topology's {line!r}"
+    assert "mode tcp" in lines  # passthrough: HAProxy never holds a key that decrypts the traffic
+    assert (
+        "default-server check-ssl verify required ca-file /run/secrets/ca crt /run/secrets/lb_check" in lines
     )
-    assert result.returncode == 0, result.stderr
+    stats = compose[compose.index("frontend stats") :]
+    assert "mode http" in stats  # /lb-health: compose's health check of the load balancer
+    assert "monitor-uri /lb-health" in stats
+    assert "monitor fail if { nbsrv(gateways) lt 1 }" in stats
