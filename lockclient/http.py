@@ -185,6 +185,13 @@ class GatewayClient:
                 f"base_url {base_url!r} must be an http(s) URL, e.g. http://127.0.0.1:8080"
             )
         self._tls = _tls_context(base_url, session, ssl_ca_certs, ssl_certfile, ssl_keyfile)
+        # over TLS 1.3 a gateway that requires a client certificate closes the connection after
+        # the handshake, which reaches the client as a plain disconnect: the message names the fix
+        self._no_certificate_hint = (
+            "; if the gateway requires client certificates (mutual TLS), give ssl_certfile and ssl_keyfile"
+            if self._tls is not None and ssl_certfile is None
+            else ""
+        )
         self._base = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session = session
@@ -260,7 +267,7 @@ class GatewayClient:
         except aiohttp.ClientError as exc:
             raise OutcomeUnknown(
                 f"{method} {path}: the connection to {self._base} failed after the request may have been "
-                f"sent ({exc or type(exc).__name__}); the outcome is unknown",
+                f"sent ({exc or type(exc).__name__}); the outcome is unknown{self._no_certificate_hint}",
                 status=None,
                 code="disconnected",
             ) from exc
@@ -306,10 +313,12 @@ class GatewayClient:
                 except LockLost as lost:
                     if unknown is None:
                         raise  # nothing was sent
-                    raise _gave_up(unknown, idempotency_key, attempt, f"the lease was lost: {lost}") from lost
+                    raise _gave_up(
+                        unknown, idempotency_key, attempt, f"the lease was lost: {lost}", write=write
+                    ) from lost
         if unknown is None:
             raise failure  # the gateway could not be reached: nothing was sent
-        raise _gave_up(unknown, idempotency_key, attempt, "no retry left") from failure
+        raise _gave_up(unknown, idempotency_key, attempt, "no retry left", write=write) from failure
 
     @staticmethod
     def _error(method: str, path: str, status: int, headers: Mapping[str, str], body: bytes) -> GatewayError:
@@ -454,13 +463,16 @@ def _check(lease: Fenced) -> None:
         check()
 
 
-def _gave_up(unknown: OutcomeUnknown, key: str | None, attempts: int, why: str) -> OutcomeUnknown:
+def _gave_up(
+    unknown: OutcomeUnknown, key: str | None, attempts: int, why: str, *, write: bool
+) -> OutcomeUnknown:
     """The error after the last send of a request whose outcome stayed unknown."""
-    again = (
-        f"send it again with idempotency_key={key!r}: it is applied at most once"
-        if key is not None
-        else "no Idempotency-Key was sent: read the object before sending a write again"
-    )
+    if not write:
+        again = "a read changes nothing: send it again"
+    elif key is not None:
+        again = f"send it again with idempotency_key={key!r}: it is applied at most once"
+    else:
+        again = "no Idempotency-Key was sent: read the object before sending a write again"
     return OutcomeUnknown(
         f"{unknown} (sent {attempts} time(s); {why}): {again}",
         status=unknown.status,

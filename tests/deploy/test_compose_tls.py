@@ -643,7 +643,8 @@ async def test_with_mutual_tls_on_compose_clients_get_in_and_a_client_without_a_
                 await anonymous.list("loadcheck/")
         # no answer at all: TLS 1.3 reports the refused certificate as an alert or a closed stream
         assert refused.value.status is None, refused.value
-        assert refused.value.code in {"tls", "unreachable"}, refused.value
+        # refused in the handshake (TLS 1.2), or by a close right after it (TLS 1.3)
+        assert refused.value.code in {"tls", "unreachable", "disconnected"}, refused.value
 
 
 def _deploy_curls() -> list[str]:
