@@ -37,9 +37,11 @@ from lockclient.errors import (
 )
 from lockclient.http import DEFAULT_GATEWAY_RETRY, FetchedObject, GatewayClient, GatewayRetry, ObjectInfo
 from lockclient.lease import Lease, token_of
+from lockclient.multi import MultiLease
 from lockclient.observe import Observer
 from lockclient.protocols import Clock, Fenced, TokenSource
 from lockclient.redlock import Redlock
+from lockclient.state import ForcedUnlock, LockState, MasterLock
 from lockclient.tokens import SOURCES, open_token_source
 
 if TYPE_CHECKING:
@@ -57,6 +59,7 @@ __all__ = [
     "Fenced",
     "FetchedObject",
     "Forbidden",
+    "ForcedUnlock",
     "GatewayClient",
     "GatewayError",
     "GatewayRetry",
@@ -65,7 +68,10 @@ __all__ = [
     "LockClientError",
     "LockLost",
     "LockNotAcquired",
+    "LockState",
+    "MasterLock",
     "MissingExtra",
+    "MultiLease",
     "NotFound",
     "ObjectInfo",
     "Observer",

@@ -25,11 +25,11 @@ import functools
 import inspect as pyinspect
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
 from types import TracebackType
 from typing import Generic, ParamSpec, TypeVar, cast, overload
 
-from lockclient import _nodes
+from lockclient import _nodes, multi, state
 from lockclient._nodes import Master, release_channel
 from lockclient._notify import Notifier, Watch
 from lockclient._quorum import (
@@ -65,9 +65,11 @@ from lockclient.errors import (
     QuorumUnavailable,
 )
 from lockclient.lease import Lease, TokenT, lock_value
+from lockclient.multi import MultiLease
 from lockclient.observe import Events, Observer
 from lockclient.protocols import Clock, TokenSource
 from lockclient.renewal import Renewals, ms
+from lockclient.state import ForcedUnlock, LockState
 from lockclient.transport.fanout import Outcome
 
 __all__ = ["Redlock"]
@@ -566,3 +568,81 @@ class Redlock(Generic[TokenT]):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+    # -- state, operators, several resources (lockclient/state.py, lockclient/multi.py) ---------
+
+    async def inspect(self, resource: str) -> LockState:
+        """Each master's value and TTL for `resource`'s key, and whether a quorum holds one (by whom)."""
+        self._check_open(resource)
+        return await state.inspect(
+            self._masters, resource=resource, key=self.key(resource), quorum=self.quorum,
+            per_node=self.settings.node_timeout,
+        )  # fmt: skip
+
+    async def force_unlock(self, resource: str, *, confirm: bool = False) -> ForcedUnlock:
+        """For operators: delete `resource`'s key on every master that answers, whoever holds it.
+
+        Refused (`ConfigurationError`) unless `confirm=True`: the holder may
+        still be writing, and only the fence stops it then. Waiters are told as
+        by a release; the old holder's later release cannot touch a new lock.
+        """
+        self._check_open(resource)
+        return await state.force_unlock(
+            self._masters, resource=resource, key=self.key(resource), per_node=self.settings.node_timeout,
+            confirm=confirm,
+        )  # fmt: skip
+
+    def lock_many(
+        self,
+        resources: Iterable[str],
+        *,
+        ttl: float | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        auto_extend: bool = False,
+        on_lost: OnLost[TokenT] | None = None,
+        owner: Hashable | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[MultiLease[TokenT]]:
+        """`async with locker.lock_many([a, b]) as multi:` all or nothing, sorted; see `acquire_many`."""
+        return multi.lock_many(
+            self, resources, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend,
+            on_lost=on_lost, owner=owner,
+        )  # fmt: skip
+
+    async def acquire_many(
+        self,
+        resources: Iterable[str],
+        *,
+        ttl: float | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,  # noqa: ASYNC109 - the wait bounds the whole group
+        auto_extend: bool = False,
+        on_lost: OnLost[TokenT] | None = None,
+        owner: Hashable | None = None,
+    ) -> MultiLease[TokenT]:
+        """Take every resource (sorted, each once) with its own token, within `timeout` for the group.
+
+        All or nothing: if one is not granted in time, those taken are
+        released and that resource's `LockNotAcquired` is raised.
+        """
+        return await multi.acquire_many(
+            self, resources, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend,
+            on_lost=on_lost, owner=owner,
+        )  # fmt: skip
+
+    async def release_many(self, leases: MultiLease[TokenT]) -> None:
+        """Release every lease of the group at once; `LockLost` as `release`, for any that was lost."""
+        await multi.release_many(self, leases)
+
+    async def extend_many(
+        self, leases: MultiLease[TokenT], *, ttl: float | None = None
+    ) -> MultiLease[TokenT]:
+        """Extend every lease of the group at once; errors as `extend`, raised once all were tried."""
+        await multi.extend_many(self, leases, ttl=ttl)
+        return leases
+
+    def _check_open(self, resource: str) -> None:
+        if self._closed:
+            raise ConfigurationError("this Redlock is closed: build a new one")
+        if not resource:
+            raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
