@@ -18,7 +18,7 @@ import contextlib
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Coroutine, Hashable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
 
@@ -26,7 +26,9 @@ from lockclient import redlock
 from lockclient.config import RetryPolicy, TLSSettings
 from lockclient.errors import ConfigurationError
 from lockclient.lease import Lease, TokenT
+from lockclient.multi import MultiLease
 from lockclient.protocols import Clock, TokenSource
+from lockclient.state import ForcedUnlock, LockState
 from lockclient.sync_http import GatewayClient, GatewayOptions
 
 __all__ = ["GatewayClient", "GatewayOptions", "Redlock", "RedlockOptions"]
@@ -219,3 +221,73 @@ class Redlock(Generic[TokenT]):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    # -- state, operators, several resources: the async calls, run on the loop ----------------
+
+    def inspect(self, resource: str) -> LockState:
+        """As `lockclient.Redlock.inspect`."""
+        return self._run(lambda: self._async.inspect(resource))
+
+    def force_unlock(self, resource: str, *, confirm: bool = False) -> ForcedUnlock:
+        """As `lockclient.Redlock.force_unlock`: refused without `confirm=True`."""
+        return self._run(lambda: self._async.force_unlock(resource, confirm=confirm))
+
+    def acquire_many(
+        self,
+        resources: Iterable[str],
+        *,
+        ttl: float | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        auto_extend: bool = False,
+        on_lost: Callable[[Lease[TokenT]], object] | None = None,
+    ) -> MultiLease[TokenT]:
+        """As `lockclient.Redlock.acquire_many`; the owner for reentrancy is the calling thread."""
+        owner = self._owner()
+        return self._run(
+            lambda: self._async.acquire_many(
+                resources,
+                ttl=ttl,
+                blocking=blocking,
+                timeout=timeout,
+                auto_extend=auto_extend,
+                on_lost=on_lost,
+                owner=owner,
+            )
+        )
+
+    def release_many(self, leases: MultiLease[TokenT]) -> None:
+        self._run(lambda: self._async.release_many(leases))
+
+    def extend_many(self, leases: MultiLease[TokenT], *, ttl: float | None = None) -> MultiLease[TokenT]:
+        return self._run(lambda: self._async.extend_many(leases, ttl=ttl))
+
+    @contextlib.contextmanager
+    def lock_many(
+        self,
+        resources: Iterable[str],
+        *,
+        ttl: float | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        auto_extend: bool = False,
+        on_lost: Callable[[Lease[TokenT]], object] | None = None,
+    ) -> Iterator[MultiLease[TokenT]]:
+        """`with locker.lock_many([a, b]) as multi:` the async `lock_many()`, entered and left on the loop."""
+        block = self._async.lock_many(
+            resources, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend,
+            on_lost=on_lost, owner=self._owner(),
+        )  # fmt: skip
+        with self._entered(block) as multi:
+            yield multi
+
+    @contextlib.contextmanager
+    def _entered(self, block: contextlib.AbstractAsyncContextManager[T]) -> Iterator[T]:
+        """Enter and leave an async context manager on the loop; the caller's exception reaches its exit."""
+        value = self._run(block.__aenter__)
+        try:
+            yield value
+        except BaseException as exc:
+            self._run(functools.partial(block.__aexit__, type(exc), exc, exc.__traceback__))
+            raise
+        self._run(lambda: block.__aexit__(None, None, None))

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from lockclient import ConfigurationError, LockLost, LockState, Redlock, SQLiteTokens
+from lockclient import sync as lockclient_sync
 from lockclient.lease import Lease
 from tests.lockclient.conftest import eventually, values
 
@@ -181,3 +182,15 @@ async def test_bad_calls_are_refused(urls: list[str]) -> None:
         await locker.inspect("x")
     with pytest.raises(ConfigurationError, match="closed"):
         await locker.force_unlock("x", confirm=True)
+
+
+def test_the_sync_facade_inspects_and_forces(urls: list[str], resource: str) -> None:
+    with lockclient_sync.Redlock(urls) as locker:
+        lease = locker.acquire(resource, ttl=30.0)
+        assert locker.inspect(resource).held is True
+        with pytest.raises(ConfigurationError):
+            locker.force_unlock(resource)
+        assert locker.force_unlock(resource, confirm=True).deleted >= locker.async_client.quorum
+        assert locker.inspect(resource).held is False
+        with pytest.raises(LockLost):
+            locker.release(lease)

@@ -25,6 +25,7 @@ from lockclient import (
     ResourceMismatch,
     SQLiteTokens,
 )
+from lockclient import sync as lockclient_sync
 from tests.lockclient._recorder import Recorder
 from tests.lockclient.conftest import eventually, values
 
@@ -208,3 +209,18 @@ async def test_each_request_to_the_gateway_names_its_own_resource(
         with pytest.raises(ResourceMismatch):  # a's key under b's lease: refused, nothing changed
             await gateway.put(f"{a}/x", b"wrong", lease=multi[b])
         assert (await gateway.get(f"{a}/x")).data == b"A"
+
+
+def test_the_sync_facade_takes_and_releases_a_group(urls: list[str]) -> None:
+    a, b = names(2)
+    with lockclient_sync.Redlock(urls) as locker, lockclient_sync.Redlock(urls) as other:
+        with locker.lock_many([b, a], ttl=10.0) as multi:
+            assert list(multi) == [a, b]
+            with pytest.raises(LockNotAcquired):
+                other.acquire_many([a, b], blocking=False)
+            assert locker.extend_many(multi) is multi
+            assert locker.inspect(a).held is True
+        with pytest.raises(ConfigurationError, match="list of resource names"):
+            locker.acquire_many(a)
+        group = other.acquire_many([a, b], blocking=False)  # free again
+        other.release_many(group)
