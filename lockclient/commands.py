@@ -37,7 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (
         "examples:\n"
         f"  fencegate lock inspect --masters {EXAMPLE_MASTERS} invoices\n"
-        f"  fencegate lock force-unlock --masters {EXAMPLE_MASTERS} --yes invoices --json"
+        f"  fencegate lock force-unlock --masters {EXAMPLE_MASTERS} --yes --token 41 invoices --json"
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -63,6 +63,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     force.add_argument(
         "--yes", action="store_true", help="confirm: delete the lock whoever holds it (refused without)"
     )
+    force.add_argument(
+        "--token",
+        type=int,
+        metavar="N",
+        help="delete only the lock of the holder with this token (as `inspect` showed it); a newer "
+        "holder's is kept and the exit code is 1 (default: any holder)",
+    )
     _common(force)
     force.set_defaults(func=_force_unlock)
 
@@ -80,6 +87,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key-prefix",
         default=DEFAULT_KEY_PREFIX,
+        metavar="PREFIX",
         help="the Redlock's key_prefix: the key is PREFIX+RESOURCE",
     )
     parser.add_argument(
@@ -126,11 +134,18 @@ def _force_unlock(args: argparse.Namespace) -> int:
 
 async def _force_unlock_async(args: argparse.Namespace) -> int:
     async with _locker(args) as locker:
-        forced = await locker.force_unlock(args.resource, confirm=True)
+        forced = await locker.force_unlock(args.resource, confirm=True, token=args.token)
         quorum = locker.quorum
     _print(args.json, _forced_json(forced), [str(forced), *(f"  {m}" for m in forced.masters)])
     if len(forced.masters) - len(forced.unreachable) < quorum:
         raise _unavailable(forced.resource, forced.masters, f"{forced.resource!r} may still be locked")
+    if forced.kept:
+        print(
+            f"{args.prog}: {forced.resource!r} is held by another holder than token {forced.token} on "
+            f"{len(forced.kept)} master(s), whose lock was kept; run `inspect` again",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -187,8 +202,10 @@ def _forced_json(forced: ForcedUnlock) -> dict[str, object]:
     return {
         "resource": forced.resource,
         "key": forced.key,
+        "token": forced.token,
         "deleted": forced.deleted,
         "tokens": list(forced.tokens),
+        "kept": list(forced.kept),
         "unreachable": list(forced.unreachable),
         "masters": [_master_json(m) for m in forced.masters],
     }

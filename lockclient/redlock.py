@@ -579,17 +579,20 @@ class Redlock(Generic[TokenT]):
             per_node=self.settings.node_timeout,
         )  # fmt: skip
 
-    async def force_unlock(self, resource: str, *, confirm: bool = False) -> ForcedUnlock:
+    async def force_unlock(
+        self, resource: str, *, confirm: bool = False, token: int | None = None
+    ) -> ForcedUnlock:
         """For operators: delete `resource`'s key on every master that answers, whoever holds it.
 
         Refused (`ConfigurationError`) unless `confirm=True`: the holder may
-        still be writing, and only the fence stops it then. Waiters are told as
-        by a release; the old holder's later release cannot touch a new lock.
+        still be writing, and only the fence stops it then. With `token`, only
+        that holder's key is deleted (a newer holder's is kept). Waiters are
+        told as by a release; the old holder's later release cannot touch a new lock.
         """
         self._check_open(resource)
         return await state.force_unlock(
             self._masters, resource=resource, key=self.key(resource), per_node=self.settings.node_timeout,
-            confirm=confirm,
+            confirm=confirm, token=token,
         )  # fmt: skip
 
     def lock_many(

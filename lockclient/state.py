@@ -32,14 +32,15 @@ INSPECT = Script("""\
 return {redis.call("GET", KEYS[1]), redis.call("PTTL", KEYS[1])}
 """)
 
-# KEYS[1] lock key / ARGV[1] release channel
-# returns {value or nil, PTTL in ms} as they were; the key is deleted and waiters are told, as by a release
+# KEYS[1] lock key / ARGV[1] release channel / ARGV[2] "" (any holder) or "<token>:" (only that token's)
+# returns {value or nil, PTTL in ms} as they were; a value starting with ARGV[2] is deleted and waiters
+# are told, as by a release
 FORCE = Script("""\
--- KEYS[1] lock key / ARGV[1] release channel
--- returns {value or nil, PTTL in ms} as they were; the key is deleted and waiters are told
+-- KEYS[1] lock key / ARGV[1] release channel / ARGV[2] "" (any holder) or "<token>:" (only that token's)
+-- returns {value or nil, PTTL in ms} as they were; a value starting with ARGV[2] is deleted, waiters told
 local value = redis.call("GET", KEYS[1])
 local pttl = redis.call("PTTL", KEYS[1])
-if value then
+if value and string.sub(value, 1, #ARGV[2]) == ARGV[2] then
     redis.call("DEL", KEYS[1])
     redis.call("PUBLISH", ARGV[1], value)
 end
@@ -176,21 +177,33 @@ class LockState:
 
 @dataclass(frozen=True, slots=True)
 class ForcedUnlock:
-    """What `force_unlock` deleted: each master's value and TTL as they were, or why it did not answer."""
+    """What `force_unlock` deleted: each master's value and TTL as they were, or why it did not answer.
+
+    `token`: the holder the call was limited to (None: any); a value of another token was kept.
+    """
 
     resource: str
     key: str
     masters: tuple[MasterLock, ...]
+    token: int | None = None
+
+    def _deleted(self, master: MasterLock) -> bool:
+        return master.value is not None and (self.token is None or master.token == self.token)
 
     @property
     def deleted(self) -> int:
         """On how many masters a key was deleted."""
-        return sum(m.value is not None for m in self.masters)
+        return sum(map(self._deleted, self.masters))
 
     @property
     def tokens(self) -> tuple[int, ...]:
         """The tokens whose keys were deleted, without repeats."""
-        return tuple(dict.fromkeys(m.token for m in self.masters if m.token is not None))
+        return tuple(dict.fromkeys(m.token for m in self.masters if m.token is not None and self._deleted(m)))
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        """Masters that hold another token's value, left alone because `token` was given."""
+        return tuple(m.master for m in self.masters if m.value is not None and not self._deleted(m))
 
     @property
     def unreachable(self) -> tuple[str, ...]:
@@ -200,6 +213,8 @@ class ForcedUnlock:
     def __str__(self) -> str:
         tokens = ", ".join(map(str, self.tokens)) or "-"
         text = f"{self.resource}: deleted on {self.deleted} of {len(self.masters)} masters (tokens: {tokens})"
+        if self.kept:
+            text += f"; kept on {len(self.kept)}: another holder's, not token {self.token}"
         if self.unreachable:
             text += f"; {len(self.unreachable)} did not answer"
         return text
@@ -223,13 +238,21 @@ async def inspect(
 
 
 async def force_unlock(
-    masters: Sequence[Master], *, resource: str, key: str, per_node: float, confirm: bool
+    masters: Sequence[Master],
+    *,
+    resource: str,
+    key: str,
+    per_node: float,
+    confirm: bool,
+    token: int | None,
 ) -> ForcedUnlock:
     if confirm is not True:
         raise ConfigurationError(
             f"force_unlock({resource!r}) deletes the lock whoever holds it, and its holder may still be "
             "writing (only the fence stops it then): pass confirm=True if that is meant"
         )
-    channel = release_channel(key)
-    command = Command(FORCE.evalsha(key, channel), _found, FORCE.eval(key, channel))
-    return ForcedUnlock(resource, key, await _each(masters, command, per_node))
+    if token is not None and (isinstance(token, bool) or not isinstance(token, int)):
+        raise ConfigurationError(f"token must be the holder's fencing token (an int) or None, got {token!r}")
+    channel, holder = release_channel(key), "" if token is None else f"{token}:"
+    command = Command(FORCE.evalsha(key, channel, holder), _found, FORCE.eval(key, channel, holder))
+    return ForcedUnlock(resource, key, await _each(masters, command, per_node), token)

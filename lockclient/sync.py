@@ -228,9 +228,9 @@ class Redlock(Generic[TokenT]):
         """As `lockclient.Redlock.inspect`."""
         return self._run(lambda: self._async.inspect(resource))
 
-    def force_unlock(self, resource: str, *, confirm: bool = False) -> ForcedUnlock:
+    def force_unlock(self, resource: str, *, confirm: bool = False, token: int | None = None) -> ForcedUnlock:
         """As `lockclient.Redlock.force_unlock`: refused without `confirm=True`."""
-        return self._run(lambda: self._async.force_unlock(resource, confirm=confirm))
+        return self._run(lambda: self._async.force_unlock(resource, confirm=confirm, token=token))
 
     def acquire_many(
         self,

@@ -101,6 +101,28 @@ async def test_force_unlock_needs_yes_then_frees_the_lock_for_another_client(
         assert out.splitlines()[0] == f"{name}: deleted on 0 of 5 masters (tokens: -)"
 
 
+async def test_force_unlock_of_a_token_that_no_longer_holds_exits_1_and_keeps_the_lock(
+    masters: str, redis_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    name = resource()
+    async with Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "t.db")) as locker:
+        lease = await locker.acquire(name, ttl=60.0)
+        await eventually(lambda: set(lease.nodes.values()) == {"ok"})
+        older = str(lease.token - 1)
+        code, out, err = await lock_cli("force-unlock", "--masters", masters, "--yes", "--token", older, name)
+        assert (code, len(err)) == (1, 1)
+        assert err[0] == (
+            f"fencegate lock force-unlock: {name!r} is held by another holder than token {older} on 5 "
+            "master(s), whose lock was kept; run `inspect` again"
+        )
+        assert (await locker.inspect(name)).token == lease.token
+        code, out, err = await lock_cli(
+            "force-unlock", "--masters", masters, "--yes", "--token", str(lease.token), name, "--json"
+        )
+        assert (code, err) == (0, [])
+        assert (json.loads(out)["deleted"], json.loads(out)["kept"]) == (5, [])
+
+
 @pytest.mark.parametrize("action", [["inspect"], ["force-unlock", "--yes"]])
 def test_an_unreachable_master_is_one_line_and_exit_3(action: list[str]) -> None:
     with socket.socket() as sock:

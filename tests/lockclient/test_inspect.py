@@ -163,6 +163,27 @@ async def test_the_old_holders_release_and_extend_leave_the_new_holders_lock_alo
         await new.release(fresh)
 
 
+async def test_force_unlock_of_a_token_keeps_a_newer_holders_lock(
+    urls: list[str], raw: list[Redis], resource: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "tokens.db"
+    async with Redlock(urls, tokens=SQLiteTokens(db)) as locker, Redlock(urls) as operator:
+        stuck = await locker.acquire(resource, ttl=60.0)
+        await granted_everywhere(stuck)
+        seen = (await operator.inspect(resource)).token
+        await locker.release(stuck)  # the stuck holder let go meanwhile, and a healthy one took over
+        fresh = await locker.acquire(resource, ttl=60.0)
+        await granted_everywhere(fresh)
+        late = await operator.force_unlock(resource, confirm=True, token=seen)  # what inspect showed
+        assert (late.deleted, late.tokens, late.kept) == (0, (), tuple(urls))
+        assert str(late).endswith(f"kept on 5: another holder's, not token {seen}")
+        assert await values(raw, fresh.key) == [fresh.value.encode()] * 5
+        meant = await operator.force_unlock(resource, confirm=True, token=fresh.token)
+        assert (meant.deleted, meant.tokens, meant.kept) == (5, (fresh.token,), ())
+        with pytest.raises(ConfigurationError, match="fencing token"):
+            await operator.force_unlock(resource, confirm=True, token="7")  # type: ignore[arg-type]
+
+
 async def test_force_unlock_with_a_master_down_reports_it(cluster_factory: Factory) -> None:
     cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=5))
     async with Redlock(cluster.redis_urls, node_timeout=0.25) as locker:
