@@ -19,6 +19,7 @@ from lockclient import ConfigurationError, LockLost, LockState, Redlock, SQLiteT
 from lockclient import sync as lockclient_sync
 from lockclient.lease import Lease
 from tests.lockclient.conftest import eventually, values
+from tests.lockclient.test_tls import LEAST_PRIVILEGE
 
 Factory = Callable[[ClusterSpec], LocalCluster]
 
@@ -215,3 +216,31 @@ def test_the_sync_facade_inspects_and_forces(urls: list[str], resource: str) -> 
         assert locker.inspect(resource).held is False
         with pytest.raises(LockLost):
             locker.release(lease)
+
+
+async def acl(client: Redis, *args: str) -> None:
+    await client.execute_command("ACL", *args)  # type: ignore[no-untyped-call]
+
+
+async def test_an_operator_needs_pttl_besides_the_lock_users_rights(
+    urls: list[str], raw: list[Redis], resource: str
+) -> None:
+    user, password = f"operator-{resource}", "operator-password"
+    for client in raw:
+        await acl(client, "SETUSER", user, "on", f">{password}", *LEAST_PRIVILEGE)
+    try:
+        logins = [url.replace("redis://", f"redis://{user}:{password}@") for url in urls]
+        async with Redlock(logins, node_timeout=1.0) as locker:
+            lease = await locker.acquire(resource, ttl=30.0)  # the documented lock user can lock...
+            refused = await locker.inspect(resource)  # ...but not read a TTL
+            assert refused.held is None
+            assert all(m.error is not None and "can't run this command" in m.error for m in refused.masters)
+            assert password not in repr(refused)
+            for client in raw:
+                await acl(client, "SETUSER", user, "+pttl")
+            await granted_everywhere(lease)
+            assert (await locker.inspect(resource)).held is True
+            assert (await locker.force_unlock(resource, confirm=True)).deleted == 5
+    finally:
+        for client in raw:
+            await acl(client, "DELUSER", user)
