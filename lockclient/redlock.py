@@ -545,8 +545,7 @@ class Redlock(Generic[TokenT]):
         self._closed = True
         await self._renewals.aclose()
         await self._notifier.aclose()
-        for master in self._masters:
-            await master.aclose()
+        await asyncio.gather(*(master.aclose() for master in self._masters))  # each waits for its replies
         if self._tokens is not None:
             await self._tokens.aclose()
 

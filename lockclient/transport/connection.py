@@ -32,7 +32,7 @@ import ssl
 from collections.abc import Callable, Generator
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
-from lockclient.transport.codec import Command, Convert, ProtocolError, ServerError, reader
+from lockclient.transport.codec import Command, Convert, ProtocolError, ServerError, pack, reader
 from lockclient.transport.endpoint import Endpoint, tls_context
 from lockclient.transport.errors import (
     AuthenticationError,
@@ -66,6 +66,10 @@ class Unset(enum.Enum):
 
 
 UNSET: Final = Unset.UNSET
+
+# how long a close waits for the requests still in flight (the minority's answers to a release
+# that the quorum already answered), so their deletes reach the master instead of expiring later
+CLOSE_GRACE: Final = 1.0
 
 
 class Waiter(Protocol[T_contra]):
@@ -210,6 +214,11 @@ class Link(asyncio.Protocol):
         else:
             request.resolve(error)
 
+    @property
+    def busy(self) -> bool:
+        """Requests were sent and not all answered yet."""
+        return bool(self._inflight)
+
     def drop(self, why: str, kind: type[ConnectionError] = ConnectionAbortedError) -> None:
         """Close at once and fail every request in flight with `kind` (whether the server applied it is
         unknown); by default the client gave up on the connection."""
@@ -352,5 +361,20 @@ class Connection:
             reply.cancel()
         self._queued = []
         if self._link is not None:
+            await self._drain(self._link)
             self._link.drop("closed by the client")
             self._link = None
+
+    @staticmethod
+    async def _drain(link: Link) -> None:
+        """Wait (at most `CLOSE_GRACE`) for the replies in flight: a PING sent behind them is
+        answered after them, the connection keeping the order."""
+        if not link.open or not link.busy:
+            return
+        last: Reply[object] = Reply(_same)
+        link.send(pack("PING"), last)
+        try:
+            async with asyncio.timeout(CLOSE_GRACE):
+                await last
+        except (TimeoutError, ConnectionError, ServerError):
+            pass  # the close goes on: what was in flight is now in the master's hands or lost
