@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gateway.app import create_app
     from gateway.config import Settings
-    from gateway.errors import ConfigError, GatewayServerError, Refusal
+    from gateway.errors import ConfigurationError, GatewayServerError, Refusal
 
-__all__ = ["ConfigError", "GatewayServerError", "Refusal", "Settings", "create_app"]
+__all__ = ["ConfigurationError", "GatewayServerError", "Refusal", "Settings", "create_app"]
 
 _HOMES = {
     "create_app": "gateway.app",
     "Settings": "gateway.config",
-    "ConfigError": "gateway.errors",
+    "ConfigurationError": "gateway.errors",
     "GatewayServerError": "gateway.errors",
     "Refusal": "gateway.errors",
 }

@@ -14,7 +14,7 @@ import argparse
 import asyncio
 
 from gateway.config import check_storage_url, env_name
-from gateway.errors import ConfigError
+from gateway.errors import ConfigurationError
 from gateway.storage_tls import open_storage
 from storage.chain import Head
 from storage.verify import AuditReport, verify_audit
@@ -33,14 +33,14 @@ async def _verify(url: str, heads: list[Head]) -> AuditReport:
 def run(args: argparse.Namespace) -> int:
     """`fencegate audit verify`: 0 when the trail is sound, 1 when it is not; errors raise."""
     if not args.storage:
-        raise ConfigError(f"give --storage URL or ${ENV_STORAGE}")
+        raise ConfigurationError(f"give --storage URL or ${ENV_STORAGE}")
     check_storage_url(args.storage)
     heads = []
     for text in args.head:
         try:
             heads.append(Head.parse(text))
         except ValueError as exc:
-            raise ConfigError(f"--head: {exc}") from None
+            raise ConfigurationError(f"--head: {exc}") from None
     report = asyncio.run(_verify(args.storage, heads))
     print("\n".join(report.lines()))
     return 0 if report.ok else 1

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gateway.errors import ConfigError, Forbidden, Unauthorized
+from gateway.errors import ConfigurationError, Forbidden, Unauthorized
 
 Access = Literal["read", "write"]
 ACCESS: tuple[Access, ...] = ("read", "write")
@@ -96,7 +96,7 @@ def read_keys(path: Path) -> list[ApiKey]:
     except FileNotFoundError:
         return []
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(
+        raise ConfigurationError(
             f"cannot read API keys from {path}: {exc}; expected "
             '{"keys": [{"name": ..., "sha256": ..., "prefixes": [...], "access": ["read", "write"]}]}'
         ) from exc
@@ -141,7 +141,9 @@ class ApiKeys:
     @classmethod
     def load(cls, path: Path) -> ApiKeys:
         if not path.exists():
-            raise ConfigError(f"API key file {path} does not exist; create it with `fencegate keys add`")
+            raise ConfigurationError(
+                f"API key file {path} does not exist; create it with `fencegate keys add`"
+            )
         return cls(read_keys(path), path=path)
 
     def refresh(self) -> bool:

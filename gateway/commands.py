@@ -2,7 +2,7 @@
 
 Only the options live here, so `fencegate serve --help` loads no server:
 each command's `func` is a "module:function" the command line imports when
-the command runs. A command raises the gateway's own errors (`ConfigError`
+the command runs. A command raises the gateway's own errors (`ConfigurationError`
 for a bad value); the command line turns them into one line and an exit code.
 """
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, get_args, get_type_hints
 from urllib.parse import urlsplit
 
-from gateway.errors import ConfigError
+from gateway.errors import ConfigurationError
 from gateway.eventloop import EVENT_LOOPS
 
 ENV_PREFIX = "FENCEGATE_"
@@ -98,35 +98,39 @@ class Settings:
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port {self.port} is out of range; give 0..65535 (0 picks a free port)")
+            raise ConfigurationError(f"port {self.port} is out of range; give 0..65535 (0 picks a free port)")
         if self.event_loop not in EVENT_LOOPS:
-            raise ConfigError(f"event_loop {self.event_loop!r} is not one of {', '.join(EVENT_LOOPS)}")
+            raise ConfigurationError(f"event_loop {self.event_loop!r} is not one of {', '.join(EVENT_LOOPS)}")
         if self.group_commit < 0:
-            raise ConfigError(f"group_commit {self.group_commit} is negative; give 0 (off) or a batch size")
+            raise ConfigurationError(
+                f"group_commit {self.group_commit} is negative; give 0 (off) or a batch size"
+            )
         if self.max_body < 0:
-            raise ConfigError(f"max_body {self.max_body} is negative; give a size in bytes")
+            raise ConfigurationError(f"max_body {self.max_body} is negative; give a size in bytes")
         if self.max_client_requests < 1:
-            raise ConfigError(f"max_client_requests {self.max_client_requests} must be at least 1")
+            raise ConfigurationError(f"max_client_requests {self.max_client_requests} must be at least 1")
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("give --tls-cert and --tls-key together (the certificate and its private key)")
+            raise ConfigurationError(
+                "give --tls-cert and --tls-key together (the certificate and its private key)"
+            )
         if self.tls_client_ca is not None and self.tls_cert is None:
-            raise ConfigError("--tls-client-ca needs HTTPS: give --tls-cert and --tls-key too")
+            raise ConfigurationError("--tls-client-ca needs HTTPS: give --tls-cert and --tls-key too")
         # With client certificates required, only holders of the CA's certificates get in: not open.
         if self.api_keys is None and not self.loopback and not self.allow_open and not self.mutual_tls:
-            raise ConfigError(
+            raise ConfigurationError(
                 f"refusing to serve {self.host} without API keys: anyone who can reach it could push every "
                 "mark; give --api-keys FILE (see `fencegate keys add`) or --tls-client-ca CA, listen on "
                 "127.0.0.1, or pass --allow-open if a network boundary already keeps strangers out"
             )
         for name in ("request_timeout", "storage_timeout", "upstream_timeout", "idle_timeout"):
             if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be a positive number of seconds")
+                raise ConfigurationError(f"{name} must be a positive number of seconds")
         if self.storage is not None:
             check_storage_url(self.storage)
         if self.upstream is not None:
             parts = urlsplit(self.upstream)
             if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ConfigError(
+                raise ConfigurationError(
                     f"upstream {self.upstream!r} is not an http(s) URL; e.g. http://10.0.0.5:9000/store"
                 )
 
@@ -159,7 +163,7 @@ def check_storage_url(url: str) -> None:
     try:
         normalize_url(url)
     except BadStorageURL as exc:
-        raise ConfigError(f"storage {exc}") from None
+        raise ConfigurationError(f"storage {exc}") from None
 
 
 Parse = Callable[[str], object]
@@ -207,7 +211,7 @@ class _Option:
         try:
             return PARSERS[self.kind](raw)
         except ValueError as exc:
-            raise ConfigError(f"{source} {raw!r} {exc}") from None
+            raise ConfigurationError(f"{source} {raw!r} {exc}") from None
 
 
 def options_of(settings: type[Any]) -> tuple[_Option, ...]:

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.audit import AuditLog
 from gateway.auth import ApiKeys
-from gateway.errors import ConfigError, Unavailable
+from gateway.errors import ConfigurationError, Unavailable
 from gateway.fencing import Fencer, FutureGuard
 from gateway.keys import AppKeys
 from gateway.readiness import check_token_source
@@ -129,7 +129,7 @@ async def _follow_keys(keys: ApiKeys) -> None:
         try:
             if await asyncio.to_thread(keys.refresh):
                 log.info("API keys reloaded: %d keys", len(keys))
-        except ConfigError as exc:
+        except ConfigurationError as exc:
             log.error("API keys not reloaded, keeping the previous ones: %s", exc)
 
 

@@ -1,7 +1,7 @@
 """Every error the gateway server raises; each refusal knows its HTTP answer.
 
 GatewayServerError
- ├── ConfigError (ValueError)     bad settings; the message says the fix
+ ├── ConfigurationError (ValueError) bad settings; the message says the fix
  ├── CannotListen                 the address or port cannot be served (in use, not this machine's)
  └── Refusal                      a request answered with an error: status, `error` code, JSON fields
       ├── BadRequest               400 bad_request: malformed token, resource or key
@@ -19,7 +19,7 @@ GatewayServerError
       │                            source went back below a mark (token_source_regressed)
       └── UpstreamTimeout          504 upstream_timeout: the upstream did not answer in time
 
-A stale token is `storage.StaleTokenError`, answered 409 by the middleware; a reused
+A stale token is `storage.StaleToken`, answered 409 by the middleware; a reused
 Idempotency-Key is `storage.IdempotencyKeyReused`, answered 422 `idempotency_key_reused`.
 """
 
@@ -35,7 +35,7 @@ class GatewayServerError(Exception):
     """Root of every gateway server error."""
 
 
-class ConfigError(GatewayServerError, ValueError):
+class ConfigurationError(GatewayServerError, ValueError):
     """A setting is invalid; the message says how to fix it."""
 
 

@@ -24,7 +24,7 @@ from gateway.errors import TokenFromTheFuture, Unavailable
 from gateway.metrics import Metrics
 from lockclient.errors import LockClientError
 from lockclient.protocols import TokenSource
-from storage.errors import StaleTokenError
+from storage.errors import StaleToken
 from storage.protocols import FencedOps, FencedRequest, ObjectData, ObjectMeta, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class FutureGuard:
                 fields={"resource": resource, "token": token, "bound": bound},
             )
 
-    async def explain(self, stale: StaleTokenError) -> None:
+    async def explain(self, stale: StaleToken) -> None:
         """503 token_source_regressed if the mark that refused `stale` is above the source's bound."""
         if self._source is None:
             return
@@ -109,7 +109,7 @@ class Fencer(FencedOps):
         start = time.perf_counter()
         try:
             return await self._store.fenced(request)
-        except StaleTokenError as exc:
+        except StaleToken as exc:
             await self._guard.explain(exc)
             self._metrics.stale_refusals.inc()
             raise

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gateway.auth import ACCESS, ApiKey, hash_secret, new_secret, read_keys, write_keys
 from gateway.config import env_name
-from gateway.errors import ConfigError
+from gateway.errors import ConfigurationError
 
 ENV_FILE = env_name("api_keys")
 
@@ -23,7 +23,7 @@ ENV_FILE = env_name("api_keys")
 def _add(path: Path, name: str, prefixes: list[str], read_only: bool) -> int:
     keys = read_keys(path)
     if any(key.name == name for key in keys):
-        raise ConfigError(f"a key named {name!r} exists; revoke it first or pick another name")
+        raise ConfigurationError(f"a key named {name!r} exists; revoke it first or pick another name")
     secret = new_secret()
     access = frozenset({"read"}) if read_only else frozenset(ACCESS)
     keys.append(ApiKey(name=name, sha256=hash_secret(secret), prefixes=tuple(prefixes), access=access))
@@ -51,16 +51,16 @@ def _revoke(path: Path, name: str) -> int:
     keys = read_keys(path)
     kept = [key for key in keys if key.name != name]
     if len(kept) == len(keys):
-        raise ConfigError(f"no key named {name!r} in {path}; `fencegate keys list` shows the names")
+        raise ConfigurationError(f"no key named {name!r} in {path}; `fencegate keys list` shows the names")
     write_keys(path, kept)
     print(f"key {name!r} revoked", file=sys.stderr)
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    """`fencegate keys ACTION`; a missing or malformed key file raises `ConfigError`."""
+    """`fencegate keys ACTION`; a missing or malformed key file raises `ConfigurationError`."""
     if args.file is None:
-        raise ConfigError(f"give the key file with --file or ${ENV_FILE}")
+        raise ConfigurationError(f"give the key file with --file or ${ENV_FILE}")
     path = Path(args.file)
     if args.action == "add":
         return _add(path, args.name, args.prefix, args.read_only)

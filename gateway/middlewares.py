@@ -29,7 +29,7 @@ from storage.errors import (
     IdempotencyKeyReused,
     ObjectNotFound,
     ResourceMismatch,
-    StaleTokenError,
+    StaleToken,
     StorageError,
 )
 
@@ -104,7 +104,7 @@ def _answer(request: web.Request, exc: BaseException) -> tuple[int, dict[str, ob
     """Status and body for an exception raised while handling a request."""
     if isinstance(exc, Refusal):
         return exc.status, exc.body()
-    if isinstance(exc, StaleTokenError):
+    if isinstance(exc, StaleToken):
         return 409, {
             "error": "stale_token",
             "resource": exc.resource,

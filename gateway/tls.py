@@ -18,7 +18,7 @@ import ssl
 from aiohttp import web
 
 from gateway.config import Settings
-from gateway.errors import ConfigError
+from gateway.errors import ConfigurationError
 
 MINIMUM_VERSION = ssl.TLSVersion.TLSv1_2  # older versions have known weaknesses; every current client has 1.2
 
@@ -34,7 +34,7 @@ def server_context(settings: Settings) -> ssl.SSLContext | None:
     try:
         context.load_cert_chain(settings.tls_cert, settings.tls_key)
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(
+        raise ConfigurationError(
             f"cannot load the TLS certificate {settings.tls_cert} with the key {settings.tls_key}: {exc}; "
             "give the PEM certificate (chain) and its unencrypted PEM private key"
         ) from exc
@@ -42,7 +42,7 @@ def server_context(settings: Settings) -> ssl.SSLContext | None:
         try:
             context.load_verify_locations(cafile=settings.tls_client_ca)
         except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(
+            raise ConfigurationError(
                 f"cannot load the client CA {settings.tls_client_ca}: {exc}; give the PEM certificate of "
                 "the CA that signs the clients' certificates"
             ) from exc

@@ -24,7 +24,7 @@ from lockclient.transport.fanout import Batch, Outcome, Pending, current
 __all__ = [
     "DRIFT_CONSTANT",
     "NodeAnswers",
-    "Refusal",
+    "NotGranted",
     "Tally",
     "display_url",
     "drift",
@@ -109,7 +109,7 @@ class Tally:
         return self.has_quorum() and validity_left > 0
 
 
-class Refusal:
+class NotGranted:
     """Why one attempt was not granted: the tally, each master's answer, the masters that failed, and
     a sentence."""
 

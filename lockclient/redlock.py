@@ -34,7 +34,7 @@ from lockclient._nodes import Master, release_channel
 from lockclient._notify import Notifier, Watch
 from lockclient._quorum import (
     NodeAnswers,
-    Refusal,
+    NotGranted,
     display_url,
     drift,
     failed_masters,
@@ -309,7 +309,7 @@ class Redlock(Generic[TokenT]):
             ) from exc
 
     def _unavailable(
-        self, resource: str, result: Refusal, began: float, attempts: int, outage: float
+        self, resource: str, result: NotGranted, began: float, attempts: int, outage: float
     ) -> QuorumUnavailable:
         self._events.masters_failed(resource, result.failed)
         self._events.not_acquired(resource, began, attempts, unreachable=True)
@@ -337,7 +337,7 @@ class Redlock(Generic[TokenT]):
         ttl: float,
         owner: Hashable,
         on_lost: OnLost[TokenT] | None,
-    ) -> Lease[TokenT] | Refusal:
+    ) -> Lease[TokenT] | NotGranted:
         key = self.key(resource)
         ttl_ms = ms(ttl)
         # Validity runs from before the token was drawn: a client that stalls between the draw
@@ -374,7 +374,7 @@ class Redlock(Generic[TokenT]):
             key, value, [m for m, o in zip(self._masters, outcomes, strict=True) if o is not False]
         )
         counts = tally(outcomes)  # the undo was queued behind each SET: every master has answered by now
-        return Refusal(
+        return NotGranted(
             counts, dict(nodes), self.quorum, failed=failed_masters(self._urls, outcomes),
             elapsed=elapsed, ttl=ttl, validity_left=left,
         )  # fmt: skip

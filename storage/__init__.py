@@ -7,7 +7,7 @@ from storage.errors import (
     ObjectNotFound,
     ResourceMismatch,
     SchemaError,
-    StaleTokenError,
+    StaleToken,
     StorageError,
     StorageUnavailable,
 )
@@ -33,7 +33,7 @@ __all__ = [
     "ResourceMismatch",
     "SchemaError",
     "SqlObjectStore",
-    "StaleTokenError",
+    "StaleToken",
     "StorageError",
     "StorageUnavailable",
     "migrate",

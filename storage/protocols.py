@@ -2,7 +2,7 @@
 
 Every fenced method takes `resource` and `token`, checks and raises the
 resource's mark in the same transaction as the change, and raises
-`StaleTokenError` (having changed nothing) when the mark is higher, or
+`StaleToken` (having changed nothing) when the mark is higher, or
 `ResourceMismatch` when the key belongs to another resource.
 """
 

@@ -14,7 +14,7 @@ import pytest
 from fencegate.cli import UNAVAILABLE, USAGE, error_code
 from fencegate.lab.cluster import ClusterError, MissingServerError
 from fencegate.lab.cluster.errors import ClusterArgumentError
-from gateway.errors import CannotListen, ConfigError
+from gateway.errors import CannotListen, ConfigurationError
 
 
 def fencegate(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
@@ -110,7 +110,7 @@ def test_a_wrong_request_is_exit_2_in_every_command(tmp_path: Path, argv: list[s
 
 
 def test_the_kind_of_an_error_is_its_exit_code() -> None:
-    assert error_code(ConfigError("x")) == USAGE
+    assert error_code(ConfigurationError("x")) == USAGE
     assert error_code(ClusterArgumentError("x")) == USAGE
     assert error_code(CannotListen("h", 1, OSError(98, "in use"))) == UNAVAILABLE
     assert error_code(MissingServerError("redis-server", package="redis-server")) == UNAVAILABLE

@@ -10,7 +10,7 @@ import pytest
 
 from fencegate.cli import build_parser, main
 from gateway.config import Settings, add_arguments, options_of, settings_from
-from gateway.errors import ConfigError
+from gateway.errors import ConfigurationError
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -62,7 +62,7 @@ def test_a_flag_wins_over_the_environment() -> None:
      (("--max-body", "-1"), "negative"), (("--event-loop", "trio"), "not one of uvloop, asyncio")],
 )  # fmt: skip
 def test_bad_values_are_refused_with_the_fix(argv: tuple[str, ...], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigurationError, match=message):
         settings_from(parse(*argv), {})
 
 
@@ -85,7 +85,7 @@ def test_serve_is_a_fencegate_command() -> None:
      ({"FENCEGATE_STORAGE": "mysql://x/y"}, "storage 'mysql://x/y': unsupported storage")],
 )  # fmt: skip
 def test_bad_variables_are_refused_with_their_name(env: dict[str, str], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigurationError, match=message):
         settings_from(parse(), env)
 
 
@@ -125,13 +125,13 @@ def test_the_group_commit_default_is_the_stores_batch_size() -> None:
      (("--tls-client-ca", "ca.pem"), "needs HTTPS")],
 )  # fmt: skip
 def test_tls_settings_come_whole(argv: tuple[str, ...], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigurationError, match=message):
         settings_from(parse(*argv), {})
 
 
 def test_tls_settings_from_the_environment_and_client_certificates_are_not_open() -> None:
     env = {"FENCEGATE_TLS_CERT": "/etc/fg/gw.pem", "FENCEGATE_TLS_KEY": "/etc/fg/gw.key"}
-    with pytest.raises(ConfigError, match="--tls-client-ca"):  # a public address needs keys or mTLS
+    with pytest.raises(ConfigurationError, match="--tls-client-ca"):  # a public address needs keys or mTLS
         settings_from(parse("--host", "10.0.0.7"), env)
     settings = settings_from(
         parse("--host", "10.0.0.7"), {**env, "FENCEGATE_TLS_CLIENT_CA": "/etc/fg/ca.pem"}

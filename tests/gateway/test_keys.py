@@ -11,7 +11,7 @@ import pytest
 from fencegate.cli import main
 from gateway import Settings
 from gateway.auth import ApiKey, ApiKeys, hash_secret
-from gateway.errors import ConfigError, Unauthorized
+from gateway.errors import ConfigurationError, Unauthorized
 from tests.gateway.conftest import MakeClient
 from tests.waiting import eventually
 
@@ -106,7 +106,7 @@ async def test_revoked_key_stops_working_on_a_running_gateway(
 
 def test_non_loopback_without_keys_is_refused_unless_allow_open(tmp_path: Path) -> None:
     anywhere = "0.0.0.0"  # noqa: S104 - the address being refused; nothing is bound
-    with pytest.raises(ConfigError, match="--allow-open"):
+    with pytest.raises(ConfigurationError, match="--allow-open"):
         Settings(host=anywhere, data_dir=tmp_path)
     assert Settings(host=anywhere, data_dir=tmp_path, allow_open=True).allow_open
     assert Settings(host=anywhere, data_dir=tmp_path, api_keys=tmp_path / "k.json").api_keys is not None
@@ -125,5 +125,5 @@ def test_key_file_with_a_bad_access_is_refused_with_the_fix(tmp_path: Path) -> N
     path = tmp_path / "keys.json"
     entry = {"name": "x", "sha256": hash_secret("s"), "prefixes": [""], "access": ["admin"]}
     path.write_text(json.dumps({"keys": [entry]}))
-    with pytest.raises(ConfigError, match="access must be"):
+    with pytest.raises(ConfigurationError, match="access must be"):
         ApiKeys.load(path)

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select
 
 from fencegate.lab.cluster import LocalCluster
-from storage import ObjectNotFound, SqlObjectStore, StaleTokenError, migrate, open_engine
+from storage import ObjectNotFound, SqlObjectStore, StaleToken, migrate, open_engine
 from storage.batch import GroupCommitStore
 from storage.errors import IdempotencyKeyReused
 from storage.models import AuditEntry, IdempotencyRecord
@@ -76,7 +76,7 @@ async def test_accepted_requests_are_audited_with_their_write_and_stale_ones_are
     caller = Caller(client=names("client"))
     key = names("k")
     await store.put(key, b"a", resource=key, token=5, caller=caller)
-    with pytest.raises(StaleTokenError):
+    with pytest.raises(StaleToken):
         await store.put(key, b"b", resource=key, token=4, caller=caller)
     await store.get(key, resource=key, token=6, caller=caller)
     await store.delete(key, resource=key, token=6, caller=caller)
