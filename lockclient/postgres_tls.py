@@ -168,7 +168,9 @@ class PostgresTLS:
             if not isinstance(exc, ssl.SSLError) and not (self.enabled and type(exc) is ConnectionError):
                 raise
             where = f"{cparams.get('host')}:{cparams.get('port')}"
-            reason = explain(exc) or f"the server did not take up TLS ({exc})"
+            reason = explain(exc, ca="sslrootcert", client="sslcert and sslkey") or (
+                f"the server did not take up TLS ({exc})"
+            )
             raise TLSError(f"TLS to PostgreSQL at {where} failed: {reason}", server=where) from exc
 
     def describe(self) -> str:

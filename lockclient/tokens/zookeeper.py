@@ -141,7 +141,7 @@ class _TLSHandler(SequentialThreadingHandler):  # type: ignore[misc] # kazoo is 
         except (ssl.SSLError, ConfigurationError) as exc:
             sock.close()
             server = f"{hostname}:{address[1]}"
-            self.failure = f"{server}: {explain(exc) or exc}"
+            self.failure = f"{server}: {explain(exc, ca='ca', client='certfile and keyfile') or exc}"
             raise TLSError(self.failure, server=server) from exc  # a socket error: kazoo retries it
         self.failure = None  # kept until a handshake succeeds: a member that refuses TCP does not hide it
         return wrapped

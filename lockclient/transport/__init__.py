@@ -10,8 +10,8 @@ One job per module, each importing only those before it:
 - `codec`: RESP both ways (hiredis), commands encoded once, scripts by SHA1.
 - `endpoint`: a master's URL read into address, login, database and TLS
   settings; the TLS context.
-- `errors`: the failures Python has no class for (TLS, login, a connect
-  timeout), and TLS failures in words.
+- `errors`: the failures Python has no class for (login, a connect
+  timeout); a TLS failure is lockclient's `TLSError`.
 - `connection`: a socket (TCP, TLS or unix) and its login, replies matched
   to requests in order; foreign errors translated into those failures.
 - `fanout`: one command to N masters, waited for as one batch; the typed
@@ -21,7 +21,7 @@ One job per module, each importing only those before it:
 from lockclient.transport.codec import Command, ServerError, pack
 from lockclient.transport.connection import Connection, Reply
 from lockclient.transport.endpoint import Endpoint
-from lockclient.transport.errors import AuthenticationError, ConnectTimeout, TLSError
+from lockclient.transport.errors import AuthenticationError, ConnectTimeout
 from lockclient.transport.fanout import UNREACHABLE, Batch, Outcome, Pending, current
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "Pending",
     "Reply",
     "ServerError",
-    "TLSError",
     "current",
     "pack",
 ]

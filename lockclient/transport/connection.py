@@ -28,19 +28,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import functools
 import ssl
 from collections.abc import Callable, Generator
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
+from lockclient._tls import explain, explain_hang_up
+from lockclient.errors import TLSError
 from lockclient.transport.codec import Command, Convert, ProtocolError, ServerError, pack, reader
 from lockclient.transport.endpoint import Endpoint, tls_context
-from lockclient.transport.errors import (
-    AuthenticationError,
-    ConnectTimeout,
-    TLSError,
-    describe_tls,
-    refused_client_certificate,
-)
+from lockclient.transport.errors import AuthenticationError, ConnectTimeout
 
 __all__ = [
     "UNSET",
@@ -219,7 +216,7 @@ class Link(asyncio.Protocol):
         """Requests were sent and not all answered yet."""
         return bool(self._inflight)
 
-    def drop(self, why: str, kind: type[ConnectionError] = ConnectionAbortedError) -> None:
+    def drop(self, why: str, kind: Callable[[str], ConnectionError] = ConnectionAbortedError) -> None:
         """Close at once and fail every request in flight with `kind` (whether the server applied it is
         unknown); by default the client gave up on the connection."""
         if not self.open:
@@ -235,9 +232,16 @@ class Link(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if isinstance(exc, ssl.SSLError):
-            self.drop(f"TLS: {describe_tls(exc)}", TLSError)
+            self.drop(f"TLS: {_explain(exc)}", functools.partial(TLSError, server=self.name))
         else:
             self.drop(f"lost ({exc})" if exc is not None else "closed by the server", ConnectionResetError)
+
+
+_CLIENT_CERTIFICATE = "ssl_certfile and ssl_keyfile"  # the URL settings `explain` names as the fix
+
+
+def _explain(exc: ssl.SSLError) -> str:
+    return explain(exc, peer="master", ca="ssl_ca_certs", client=_CLIENT_CERTIFICATE) or str(exc)
 
 
 def _same(reply: object) -> object:
@@ -248,7 +252,7 @@ def _connect_error(endpoint: Endpoint, name: str, exc: BaseException, link: Link
     """What kept a connection from opening, as one of the transport's failures, naming the master."""
     prefix = f"cannot connect to {name}"
     if isinstance(exc, ssl.SSLError):
-        return TLSError(f"{prefix}: TLS: {describe_tls(exc)}")
+        return TLSError(f"{prefix}: TLS: {_explain(exc)}", server=name)
     if isinstance(exc, ServerError):
         return AuthenticationError(f"{prefix}: the master refused the URL's login or database: {exc}")
     if isinstance(exc, ConnectionError):  # the OS's (refused, reset), or the link's own when it dropped
@@ -256,8 +260,14 @@ def _connect_error(endpoint: Endpoint, name: str, exc: BaseException, link: Link
         if isinstance(exc, ConnectionResetError) and endpoint.tls is not None and link and link.made:
             # The handshake finished and the master hung up before its first answer: with TLS 1.3 that
             # is how a master refuses the client's certificate (its alert is often lost to the reset).
-            fix = refused_client_certificate(endpoint.tls.ssl_certfile is not None)
-            return TLSError(f"{prefix}: TLS: the master hung up right after the handshake ({why}): {fix}")
+            fix = explain_hang_up(
+                gave_certificate=endpoint.tls.ssl_certfile is not None,
+                peer="master",
+                client=_CLIENT_CERTIFICATE,
+            )
+            return TLSError(
+                f"{prefix}: TLS: the master hung up right after the handshake ({why}): {fix}", server=name
+            )
         return type(exc)(f"{prefix}: {why}")
     return ConnectionError(f"{prefix}: {exc}")
 

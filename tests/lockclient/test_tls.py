@@ -201,19 +201,25 @@ def _broken(tls: TLSMasters) -> dict[str, tuple[str, tuple[str, ...]]]:
     return {
         "a CA that did not sign it": (
             tls.url(good, ssl_ca_certs=str(tls.other_ca)),
-            ("the master's certificate was refused: ", "(it is not signed by a CA in ssl_ca_certs)"),
+            (
+                "the master's certificate is not signed by the CA this client trusts (",
+                "ssl_ca_certs must hold",
+            ),
         ),
         "an expired certificate": (
             tls.url(tls.expired),
-            ("the master's certificate was refused: certificate has expired",),
+            ("the master's certificate has expired: renew it",),
         ),
         "a certificate for another host": (
             tls.url(tls.wrong_host),
-            ("the master's certificate was refused: IP address mismatch", "not valid for '127.0.0.1'"),
+            (
+                "the master's certificate is not valid for the name connected to (IP address mismatch",
+                "'127.0.0.1'",
+            ),
         ),
         "no client certificate": (
             tls.url(good, ssl_certfile=None, ssl_keyfile=None),
-            ("the master requires a client certificate: give ssl_certfile and ssl_keyfile",),
+            ("client certificate", "give ssl_certfile and ssl_keyfile"),
         ),
     }
 
