@@ -39,6 +39,7 @@ from lockclient.http import DEFAULT_GATEWAY_RETRY, FetchedObject, GatewayClient,
 from lockclient.lease import Lease, token_of
 from lockclient.multi import MultiLease
 from lockclient.observe import Observer
+from lockclient.options import AcquireOptions
 from lockclient.protocols import Clock, Fenced, TokenSource
 from lockclient.redlock import Redlock
 from lockclient.state import ForcedUnlock, LockState, MasterLock
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_GATEWAY_RETRY",
     "DEFAULT_RETRY",
+    "AcquireOptions",
     "BadRequest",
     "BodyTimeout",
     "Clock",

@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
 from types import TracebackType
-from typing import Generic, ParamSpec, TypeVar, cast, overload
+from typing import Generic, ParamSpec, TypeVar, Unpack, cast, overload
 
 from lockclient import _nodes, multi, state
 from lockclient._nodes import Master, release_channel
@@ -67,6 +67,7 @@ from lockclient.errors import (
 from lockclient.lease import Lease, TokenT, lock_value
 from lockclient.multi import MultiLease
 from lockclient.observe import Events, Observer
+from lockclient.options import AcquireOptions, OnLost, check_options
 from lockclient.protocols import Clock, TokenSource
 from lockclient.renewal import Renewals, ms
 from lockclient.state import ForcedUnlock, LockState
@@ -74,7 +75,6 @@ from lockclient.transport.fanout import Outcome
 
 __all__ = ["Redlock"]
 
-OnLost = Callable[[Lease[TokenT]], object]
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -180,28 +180,26 @@ class Redlock(Generic[TokenT]):
     # -- acquiring -------------------------------------------------------------
 
     async def acquire(
-        self,
-        resource: str,
-        *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,  # noqa: ASYNC109 - the wait bounds many attempts and their pauses
-        auto_extend: bool = False,
-        on_lost: OnLost[TokenT] | None = None,
-        owner: Hashable | None = None,
+        self, resource: str, *, owner: Hashable | None = None, **options: Unpack[AcquireOptions[TokenT]]
     ) -> Lease[TokenT]:
         """Take `resource` for `ttl` seconds; raise `LockNotAcquired` if no attempt got a quorum.
 
         blocking=False tries once. Otherwise attempts repeat until `timeout`
         seconds (None: no limit) or `retry.attempts` run out. `auto_extend`
         starts the watchdog; `owner` (default: the current task) is who may
-        re-enter when the Redlock is `reentrant`.
+        re-enter when the Redlock is `reentrant`. The options and their
+        defaults are `AcquireOptions`'s; this is where the defaults apply.
         """
         if self._closed:
             raise ConfigurationError("this Redlock is closed: build a new one")
         if not resource:
             raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
+        check_options(options, where="acquire")
+        ttl = options.get("ttl")
         ttl = self.settings.ttl if ttl is None else ttl
+        blocking = options.get("blocking", True)
+        timeout = options.get("timeout")
+        on_lost = options.get("on_lost")
         check_ttl(ttl, self.settings.node_timeout)
         if timeout is not None and not timeout >= 0:
             raise ConfigurationError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
@@ -215,7 +213,7 @@ class Redlock(Generic[TokenT]):
         lease = await self._acquire(resource, ttl, blocking, timeout, owner, on_lost)
         if self.settings.reentrant:
             self._held[(resource, owner)] = lease
-        if auto_extend:
+        if options.get("auto_extend", False):
             self._renewals.watch(lease)
         return lease
 
@@ -224,7 +222,7 @@ class Redlock(Generic[TokenT]):
         resource: str,
         ttl: float,
         blocking: bool,
-        timeout: float | None,  # noqa: ASYNC109 - see acquire
+        timeout: float | None,  # noqa: ASYNC109 - the wait bounds many attempts and their pauses
         owner: Hashable,
         on_lost: OnLost[TokenT] | None,
     ) -> Lease[TokenT]:
@@ -463,15 +461,7 @@ class Redlock(Generic[TokenT]):
 
     @contextlib.asynccontextmanager
     async def lock(
-        self,
-        resource: str,
-        *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,  # noqa: ASYNC109 - the wait bounds many attempts and their pauses
-        auto_extend: bool = False,
-        on_lost: OnLost[TokenT] | None = None,
-        owner: Hashable | None = None,
+        self, resource: str, *, owner: Hashable | None = None, **options: Unpack[AcquireOptions[TokenT]]
     ) -> AsyncIterator[Lease[TokenT]]:
         """`async with locker.lock(name) as lease:` acquire, yield, release.
 
@@ -479,10 +469,7 @@ class Redlock(Generic[TokenT]):
         block raises `LockLost` (after releasing what is left): whatever the
         block did after that point must not be trusted without the fence.
         """
-        lease = await self.acquire(
-            resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend, on_lost=on_lost,
-            owner=owner,
-        )  # fmt: skip
+        lease = await self.acquire(resource, owner=owner, **options)
         try:
             yield lease
         except BaseException:
@@ -503,13 +490,7 @@ class Redlock(Generic[TokenT]):
             )
 
     def locked(
-        self,
-        resource: str,
-        *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,
-        auto_extend: bool = False,
+        self, resource: str, **options: Unpack[AcquireOptions[TokenT]]
     ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
         """Decorate a coroutine function so every call runs under a lease on `resource`.
 
@@ -517,6 +498,8 @@ class Redlock(Generic[TokenT]):
         the same waiting, errors and release. The function does not see the
         lease; for fenced writes, use `lock()` and pass the lease to the store.
         """
+
+        check_options(options, where="locked")
 
         def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             if not pyinspect.iscoroutinefunction(function):
@@ -527,9 +510,7 @@ class Redlock(Generic[TokenT]):
 
             @functools.wraps(function)
             async def under_lease(*args: P.args, **kwargs: P.kwargs) -> R:
-                async with self.lock(
-                    resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend
-                ):
+                async with self.lock(resource, **options):
                     return await function(*args, **kwargs)
 
             return under_lease

@@ -27,6 +27,7 @@ from lockclient.config import RetryPolicy, TLSSettings
 from lockclient.errors import ConfigurationError
 from lockclient.lease import Lease, TokenT
 from lockclient.multi import MultiLease
+from lockclient.options import AcquireOptions, check_options
 from lockclient.protocols import Clock, TokenSource
 from lockclient.state import ForcedUnlock, LockState
 from lockclient.sync_http import GatewayClient, GatewayOptions
@@ -112,32 +113,13 @@ class Redlock(Generic[TokenT]):
         """The async client doing the work (use it only through its loop)."""
         return self._async
 
-    def acquire(
-        self,
-        resource: str,
-        *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,
-        auto_extend: bool = False,
-        on_lost: Callable[[Lease[TokenT]], object] | None = None,
-    ) -> Lease[TokenT]:
+    def acquire(self, resource: str, **options: Unpack[AcquireOptions[TokenT]]) -> Lease[TokenT]:
         """As `lockclient.Redlock.acquire`; the owner for reentrancy is the calling thread.
 
         `on_lost` runs on the loop thread: keep it short and thread-safe.
         """
         owner = self._owner()
-        return self._run(
-            lambda: self._async.acquire(
-                resource,
-                ttl=ttl,
-                blocking=blocking,
-                timeout=timeout,
-                auto_extend=auto_extend,
-                on_lost=on_lost,
-                owner=owner,
-            )
-        )
+        return self._run(lambda: self._async.acquire(resource, owner=owner, **options))
 
     def release(self, lease: Lease[TokenT]) -> None:
         self._run(lambda: self._async.release(lease))
@@ -146,21 +128,9 @@ class Redlock(Generic[TokenT]):
         return self._run(lambda: self._async.extend(lease, ttl=ttl))
 
     @contextlib.contextmanager
-    def lock(
-        self,
-        resource: str,
-        *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,
-        auto_extend: bool = False,
-        on_lost: Callable[[Lease[TokenT]], object] | None = None,
-    ) -> Iterator[Lease[TokenT]]:
+    def lock(self, resource: str, **options: Unpack[AcquireOptions[TokenT]]) -> Iterator[Lease[TokenT]]:
         """`with locker.lock(name) as lease:` the async `lock()` itself, entered and left on the loop."""
-        block = self._async.lock(
-            resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend, on_lost=on_lost,
-            owner=self._owner(),
-        )  # fmt: skip
+        block = self._async.lock(resource, owner=self._owner(), **options)
         lease = self._run(block.__aenter__)
         try:
             yield lease
@@ -171,15 +141,11 @@ class Redlock(Generic[TokenT]):
         self._run(lambda: block.__aexit__(None, None, None))
 
     def locked(
-        self,
-        resource: str,
-        *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,
-        auto_extend: bool = False,
+        self, resource: str, **options: Unpack[AcquireOptions[TokenT]]
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorate a plain function so every call runs under a lease on `resource` (see `lock()`)."""
+
+        check_options(options, where="locked")
 
         def decorate(function: Callable[P, R]) -> Callable[P, R]:
             if inspect.iscoroutinefunction(function):
@@ -190,9 +156,7 @@ class Redlock(Generic[TokenT]):
 
             @functools.wraps(function)
             def under_lease(*args: P.args, **kwargs: P.kwargs) -> R:
-                with self.lock(
-                    resource, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend
-                ):
+                with self.lock(resource, **options):
                     return function(*args, **kwargs)
 
             return under_lease

@@ -61,3 +61,31 @@ def test_a_plain_function_runs_under_a_lease_with_the_sync_facade(urls: list[str
 
         with pytest.raises(ConfigurationError, match="coroutine function"):
             locker.locked(resource)(coroutine)
+
+
+async def test_a_misspelt_acquire_option_is_refused_by_every_entry_point(
+    urls: list[str], resource: str
+) -> None:
+    """The options are one `**options` set: a keyword it lacks is a TypeError, as for a signature,
+    and never a silently ignored wait bound; nothing is locked."""
+    typo = {"timout": 1.0}
+    async with Redlock(urls) as locker:
+        with pytest.raises(TypeError, match=r"acquire\(\) got an unexpected keyword argument 'timout'"):
+            await locker.acquire(resource, **typo)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="'timout'"):
+            async with locker.lock(resource, **typo):  # type: ignore[arg-type]
+                pass
+        with pytest.raises(TypeError, match=r"locked\(\) got an unexpected keyword argument 'timout'"):
+            locker.locked(resource, **typo)  # type: ignore[arg-type]
+        await locker.release(await locker.acquire(resource, blocking=False))  # nothing was left held
+
+    def sync_entry_points() -> None:
+        with locksync.Redlock(urls) as blocking:
+            with pytest.raises(TypeError, match="'timout'"):
+                blocking.acquire(resource, **typo)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="'timout'"), blocking.lock(resource, **typo):  # type: ignore[arg-type]
+                pass
+            with pytest.raises(TypeError, match="'timout'"):
+                blocking.locked(resource, **typo)  # type: ignore[arg-type]
+
+    await asyncio.to_thread(sync_entry_points)

@@ -1,0 +1,43 @@
+"""The keywords of every acquire, written once.
+
+`Redlock.acquire`, `lock` and `locked`, and the same three of the blocking
+`lockclient.sync.Redlock`, all take `**options: Unpack[AcquireOptions]` and
+hand them down unchanged to `Redlock.acquire`, the one place that reads them
+and applies their defaults. A new option is one key here and its use there;
+type checkers still check every keyword a caller writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Generic, TypedDict
+
+from lockclient.lease import Lease, TokenT
+
+__all__ = ["AcquireOptions", "OnLost", "check_options"]
+
+OnLost = Callable[[Lease[TokenT]], object]
+
+
+class AcquireOptions(TypedDict, Generic[TokenT], total=False):
+    """How one acquire waits and what it starts; each key may be left out (its default in brackets).
+
+    ttl          seconds the lease lives [the Redlock's `ttl`]
+    blocking     False tries once [True]
+    timeout      seconds to keep trying; None: no limit [None]
+    auto_extend  start the watchdog that renews the lease until it is released [False]
+    on_lost      called once, on the event loop, when the lease is known lost [None]
+    """
+
+    ttl: float | None
+    blocking: bool
+    timeout: float | None
+    auto_extend: bool
+    on_lost: OnLost[TokenT] | None
+
+
+def check_options(options: Mapping[str, object], *, where: str) -> None:
+    """Refuse a keyword `AcquireOptions` does not have, as Python refuses one a signature lacks:
+    `**options` would otherwise swallow a misspelt `timout=` and wait forever."""
+    for name in options.keys() - AcquireOptions.__optional_keys__:
+        raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
