@@ -31,9 +31,12 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib import import_module, metadata
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 OK, NO, USAGE, UNAVAILABLE, INCOMPLETE = 0, 1, 2, 3, 4
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
@@ -49,6 +52,9 @@ ERROR_ROOTS = (
     ("fencegate.lab.errors", "LabError"),
     ("fencegate.model.errors", "ModelError"),
 )
+
+
+SettingsT = TypeVar("SettingsT", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,47 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """A mistake on the command line: one line, and the help that shows the right form."""
         self.exit(USAGE, f"{self.prog}: {message}; see `{self.prog} --help`\n")
+
+
+# -- for each command's configure(parser): one way to describe a command, its actions and its examples
+
+
+def describe(parser: argparse.ArgumentParser, description: str, *examples: str) -> None:
+    """A command's description and its examples, as every `--help` ends."""
+    parser.description = description
+    parser.epilog = _examples(examples)
+
+
+def add_actions(
+    parser: argparse.ArgumentParser, *, dest: str = "action", metavar: str = "ACTION"
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """The actions of a command (`fencegate cluster up|down|...`): one of them is required."""
+    return parser.add_subparsers(dest=dest, required=True, metavar=metavar)
+
+
+def add_action(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    run: Callable[[argparse.Namespace], int],
+    *examples: str,
+    help: str,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    """An action that runs `run(args)`, with its one-line help, its description and its examples."""
+    parser = actions.add_parser(name, help=help, description=description)
+    parser.epilog = _examples(examples)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def settings_from(cls: type[SettingsT], args: argparse.Namespace) -> SettingsT:
+    """`cls(field=args.field, ...)` for every field of the dataclass `cls` that the command line has an
+    option for (same name); the others keep their defaults."""
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
+
+
+def _examples(examples: Sequence[str]) -> str:
+    return ("example:" if len(examples) == 1 else "examples:") + "".join(f"\n  {line}" for line in examples)
 
 
 class _Version(argparse.Action):

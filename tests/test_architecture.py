@@ -19,7 +19,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "gateway": frozenset({"storage", "lockclient"}),
     "fencegate.cli": frozenset(),
     "fencegate.tables": frozenset(),
-    "fencegate.lab.cluster": PRODUCT,
+    "fencegate.lab.cluster": PRODUCT | {"fencegate.cli"},
     "fencegate.lab": PRODUCT | {"fencegate.lab.cluster", "fencegate.cli", "fencegate.tables"},
     "fencegate.bench": PRODUCT | {"fencegate.lab.cluster", "fencegate.cli", "fencegate.tables"},
     "fencegate.soak": PRODUCT

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fencegate.bench.env import BenchEnv, bench_env
 from fencegate.bench.section import Section
-from fencegate.cli import UNAVAILABLE
+from fencegate.cli import UNAVAILABLE, describe
 from fencegate.lab.cluster import TERMINATED, until_terminated
 
 Benchmark = Callable[[BenchEnv], Awaitable[Section]]
@@ -41,17 +41,15 @@ def benchmarks() -> dict[str, Benchmark]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe(
+        parser,
         "Start 7 redis-server masters, ZooKeeper, PostgreSQL and 3 etcd members on loopback, run each "
         "benchmark with fencegate and its peers alternately (several runs each), and print medians, p50/p99 "
         "and same-run ratios against the goals. Progress goes to stderr, also with --json. Peers come from "
-        "the `bench` extra: pip install -e '.[bench]'."
-    )
-    parser.epilog = (
-        "examples:\n"
-        "  fencegate bench --quick --only leases\n"
-        "  fencegate bench --only leases --only scaling --json > bench.json\n"
-        "  fencegate bench --plot docs/img/bench"
+        "the `bench` extra: pip install -e '.[bench]'.",
+        "fencegate bench --quick --only leases",
+        "fencegate bench --only leases --only scaling --json > bench.json",
+        "fencegate bench --plot docs/img/bench",
     )
     parser.add_argument(
         "--quick",

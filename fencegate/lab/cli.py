@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from fencegate.cli import add_action, add_actions, describe
 from fencegate.lab import run_cli
 from fencegate.lab.errors import HistoryError
 from fencegate.lab.history import History
@@ -24,25 +25,25 @@ from fencegate.lab.timeline import write_html
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe(
+        parser,
         "The safety lab: the same workload on real processes and real faults, a lock alone vs fenced vs "
-        "fence-only. Exit 0 when every verdict is as the seed documents predict, 1 when one is not."
+        "fence-only. Exit 0 when every verdict is as the seed documents predict, 1 when one is not.",
+        "fencegate lab headline",
+        "fencegate lab run --scenario pause --mode all",
+        "fencegate lab all --seeds 5 --json > lab.json",
+        "fencegate lab report .state/lab/*.jsonl --html report.html",
     )
-    parser.epilog = (
-        "examples:\n"
-        "  fencegate lab headline\n"
-        "  fencegate lab run --scenario pause --mode all\n"
-        "  fencegate lab all --seeds 5 --json > lab.json\n"
-        "  fencegate lab report .state/lab/*.jsonl --html report.html"
-    )
-    commands = parser.add_subparsers(dest="lab_command", required=True, metavar="LAB_COMMAND")
-    report = commands.add_parser(
+    commands = add_actions(parser, dest="lab_command", metavar="LAB_COMMAND")
+    report = add_action(
+        commands,
         "report",
+        run_report,
+        "fencegate lab report run-1.jsonl run-2.jsonl --summary --html report.html",
         help="check history files and print the table (or JSON), optionally write the HTML report",
         description="Run the checker over recorded history files (JSON Lines, one run each). Exit 0 when "
         "every run is safe, 1 when one is not.",
     )
-    report.epilog = "example:\n  fencegate lab report run-1.jsonl run-2.jsonl --summary --html report.html"
     report.add_argument("histories", nargs="+", type=Path, metavar="HISTORY.jsonl")
     report.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
     report.add_argument("--no-events", action="store_true", help="with --json: leave the histories out")
@@ -50,10 +51,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     report.add_argument(
         "--html", type=Path, metavar="PATH", help="also write the HTML timeline report here (default: none)"
     )
-    report.set_defaults(func=run_report)
-    scenarios = commands.add_parser("scenarios", help="list the scenarios and what each fault does")
-    scenarios.epilog = "example:\n  fencegate lab scenarios"
-    scenarios.set_defaults(func=list_scenarios)
+    add_action(
+        commands,
+        "scenarios",
+        list_scenarios,
+        "fencegate lab scenarios",
+        help="list the scenarios and what each fault does",
+    )
     run_cli.add_commands(commands)
 
 

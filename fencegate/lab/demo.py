@@ -11,6 +11,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from fencegate.cli import describe
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from lockclient import SQLiteTokens
 from lockclient.sync import Redlock
@@ -20,11 +21,12 @@ TTL = 10.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe(
+        parser,
         "Start five redis-server masters on loopback, take a Redlock lease whose fencing token comes from "
-        "a SQLite file in a temp dir, print it as JSON, release it and stop the servers."
+        "a SQLite file in a temp dir, print it as JSON, release it and stop the servers.",
+        "fencegate demo",
     )
-    parser.epilog = "example:\n  fencegate demo"
     parser.set_defaults(func=run)
 
 

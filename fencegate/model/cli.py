@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fencegate.cli import INCOMPLETE
+from fencegate.cli import INCOMPLETE, add_action, add_actions, describe
 from fencegate.lab.history import History
 from fencegate.lab.report import RunResult
 from fencegate.lab.timeline import write_html, write_svg
@@ -36,26 +36,26 @@ DEFAULT_DOC = "docs/model.md"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = "Check fencegate's protocol over every interleaving of a small system (spin)."
-    parser.epilog = (
-        "examples:\n"
-        "  fencegate model check --variant fenced,redis-only\n"
-        "  fencegate model check --clients 3 --json > model.json\n"
-        "  fencegate model doc --check"
+    describe(
+        parser,
+        "Check fencegate's protocol over every interleaving of a small system (spin).",
+        "fencegate model check --variant fenced,redis-only",
+        "fencegate model check --clients 3 --json > model.json",
+        "fencegate model doc --check",
     )
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    checker = actions.add_parser(
+    actions = add_actions(parser)
+    checker = add_action(
+        actions,
         "check",
+        _check,
+        "fencegate model check --variant fenced --property no_stale_accept",
+        "fencegate model check --trails --report model.html",
         help="search the model and print a verdict per variant",
         description="Generate the verifier (spin -a), compile it (gcc -O2 -DSAFETY), search every "
         "state (./pan -N PROPERTY) and print a verdict per variant and property. A counterexample "
         "is replayed (spin -t -p) and translated into the lab's history events. Exit 1 when a design "
         "fencegate ships breaks a property it promises, 4 when a search hit its depth or memory bound. "
         "Progress goes to stderr, also with --json.",
-    )
-    checker.epilog = (
-        "examples:\n  fencegate model check --variant fenced --property no_stale_accept\n"
-        "  fencegate model check --trails --report model.html"
     )
     add_check_arguments(checker)
     out = checker.add_mutually_exclusive_group()
@@ -89,21 +89,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="keep pan.c, pan, its output and trails under DIR (default: a temp dir, removed)",
     )
-    checker.set_defaults(func=_check)
 
-    doc = actions.add_parser(
+    doc = add_action(
+        actions,
         "doc",
+        _doc,
+        "fencegate model doc",
+        "fencegate model doc --check --quick",
         help="regenerate the tables in docs/model.md",
         description="Rerun the command recorded in each <!-- model-table: ARGS --> marker and "
         "replace the table below it.",
     )
-    doc.epilog = "examples:\n  fencegate model doc\n  fencegate model doc --check --quick"
     doc.add_argument("path", nargs="?", default=DEFAULT_DOC, type=Path, help="the page to regenerate")
     doc.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is stale")
     doc.add_argument(
         "--quick", action="store_true", help="only the blocks with 2 clients doing one acquisition each"
     )
-    doc.set_defaults(func=_doc)
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:

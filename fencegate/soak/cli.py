@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from fencegate.bench.wrk import wrk_available
+from fencegate.cli import describe, settings_from
 from fencegate.lab.cluster import TERMINATED, until_terminated
 from fencegate.soak.load import SoakConfig
 from fencegate.soak.run import STATE_DIR, soak
@@ -26,7 +27,8 @@ DEFAULTS = SoakConfig()
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe(
+        parser,
         "Start a private cluster (5 Redis, ZooKeeper, PostgreSQL, 2 gateways on it) under --state-dir, "
         "measure the gateways' fenced PUT rate with an unfaulted wrk burst, then run leased clients and "
         "unleased writers through the gateways while faults are injected (kill -9 of a gateway, "
@@ -34,9 +36,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "write without a definite answer is retried with its Idempotency-Key. Checks the history, the "
         "stored objects and the audit trail, then fuzzes the API with bad input. Prints one table (or "
         "--json) with the rate held under faults against the burst's; exit 0 when nothing acknowledged "
-        "was lost, no invariant broke and no retried write was applied twice, 1 otherwise."
+        "was lost, no invariant broke and no retried write was applied twice, 1 otherwise.",
+        "fencegate soak --duration 60",
+        "fencegate soak --duration 300 --clients 16",
     )
-    parser.epilog = "examples:\n  fencegate soak --duration 60\n  fencegate soak --duration 300 --clients 16"
     parser.add_argument("--duration", type=float, default=DEFAULTS.duration, help="seconds of load")
     parser.add_argument("--clients", type=int, default=DEFAULTS.clients, help="concurrent leased clients")
     parser.add_argument("--resources", type=int, default=DEFAULTS.resources, help="contended resources")
@@ -74,15 +77,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    config = SoakConfig(
-        duration=args.duration,
-        clients=args.clients,
-        resources=args.resources,
-        outage=args.outage,
-        writers=args.writers,
-        in_flight=args.in_flight,
-        bench_seconds=args.bench_seconds,
-    )
+    config = settings_from(SoakConfig, args)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` shows where a run is
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnects during the ZooKeeper restart are expected
     shutil.rmtree(args.state_dir, ignore_errors=True)

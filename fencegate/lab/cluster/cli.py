@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from fencegate.cli import add_action, add_actions, describe, settings_from
 from fencegate.lab.cluster.errors import ClusterArgumentError
 from fencegate.lab.cluster.local import ClusterSpec, LocalCluster
 from fencegate.lab.cluster.servers import TLS_MODES
@@ -16,29 +17,29 @@ DEFAULT_DIR = ".state/cluster"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe(
+        parser,
         "Start real redis-server masters, ZooKeeper, PostgreSQL, etcd and gateways behind HAProxy on "
         "loopback on free ports, record their PIDs and endpoints in DIR/cluster.json, and stop exactly "
-        "those processes again. ZooKeeper and PostgreSQL can run TLS only."
+        "those processes again. ZooKeeper and PostgreSQL can run TLS only.",
+        "fencegate cluster up --redis 5 --zookeeper",
+        "fencegate cluster status",
+        "fencegate cluster up --redis 5 --zookeeper --postgres --gateways 2 --dir .state/native",
+        "fencegate cluster check --dir .state/native --seconds 10",
+        "fencegate cluster up --redis 0 --postgres-tls mutual --zookeeper-tls mutual --dir .state/tls",
+        "fencegate cluster down",
     )
-    parser.epilog = (
-        "examples:\n"
-        "  fencegate cluster up --redis 5 --zookeeper\n"
-        "  fencegate cluster status\n"
-        "  fencegate cluster up --redis 5 --zookeeper --postgres --gateways 2 --dir .state/native\n"
-        "  fencegate cluster check --dir .state/native --seconds 10\n"
-        "  fencegate cluster up --redis 0 --postgres-tls mutual --zookeeper-tls mutual --dir .state/tls\n"
-        "  fencegate cluster down"
-    )
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions = add_actions(parser)
 
-    up = actions.add_parser(
+    up = add_action(
+        actions,
         "up",
+        _up,
+        "fencegate cluster up --redis 5 --zookeeper --postgres",
         help="start servers and print their endpoints (URLs) as JSON",
         description="Start the servers asked for, wait until each answers, and print every endpoint as a "
         "URL, with the PIDs.",
     )
-    up.epilog = "example:\n  fencegate cluster up --redis 5 --zookeeper --postgres"
     up.add_argument("--redis", type=int, default=5, metavar="N", help="independent redis-server masters")
     up.add_argument(
         "--aof",
@@ -96,31 +97,37 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "behind one HAProxy, whose URL is `load_balancer` in the endpoints (default: 0, none)",
     )
     _state_dir(up, "state dir for data, logs and cluster.json")
-    up.set_defaults(func=_up)
 
-    down = actions.add_parser("down", help="stop the servers recorded in DIR, by PID, and remove DIR")
-    down.epilog = "example:\n  fencegate cluster down --dir .state/cluster"
+    down = add_action(
+        actions,
+        "down",
+        _down,
+        "fencegate cluster down --dir .state/cluster",
+        help="stop the servers recorded in DIR, by PID, and remove DIR",
+    )
     _state_dir(down, "state dir given to `cluster up`")
-    down.set_defaults(func=_down)
 
-    status = actions.add_parser("status", help="print each recorded server, its URL and whether it runs")
-    status.epilog = "example:\n  fencegate cluster status --dir .state/cluster"
+    status = add_action(
+        actions,
+        "status",
+        _status,
+        "fencegate cluster status --dir .state/cluster",
+        help="print each recorded server, its URL and whether it runs",
+    )
     _state_dir(status, "state dir given to `cluster up`")
-    status.set_defaults(func=_status)
 
-    check = actions.add_parser(
+    check = add_action(
+        actions,
         "check",
+        _check,
+        "fencegate cluster check --dir .state/native",
+        "fencegate cluster check --gateway http://127.0.0.1:8080 --redis redis://127.0.0.1:6379 "
+        "--tokens zookeeper://127.0.0.1:2181",
         help="drive a short fenced load through the load balancer and check the gateway's promises",
         description="Workers take Redlock leases with tokens and write through the gateway; then every "
         "acknowledged write must still be there and accepted tokens must never have gone back. "
         "Target the native topology with --dir, or any deployment with --gateway, --redis and --tokens. "
         "Exit 1, with the reasons on stderr, when a promise was broken or nothing was acknowledged.",
-    )
-    check.epilog = (
-        "examples:\n"
-        "  fencegate cluster check --dir .state/native\n"
-        "  fencegate cluster check --gateway http://127.0.0.1:8080 --redis redis://127.0.0.1:6379 "
-        "--tokens zookeeper://127.0.0.1:2181"
     )
     check.add_argument(
         "--dir", metavar="PATH", help="state dir of a `cluster up --gateways N` topology (default: none)"
@@ -144,7 +151,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--seconds", type=float, default=10.0, help="load duration")
     check.add_argument("--workers", type=int, default=8, help="concurrent clients")
     check.add_argument("--resources", type=int, default=4, help="resources written")
-    check.set_defaults(func=_check)
 
 
 def _state_dir(parser: argparse.ArgumentParser, text: str) -> None:
@@ -158,17 +164,7 @@ def _up(args: argparse.Namespace) -> int:
             f"a cluster is already recorded in {args.dir}: run `fencegate cluster down --dir {args.dir}` "
             "first, or give another --dir"
         )
-    spec = ClusterSpec(
-        redis=args.redis,
-        zookeeper=args.zookeeper,
-        zookeeper_ensemble=args.zookeeper_ensemble,
-        postgres=args.postgres,
-        etcd=args.etcd,
-        aof=args.aof,
-        gateways=args.gateways,
-        postgres_tls=args.postgres_tls,
-        zookeeper_tls=args.zookeeper_tls,
-    )
+    spec = settings_from(ClusterSpec, args)
     try:
         cluster.up(spec)
     except BaseException:
