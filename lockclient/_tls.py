@@ -34,12 +34,11 @@ EXPIRED = 10  # X509_V_ERR_CERT_HAS_EXPIRED
 NOT_YET_VALID = 9  # X509_V_ERR_CERT_NOT_YET_VALID
 WRONG_HOST = {62, 64}  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
 NOT_A_SERVER = 26  # X509_V_ERR_INVALID_PURPOSE
-# alerts a server sends when it does not accept the client's certificate, or got none
+# alerts a server sends when it does not accept the client's certificate
 CLIENT_REFUSED = {
     "SSLV3_ALERT_BAD_CERTIFICATE",
     "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
     "TLSV1_ALERT_UNKNOWN_CA",
-    "TLSV13_ALERT_CERTIFICATE_REQUIRED",
     "TLSV1_ALERT_ACCESS_DENIED",
     "SSLV3_ALERT_CERTIFICATE_EXPIRED",
 }
@@ -149,6 +148,8 @@ def explain(
             "and does it require a client certificate?)"
         )
     if isinstance(exc, ssl.SSLError):
+        if exc.reason == "TLSV13_ALERT_CERTIFICATE_REQUIRED":
+            return f"the {peer} requires a client certificate: give {client}"
         if exc.reason in CLIENT_REFUSED:
             return f"the {peer} refused the client's certificate ({exc.reason}): {_client_fix(peer, client)}"
         if exc.reason == "SSLV3_ALERT_HANDSHAKE_FAILURE":

@@ -268,6 +268,8 @@ def _connect_error(endpoint: Endpoint, name: str, exc: BaseException, link: Link
             return TLSError(
                 f"{prefix}: TLS: the master hung up right after the handshake ({why}): {fix}", server=name
             )
+        if isinstance(exc, TLSError):  # the link dropped on a TLS alert after the handshake
+            return TLSError(f"{prefix}: {why}", server=name)
         return type(exc)(f"{prefix}: {why}")
     return ConnectionError(f"{prefix}: {exc}")
 

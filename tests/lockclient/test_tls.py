@@ -219,7 +219,7 @@ def _broken(tls: TLSMasters) -> dict[str, tuple[str, tuple[str, ...]]]:
         ),
         "no client certificate": (
             tls.url(good, ssl_certfile=None, ssl_keyfile=None),
-            ("client certificate", "give ssl_certfile and ssl_keyfile"),
+            ("the master requires a client certificate: give ssl_certfile and ssl_keyfile",),
         ),
     }
 
