@@ -1,10 +1,12 @@
-"""The keywords of every acquire, written once.
+"""The keywords of a Redlock and of every acquire, each set written once.
 
 `Redlock.acquire`, `lock` and `locked`, and the same three of the blocking
 `lockclient.sync.Redlock`, all take `**options: Unpack[AcquireOptions]` and
 hand them down unchanged to `Redlock.acquire`, the one place that reads them
 and applies their defaults. A new option is one key here and its use there;
-type checkers still check every keyword a caller writes.
+type checkers still check every keyword a caller writes. `RedlockOptions`
+does the same for the constructor keywords that the async `Redlock`'s
+overloads and the sync facade share.
 """
 
 from __future__ import annotations
@@ -12,11 +14,29 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Generic, TypedDict
 
+from lockclient.config import RetryPolicy, TLSSettings
 from lockclient.lease import Lease, TokenT
+from lockclient.protocols import Clock
 
-__all__ = ["AcquireOptions", "OnLost", "check_options"]
+__all__ = ["AcquireOptions", "OnLost", "RedlockOptions", "check_options"]
 
 OnLost = Callable[[Lease[TokenT]], object]
+
+
+class RedlockOptions(TypedDict, total=False):
+    """The keywords of `lockclient.Redlock` besides `tokens` and `observer`; their defaults are the
+    constructor's."""
+
+    ttl: float
+    node_timeout: float
+    retry: RetryPolicy
+    clock: Clock
+    drift_factor: float
+    max_extensions: int
+    watchdog_fraction: float
+    reentrant: bool
+    key_prefix: str
+    tls: TLSSettings | None
 
 
 class AcquireOptions(TypedDict, Generic[TokenT], total=False):

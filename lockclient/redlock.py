@@ -67,7 +67,7 @@ from lockclient.errors import (
 from lockclient.lease import Lease, TokenT, lock_value
 from lockclient.multi import MultiLease
 from lockclient.observe import Events, Observer
-from lockclient.options import AcquireOptions, OnLost, check_options
+from lockclient.options import AcquireOptions, OnLost, RedlockOptions, check_options
 from lockclient.protocols import Clock, TokenSource
 from lockclient.renewal import Renewals, ms
 from lockclient.state import ForcedUnlock, LockState
@@ -89,31 +89,23 @@ class Redlock(Generic[TokenT]):
     source it was given: `aclose()` (or leaving `async with`) closes them all.
     """
 
+    # The overloads only pick the token type; the keywords are `RedlockOptions`, their defaults below.
     @overload
     def __init__(
-        self: Redlock[int], masters: Sequence[str], *, tokens: TokenSource, ttl: float = ...,
-        node_timeout: float = ..., retry: RetryPolicy = ..., clock: Clock = ...,
-        drift_factor: float = ..., max_extensions: int = ..., watchdog_fraction: float = ...,
-        reentrant: bool = ..., key_prefix: str = ..., tls: TLSSettings | None = ...,
-        observer: Observer | None = ...,
+        self: Redlock[int], masters: Sequence[str], *, tokens: TokenSource, observer: Observer | None = ...,
+        **options: Unpack[RedlockOptions],
     ) -> None: ...  # fmt: skip
 
     @overload
     def __init__(
-        self: Redlock[None], masters: Sequence[str], *, tokens: None = None, ttl: float = ...,
-        node_timeout: float = ..., retry: RetryPolicy = ..., clock: Clock = ...,
-        drift_factor: float = ..., max_extensions: int = ..., watchdog_fraction: float = ...,
-        reentrant: bool = ..., key_prefix: str = ..., tls: TLSSettings | None = ...,
-        observer: Observer | None = ...,
+        self: Redlock[None], masters: Sequence[str], *, tokens: None = None, observer: Observer | None = ...,
+        **options: Unpack[RedlockOptions],
     ) -> None: ...  # fmt: skip
 
     @overload
     def __init__(
-        self: Redlock[int | None], masters: Sequence[str], *, tokens: TokenSource | None, ttl: float = ...,
-        node_timeout: float = ..., retry: RetryPolicy = ..., clock: Clock = ...,
-        drift_factor: float = ..., max_extensions: int = ..., watchdog_fraction: float = ...,
-        reentrant: bool = ..., key_prefix: str = ..., tls: TLSSettings | None = ...,
-        observer: Observer | None = ...,
+        self: Redlock[int | None], masters: Sequence[str], *, tokens: TokenSource | None,
+        observer: Observer | None = ..., **options: Unpack[RedlockOptions],
     ) -> None: ...  # fmt: skip
 
     def __init__(

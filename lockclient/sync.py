@@ -20,15 +20,14 @@ import inspect
 import threading
 from collections.abc import Callable, Coroutine, Hashable, Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
 from lockclient import redlock
-from lockclient.config import RetryPolicy, TLSSettings
 from lockclient.errors import ConfigurationError
 from lockclient.lease import Lease, TokenT
 from lockclient.multi import MultiLease
-from lockclient.options import AcquireOptions, check_options
-from lockclient.protocols import Clock, TokenSource
+from lockclient.options import AcquireOptions, RedlockOptions, check_options
+from lockclient.protocols import TokenSource
 from lockclient.state import ForcedUnlock, LockState
 from lockclient.sync_http import GatewayClient, GatewayOptions
 
@@ -37,21 +36,6 @@ __all__ = ["GatewayClient", "GatewayOptions", "Redlock", "RedlockOptions"]
 T = TypeVar("T")
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class RedlockOptions(TypedDict, total=False):
-    """The keywords of `lockclient.Redlock` besides `tokens`; same meanings, same defaults."""
-
-    ttl: float
-    node_timeout: float
-    retry: RetryPolicy
-    clock: Clock
-    drift_factor: float
-    max_extensions: int
-    watchdog_fraction: float
-    reentrant: bool
-    key_prefix: str
-    tls: TLSSettings | None
 
 
 class Redlock(Generic[TokenT]):
