@@ -19,6 +19,7 @@ from lockclient import (
     PostgresTokens,
     RedisIncrTokens,
     SQLiteTokens,
+    TokenSource,
     TokenSourceError,
     ZooKeeperTokens,
     open_token_source,
@@ -152,15 +153,23 @@ async def test_upper_bound_of_an_unused_resource_is_zero(source_url: str, resour
         await source.aclose()
 
 
+async def across_a_restart(
+    cluster: LocalCluster, node: str, source: TokenSource, resource: str
+) -> tuple[list[int], list[int]]:
+    """Three tokens drawn before `node` is stopped and restarted, and three after."""
+    before = [await source.next_token(resource) for _ in range(3)]
+    await asyncio.to_thread(cluster.stop, node)
+    await asyncio.to_thread(cluster.restart, node)
+    after = [await source.next_token(resource) for _ in range(3)]
+    return before, after
+
+
 async def test_zookeeper_tokens_keep_increasing_across_a_restart(
     cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
 ) -> None:
     cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, zookeeper=True))
     async with ZooKeeperTokens(cluster.zookeeper, timeout=60.0) as source:
-        before = [await source.next_token(resource) for _ in range(3)]
-        await asyncio.to_thread(cluster.stop, "zookeeper-0")
-        await asyncio.to_thread(cluster.restart, "zookeeper-0")
-        after = [await source.next_token(resource) for _ in range(3)]
+        before, after = await across_a_restart(cluster, "zookeeper-0", source, resource)
         assert before == sorted(before)
         assert after == sorted(after)
         assert after[0] > before[-1]
@@ -241,10 +250,7 @@ async def test_postgres_tokens_keep_increasing_across_a_restart(
 ) -> None:
     cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
     async with PostgresTokens(cluster.postgres_dsn, pool_size=2) as source:
-        before = [await source.next_token(resource) for _ in range(3)]
-        await asyncio.to_thread(cluster.stop, "postgres-0")
-        await asyncio.to_thread(cluster.restart, "postgres-0")
-        after = [await source.next_token(resource) for _ in range(3)]  # the pooled connection was dead
+        before, after = await across_a_restart(cluster, "postgres-0", source, resource)  # a dead pool
         assert before == [1, 2, 3]
         assert after[0] > before[-1]
         assert after == sorted(after)

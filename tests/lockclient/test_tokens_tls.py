@@ -22,9 +22,9 @@ import pytest
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from fencegate.lab.cluster.certs import Authority
-from lockclient import PostgresTokens, TokenSourceError, ZooKeeperTokens, open_token_source
+from lockclient import PostgresTokens, TokenSource, TokenSourceError, ZooKeeperTokens, open_token_source
 from lockclient.tokens.zookeeper import url_options
-from tests.lockclient.test_tokens import fresh_database
+from tests.lockclient.test_tokens import across_a_restart, fresh_database
 from tests.urls import POSTGRES_TLS_MISTAKES, broken_postgres_tls, edit_query, with_host, without_query
 
 WRONG_CA = "not signed by the CA this client trusts"
@@ -104,6 +104,13 @@ async def test_a_renewed_client_certificate_is_used_by_the_next_connection(
     assert serial_before not in serials
 
 
+async def _refusal(source: TokenSource, resource: str, message: str) -> TokenSourceError:
+    """The error `source` raises for a token, which must say `message`."""
+    with pytest.raises(TokenSourceError, match=message) as caught:
+        await source.next_token(resource)
+    return caught.value
+
+
 # asyncpg leaves the socket of a refused connection attempt to the garbage collector (a
 # ResourceWarning, at whatever moment it runs): collected here, inside the test that caused it
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -114,9 +121,7 @@ async def test_postgres_tls_failures_say_why(
     dsn = postgres_tls_cluster.postgres_dsn
     broken = broken_postgres_tls(dsn, break_it, stranger_ca=str(stranger.cert))
     async with PostgresTokens(broken, timeout=10.0) as source:
-        with pytest.raises(TokenSourceError, match=message) as caught:
-            await source.next_token(resource)
-    assert caught.value.source == "postgres"
+        assert (await _refusal(source, resource, message)).source == "postgres"
     gc.collect()
 
 
@@ -175,9 +180,7 @@ async def test_zookeeper_tls_failures_say_why(
         "plaintext": without_query(url),  # no plaintext port: nothing answers ZooKeeper's protocol
     }[break_it]
     async with _zookeeper(broken, connect_timeout=ZOOKEEPER_TIMEOUT) as source:
-        with pytest.raises(TokenSourceError, match=message) as caught:
-            await source.next_token(resource)
-    assert caught.value.source == "zookeeper"
+        assert (await _refusal(source, resource, message)).source == "zookeeper"
 
 
 async def test_a_zookeeper_tls_client_never_falls_back_to_plaintext(
@@ -197,10 +200,7 @@ async def test_zookeeper_tokens_over_tls_keep_increasing_across_a_restart(
     """Reconnecting makes a new TLS connection (the session survives the restart)."""
     cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, zookeeper_tls="mutual"))
     async with _zookeeper(cluster.zookeeper_url, timeout=60.0) as source:
-        before = [await source.next_token(resource) for _ in range(3)]
-        await asyncio.to_thread(cluster.stop, "zookeeper-0")
-        await asyncio.to_thread(cluster.restart, "zookeeper-0")
-        after = [await source.next_token(resource) for _ in range(3)]
+        before, after = await across_a_restart(cluster, "zookeeper-0", source, resource)
     assert before == sorted(before)
     assert after == sorted(after)
     assert after[0] > before[-1]

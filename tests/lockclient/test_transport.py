@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,24 +49,29 @@ async def _wait(outcomes: Awaitable[list[Any]]) -> list[Any]:
     return await outcomes
 
 
+@contextlib.asynccontextmanager
+async def _connection(url: str) -> AsyncIterator[Connection]:
+    connection = Connection(Endpoint.from_url(url), url, connect_timeout=1.0)
+    try:
+        yield connection
+    finally:
+        await connection.aclose()
+
+
 async def one_master(cluster_factory: Factory) -> LocalCluster:
     return await asyncio.to_thread(cluster_factory, ClusterSpec(redis=1))
 
 
 async def test_pipelined_replies_reach_their_own_requests(urls: list[str]) -> None:
-    connection = Connection(Endpoint.from_url(urls[0]), urls[0], connect_timeout=1.0)
-    try:
+    async with _connection(urls[0]) as connection:
         words = [f"echo-{i}" for i in range(300)]
         replies = await asyncio.gather(*(_call(connection, "ECHO", w) for w in words))
         assert replies == [w.encode() for w in words]
-    finally:
-        await connection.aclose()
 
 
 async def test_an_error_reply_fails_only_its_own_request(urls: list[str]) -> None:
     key = f"test-{uuid.uuid4().hex}"
-    connection = Connection(Endpoint.from_url(urls[0]), urls[0], connect_timeout=1.0)
-    try:
+    async with _connection(urls[0]) as connection:
         await _call(connection, "SET", key, "a string")
         results = await asyncio.gather(
             _call(connection, "LPUSH", key, "x"),
@@ -76,8 +82,6 @@ async def test_an_error_reply_fails_only_its_own_request(urls: list[str]) -> Non
         assert "WRONGTYPE" in str(results[0])
         assert results[1] == b"after"
         await _call(connection, "DEL", key)
-    finally:
-        await connection.aclose()
 
 
 async def test_a_timed_out_request_drops_its_connection_and_its_late_reply_is_never_misattributed(
@@ -85,8 +89,7 @@ async def test_a_timed_out_request_drops_its_connection_and_its_late_reply_is_ne
 ) -> None:
     cluster = await one_master(cluster_factory)
     url = cluster.redis_urls[0]
-    connection = Connection(Endpoint.from_url(url), url, connect_timeout=1.0)
-    try:
+    async with _connection(url) as connection:
         first_id = await _call(connection, "CLIENT", "ID")
         cluster.pause("redis-0")  # SIGSTOP: the request is written, no reply comes
         try:
@@ -97,8 +100,6 @@ async def test_a_timed_out_request_drops_its_connection_and_its_late_reply_is_ne
         # the server now answers "late" on the old connection; the next request must get its own reply
         assert await _call(connection, "ECHO", "fresh") == b"fresh"
         assert await _call(connection, "CLIENT", "ID") != first_id  # a new connection
-    finally:
-        await connection.aclose()
 
 
 async def test_a_cancelled_request_keeps_its_place_and_its_reply_is_discarded(
@@ -106,8 +107,7 @@ async def test_a_cancelled_request_keeps_its_place_and_its_reply_is_discarded(
 ) -> None:
     cluster = await one_master(cluster_factory)
     url = cluster.redis_urls[0]
-    connection = Connection(Endpoint.from_url(url), url, connect_timeout=1.0)
-    try:
+    async with _connection(url) as connection:
         first_id = await _call(connection, "CLIENT", "ID")
         cluster.pause("redis-0")
         try:
@@ -118,8 +118,6 @@ async def test_a_cancelled_request_keeps_its_place_and_its_reply_is_discarded(
             cluster.resume("redis-0")
         assert await after == b"after"  # the reply to "abandoned" was read and dropped, in order
         assert await _call(connection, "CLIENT", "ID") == first_id  # the same connection
-    finally:
-        await connection.aclose()
 
 
 async def test_a_shielded_fan_out_still_sends_what_waited_for_its_connection(
@@ -154,8 +152,7 @@ async def test_requests_in_flight_when_a_timeout_drops_the_connection_fail_as_co
 ) -> None:
     cluster = await one_master(cluster_factory)
     url = cluster.redis_urls[0]
-    connection = Connection(Endpoint.from_url(url), url, connect_timeout=1.0)
-    try:
+    async with _connection(url) as connection:
         await _call(connection, "PING")
         cluster.pause("redis-0")
         try:
@@ -167,8 +164,6 @@ async def test_requests_in_flight_when_a_timeout_drops_the_connection_fail_as_co
         finally:
             cluster.resume("redis-0")
         assert await _call(connection, "ECHO", "fresh") == b"fresh"
-    finally:
-        await connection.aclose()
 
 
 async def test_the_connection_comes_back_after_a_server_restart(cluster_factory: Factory) -> None:
