@@ -21,6 +21,18 @@ def paused_holder(fenced: bool) -> History:
     return histories.paused_holder(META, fenced=fenced)
 
 
+def both_read_first(*then: Event) -> History:
+    """c1 and c2 each take a lease and read 0 (seq 1 and 2), then `then`; the store ends at 1."""
+    events = (
+        acquire(0.0, "c1", "c1/1"),
+        op(0.1, "c1", "read", "c1/1", "ok", 0, seq=1),
+        acquire(0.2, "c2", "c2/1"),
+        op(0.3, "c2", "read", "c2/1", "ok", 0, seq=2),
+        *then,
+    )
+    return History(META, events, final=1)
+
+
 def test_a_clean_run_has_no_finding() -> None:
     verdict = check(clean_run())
     assert (verdict.ops, verdict.acknowledged, verdict.final) == (2, 2, 2)
@@ -50,29 +62,23 @@ def test_the_paused_holder_with_fence_is_refused_and_nothing_is_lost() -> None:
 
 def test_a_b_a_counts_the_earlier_lease_even_without_a_lost_update() -> None:
     """c1 reads, c2 reads and writes, c1 reads again: non-contiguous, though no write was lost."""
-    events = [
-        acquire(0.0, "c1", "c1/1"),
-        op(0.1, "c1", "read", "c1/1", "ok", 0, seq=1),
-        acquire(0.2, "c2", "c2/1"),
-        op(0.3, "c2", "read", "c2/1", "ok", 0, seq=2),
-        op(0.4, "c2", "write", "c2/1", "ok", 1, seq=3),
-        op(0.5, "c1", "read", "c1/1", "ok", 1, seq=4),
-    ]
-    verdict = check(History(META, tuple(events), final=1))
+    verdict = check(
+        both_read_first(
+            op(0.4, "c2", "write", "c2/1", "ok", 1, seq=3),
+            op(0.5, "c1", "read", "c1/1", "ok", 1, seq=4),
+        )
+    )
     assert (verdict.lost_updates, verdict.interleaved_leases, verdict.interleaved) == (0, 1, (4,))
 
 
 def test_acceptance_order_is_the_stores_not_the_clients_clock() -> None:
     """c1's write reached the store (seq 3) after c2's, though c1 recorded its answer first."""
-    events = [
-        acquire(0.0, "c1", "c1/1"),
-        op(0.1, "c1", "read", "c1/1", "ok", 0, seq=1),
-        acquire(0.2, "c2", "c2/1"),
-        op(0.3, "c2", "read", "c2/1", "ok", 0, seq=2),
-        op(0.4, "c1", "write", "c1/1", "ok", 1, seq=4),
-        op(0.5, "c2", "write", "c2/1", "ok", 1, seq=3),
-    ]
-    verdict = check(History(META, tuple(events), final=1))
+    verdict = check(
+        both_read_first(
+            op(0.4, "c1", "write", "c1/1", "ok", 1, seq=4),
+            op(0.5, "c2", "write", "c2/1", "ok", 1, seq=3),
+        )
+    )
     assert verdict.lost_updates == 1
     assert verdict.interleaved == (4,)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -49,28 +50,33 @@ async def roundtrip(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWrit
     return await asyncio.open_connection("127.0.0.1", port)
 
 
-async def test_bytes_pass_through_both_ways(echo: Echo) -> None:
-    async with DelayProxy("127.0.0.1", echo.port) as proxy:
-        reader, writer = await roundtrip(proxy.port)
-        writer.write(b"hello")
-        assert await reader.readexactly(5) == b"hello"
-        assert proxy.forwarded == {"up": 5, "down": 5}
+@contextlib.asynccontextmanager
+async def echoed(
+    proxy: DelayProxy, first: bytes
+) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A connection through `proxy` that has echoed `first` back, closed on the way out."""
+    reader, writer = await roundtrip(proxy.port)
+    writer.write(first)
+    assert await reader.readexactly(len(first)) == first
+    try:
+        yield reader, writer
+    finally:
         writer.close()
         await writer.wait_closed()
 
 
+async def test_bytes_pass_through_both_ways(echo: Echo) -> None:
+    async with DelayProxy("127.0.0.1", echo.port) as proxy, echoed(proxy, b"hello"):
+        assert proxy.forwarded == {"up": 5, "down": 5}
+
+
 async def test_a_timed_hold_delivers_no_earlier_than_its_deadline(echo: Echo) -> None:
-    async with DelayProxy("127.0.0.1", echo.port) as proxy:
-        reader, writer = await roundtrip(proxy.port)
-        writer.write(b"a")
-        assert await reader.readexactly(1) == b"a"
+    async with DelayProxy("127.0.0.1", echo.port) as proxy, echoed(proxy, b"a") as (reader, writer):
         proxy.hold(0.3)
         deadline = time.monotonic() + 0.3
         writer.write(b"b")
         assert await reader.readexactly(1) == b"b"
         assert echo.arrivals[-1][0] >= deadline  # the upstream server saw it only after the hold
-        writer.close()
-        await writer.wait_closed()
 
 
 async def test_holding_one_connection_leaves_the_others_alone(echo: Echo) -> None:

@@ -66,17 +66,23 @@ def test_the_json_has_the_same_numbers_and_the_history() -> None:
     assert "history" not in to_json(runs(), histories=False)["runs"][0]
 
 
+def token_regress(seed: int, *then: Event, final: int) -> History:
+    """A fenced token-regress run: the incr source hands token 1 out twice and both writes of 1 pass."""
+    events = (
+        Event(0.0, "c1", "acquire", "c1/1", 1, "ok", until=3.0),
+        Event(0.5, "c2", "acquire", "c2/1", 1, "ok", until=3.5),
+        Event(0.6, "c2", "write", "c2/1", 1, "ok", value=1, seq=2),
+        Event(0.7, "c1", "write", "c1/1", 1, "ok", value=1, seq=3),
+        *then,
+    )
+    return History(Meta("token-regress", "fenced", "redlock", seed, tokens="incr"), events, final=final)
+
+
 def test_the_token_trail_shows_tokens_going_back_and_the_stale_write_let_through() -> None:
-    regressed = History(
-        Meta("token-regress", "fenced", "redlock", 3, tokens="incr"),
-        (
-            Event(0.0, "c1", "acquire", "c1/1", 1, "ok", until=3.0),
-            Event(0.5, "c2", "acquire", "c2/1", 1, "ok", until=3.5),
-            Event(0.6, "c2", "write", "c2/1", 1, "ok", value=1, seq=2),
-            Event(0.7, "c1", "write", "c1/1", 1, "ok", value=1, seq=3),
-            Event(1.0, "c1", "acquire", "c1/2", 2, "ok", until=4.0),
-            Event(1.1, "c1", "write", "c1/2", 2, "refused", value=2),
-        ),
+    regressed = token_regress(
+        3,
+        Event(1.0, "c1", "acquire", "c1/2", 2, "ok", until=4.0),
+        Event(1.1, "c1", "write", "c1/2", 2, "refused", value=2),
         final=2,
     )
     trail = token_trail(RunResult.of(regressed)).splitlines()
@@ -202,16 +208,7 @@ def test_labels_go_in_the_first_row_with_room() -> None:
 
 def test_the_report_says_what_the_terminal_says(tmp_path: Path) -> None:
     """The count of verdicts as predicted, each run's prediction, the token trail, the summary over seeds."""
-    regressed = History(
-        Meta("token-regress", "fenced", "redlock", 2, tokens="incr"),
-        (
-            Event(0.0, "c1", "acquire", "c1/1", 1, "ok", until=3.0),
-            Event(0.5, "c2", "acquire", "c2/1", 1, "ok", until=3.5),
-            Event(0.6, "c2", "write", "c2/1", 1, "ok", value=1, seq=2),
-            Event(0.7, "c1", "write", "c1/1", 1, "ok", value=1, seq=3),
-        ),
-        final=1,
-    )
+    regressed = token_regress(2, final=1)
     every = [*runs(), RunResult.of(regressed)]
     page = write_html(every, tmp_path / "report.html", predicted=True).read_text(encoding="utf-8")
     assert "4/4 verdicts as the seed documents predict" in page
