@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -19,20 +18,13 @@ from pathlib import Path
 
 import aiohttp
 
+from fencegate.lab.cluster.servers import free_port
 from fencegate.lab.errors import StoreError
 
 START_DEADLINE = 30.0  # a gateway not ready in this long failed to start (its log says why)
 STOP_GRACE = 10.0
 POLL = 0.05
 LOG_TAIL = 2000
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (the kernel's pick for port 0)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class GatewayProcess:
@@ -115,4 +107,4 @@ async def running(data_dir: Path) -> AsyncIterator[GatewayProcess]:
         await asyncio.shield(gateway.stop())
 
 
-__all__ = ["GatewayProcess", "free_port", "running"]
+__all__ = ["GatewayProcess", "running"]

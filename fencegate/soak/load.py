@@ -19,7 +19,6 @@ import io
 import logging
 import os
 import random
-import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -35,6 +34,7 @@ from fencegate.bench.wrk import run_wrk
 from fencegate.cli import main as fencegate
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from fencegate.lab.cluster.gateway import GatewayProcess
+from fencegate.lab.cluster.servers import free_port
 from fencegate.soak.history import Call, Final, History
 from fencegate.soak.writers import Writers
 from lockclient import LockClientError, Redlock, RetryPolicy, ZooKeeperTokens
@@ -130,13 +130,6 @@ def _session(pid: int) -> int | None:
         return os.getsid(pid)
     except OSError:
         return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Soak:

@@ -329,12 +329,7 @@ class LocalCluster:
             node = zookeeper_node(name, self._node_dir(name), peers=peers, myid=peer.myid, tls=server_tls)
             self.nodes[name] = node  # recorded before the next member is named
             nodes.append(node)
-        for node in nodes:
-            self._launch(node, wait=False)
-        if wait:
-            for node in nodes:
-                self.wait_ready(node.name)
-        return nodes
+        return self._launch_members(nodes, wait)
 
     def add_etcd_cluster(self, size: int = 3, *, wait: bool = True) -> list[Node]:
         """Start `size` etcd members that form one cluster (ready once each is part of a quorum)."""
@@ -344,12 +339,7 @@ class LocalCluster:
         peers = tuple(EtcdPeer(f"etcd-{first + i}", free_port(), free_port()) for i in range(size))
         token = f"fencegate-{os.getpid()}-{peers[0].peer_port}"  # one cluster's members never join another
         nodes = [etcd_node(p.name, self._node_dir(p.name), peers=peers, me=p, token=token) for p in peers]
-        for node in nodes:
-            self._launch(node, wait=False)
-        if wait:
-            for node in nodes:
-                self.wait_ready(node.name)
-        return nodes
+        return self._launch_members(nodes, wait)
 
     def add_postgres(self, *, tls: str | None = None, wait: bool = True) -> Node:
         """Start a throwaway PostgreSQL; with `tls` ("server" or "mutual"), TLS only."""
@@ -400,6 +390,15 @@ class LocalCluster:
         path = self.dir / name
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def _launch_members(self, nodes: list[Node], wait: bool) -> list[Node]:
+        """Start every member of one quorum before waiting for any: a member is ready only with the others."""
+        for node in nodes:
+            self._launch(node, wait=False)
+        if wait:
+            for node in nodes:
+                self.wait_ready(node.name)
+        return nodes
 
     def _launch(self, node: Node, wait: bool) -> Node:
         self.nodes[node.name] = node
