@@ -13,7 +13,7 @@ import ast
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,16 @@ async def _connection(url: str) -> AsyncIterator[Connection]:
         await connection.aclose()
 
 
+@contextlib.contextmanager
+def _paused(cluster: LocalCluster, name: str) -> Iterator[None]:
+    """`name` SIGSTOPped for the block: it takes requests and answers none until resumed."""
+    cluster.pause(name)
+    try:
+        yield
+    finally:
+        cluster.resume(name)
+
+
 async def one_master(cluster_factory: Factory) -> LocalCluster:
     return await asyncio.to_thread(cluster_factory, ClusterSpec(redis=1))
 
@@ -88,15 +98,11 @@ async def test_a_timed_out_request_drops_its_connection_and_its_late_reply_is_ne
     cluster_factory: Factory,
 ) -> None:
     cluster = await one_master(cluster_factory)
-    url = cluster.redis_urls[0]
-    async with _connection(url) as connection:
+    async with _connection(cluster.redis_urls[0]) as connection:
         first_id = await _call(connection, "CLIENT", "ID")
-        cluster.pause("redis-0")  # SIGSTOP: the request is written, no reply comes
-        try:
+        with _paused(cluster, "redis-0"):  # SIGSTOP: the request is written, no reply comes
             [late] = await fan_out([_call(connection, "ECHO", "late")], 0.1)
             assert isinstance(late, TimeoutError)
-        finally:
-            cluster.resume("redis-0")
         # the server now answers "late" on the old connection; the next request must get its own reply
         assert await _call(connection, "ECHO", "fresh") == b"fresh"
         assert await _call(connection, "CLIENT", "ID") != first_id  # a new connection
@@ -106,16 +112,12 @@ async def test_a_cancelled_request_keeps_its_place_and_its_reply_is_discarded(
     cluster_factory: Factory,
 ) -> None:
     cluster = await one_master(cluster_factory)
-    url = cluster.redis_urls[0]
-    async with _connection(url) as connection:
+    async with _connection(cluster.redis_urls[0]) as connection:
         first_id = await _call(connection, "CLIENT", "ID")
-        cluster.pause("redis-0")
-        try:
+        with _paused(cluster, "redis-0"):
             abandoned = _call(connection, "ECHO", "abandoned")
             abandoned.cancel()  # the caller went away; the request is already written
             after = _call(connection, "ECHO", "after")
-        finally:
-            cluster.resume("redis-0")
         assert await after == b"after"  # the reply to "abandoned" was read and dropped, in order
         assert await _call(connection, "CLIENT", "ID") == first_id  # the same connection
 
@@ -151,18 +153,14 @@ async def test_requests_in_flight_when_a_timeout_drops_the_connection_fail_as_co
     cluster_factory: Factory,
 ) -> None:
     cluster = await one_master(cluster_factory)
-    url = cluster.redis_urls[0]
-    async with _connection(url) as connection:
+    async with _connection(cluster.redis_urls[0]) as connection:
         await _call(connection, "PING")
-        cluster.pause("redis-0")
-        try:
+        with _paused(cluster, "redis-0"):
             patient = _call(connection, "ECHO", "patient")
             [late] = await fan_out([_call(connection, "ECHO", "late")], 0.1)
             assert isinstance(late, TimeoutError)
             with pytest.raises(ConnectionError, match="dropped"):
                 await patient  # it may or may not have been applied: the caller is told it failed
-        finally:
-            cluster.resume("redis-0")
         assert await _call(connection, "ECHO", "fresh") == b"fresh"
 
 
@@ -254,8 +252,7 @@ async def test_a_fan_outs_outcomes_do_not_change_once_returned_and_late_answers_
     try:
         for master in masters:
             assert await master.send(PING)
-        cluster.pause("redis-2")  # it accepts the command and answers only once resumed
-        try:
+        with _paused(cluster, "redis-2"):  # it accepts the command and answers only once resumed
             key = f"test-{uuid.uuid4().hex}"
             outcomes = await fan_out([m.send(set_nx(key, "v", 10_000)) for m in masters], 30.0, need=2)
             returned = list(outcomes)
@@ -263,8 +260,6 @@ async def test_a_fan_outs_outcomes_do_not_change_once_returned_and_late_answers_
             assert outcomes[:2] == [True, True]
             assert isinstance(late, Pending)
             assert late.now() is late  # still out
-        finally:
-            cluster.resume("redis-2")
         await eventually(lambda: late.now() is True, what="the late grant")
         assert outcomes == returned  # the list the fan-out returned is the same; the answer came via Pending
         assert outcomes[2] is late
