@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Generic
+from collections.abc import AsyncIterator, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Generic, Unpack
 
 from lockclient.errors import ConfigurationError, LockLost, LockNotAcquired
 from lockclient.lease import Lease, TokenT
+from lockclient.options import AcquireOptions, check_options
 
 if TYPE_CHECKING:
     from lockclient.redlock import Redlock
@@ -87,14 +88,12 @@ async def acquire_many(
     locker: Redlock[TokenT],
     resources: Iterable[str],
     *,
-    ttl: float | None,
-    blocking: bool,
-    timeout: float | None,  # noqa: ASYNC109 - the wait bounds the whole group
-    auto_extend: bool,
-    on_lost: Callable[[Lease[TokenT]], object] | None,
     owner: Hashable | None,
+    **options: Unpack[AcquireOptions[TokenT]],
 ) -> MultiLease[TokenT]:
     names = canonical(resources)
+    check_options(options, where="acquire_many")
+    timeout = options.get("timeout")  # bounds the whole group: each acquire gets what is left of it
     if timeout is not None and not timeout >= 0:
         raise ConfigurationError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
     clock = locker.clock
@@ -104,10 +103,8 @@ async def acquire_many(
     try:
         for name in names:
             left = None if deadline == math.inf else max(0.0, deadline - clock())
-            lease = await locker.acquire(
-                name, ttl=ttl, blocking=blocking, timeout=left, auto_extend=auto_extend, on_lost=on_lost,
-                owner=owner,
-            )  # fmt: skip
+            step: AcquireOptions[TokenT] = {**options, "timeout": left}
+            lease = await locker.acquire(name, owner=owner, **step)
             taken.append(lease)
         expired = [lease.resource for lease in taken if lease.lost]
         if expired:
@@ -166,18 +163,11 @@ async def lock_many(
     locker: Redlock[TokenT],
     resources: Iterable[str],
     *,
-    ttl: float | None,
-    blocking: bool,
-    timeout: float | None,  # noqa: ASYNC109 - see acquire_many
-    auto_extend: bool,
-    on_lost: Callable[[Lease[TokenT]], object] | None,
     owner: Hashable | None,
+    **options: Unpack[AcquireOptions[TokenT]],
 ) -> AsyncIterator[MultiLease[TokenT]]:
     """Acquire all, yield, release all; `LockLost` on leaving if any lease was lost inside the block."""
-    multi = await acquire_many(
-        locker, resources, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend,
-        on_lost=on_lost, owner=owner,
-    )  # fmt: skip
+    multi = await acquire_many(locker, resources, owner=owner, **options)
     try:
         yield multi
     except BaseException:

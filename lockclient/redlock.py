@@ -571,39 +571,25 @@ class Redlock(Generic[TokenT]):
         self,
         resources: Iterable[str],
         *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,
-        auto_extend: bool = False,
-        on_lost: OnLost[TokenT] | None = None,
         owner: Hashable | None = None,
+        **options: Unpack[AcquireOptions[TokenT]],
     ) -> contextlib.AbstractAsyncContextManager[MultiLease[TokenT]]:
         """`async with locker.lock_many([a, b]) as multi:` all or nothing, sorted; see `acquire_many`."""
-        return multi.lock_many(
-            self, resources, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend,
-            on_lost=on_lost, owner=owner,
-        )  # fmt: skip
+        return multi.lock_many(self, resources, owner=owner, **options)
 
     async def acquire_many(
         self,
         resources: Iterable[str],
         *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,  # noqa: ASYNC109 - the wait bounds the whole group
-        auto_extend: bool = False,
-        on_lost: OnLost[TokenT] | None = None,
         owner: Hashable | None = None,
+        **options: Unpack[AcquireOptions[TokenT]],
     ) -> MultiLease[TokenT]:
         """Take every resource (sorted, each once) with its own token, within `timeout` for the group.
 
         All or nothing: if one is not granted in time, those taken are
         released and that resource's `LockNotAcquired` is raised.
         """
-        return await multi.acquire_many(
-            self, resources, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend,
-            on_lost=on_lost, owner=owner,
-        )  # fmt: skip
+        return await multi.acquire_many(self, resources, owner=owner, **options)
 
     async def release_many(self, leases: MultiLease[TokenT]) -> None:
         """Release every lease of the group at once; `LockLost` as `release`, for any that was lost."""

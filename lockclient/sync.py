@@ -181,28 +181,11 @@ class Redlock(Generic[TokenT]):
         return self._run(lambda: self._async.force_unlock(resource, confirm=confirm, token=token))
 
     def acquire_many(
-        self,
-        resources: Iterable[str],
-        *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,
-        auto_extend: bool = False,
-        on_lost: Callable[[Lease[TokenT]], object] | None = None,
+        self, resources: Iterable[str], **options: Unpack[AcquireOptions[TokenT]]
     ) -> MultiLease[TokenT]:
         """As `lockclient.Redlock.acquire_many`; the owner for reentrancy is the calling thread."""
         owner = self._owner()
-        return self._run(
-            lambda: self._async.acquire_many(
-                resources,
-                ttl=ttl,
-                blocking=blocking,
-                timeout=timeout,
-                auto_extend=auto_extend,
-                on_lost=on_lost,
-                owner=owner,
-            )
-        )
+        return self._run(lambda: self._async.acquire_many(resources, owner=owner, **options))
 
     def release_many(self, leases: MultiLease[TokenT]) -> None:
         self._run(lambda: self._async.release_many(leases))
@@ -212,20 +195,10 @@ class Redlock(Generic[TokenT]):
 
     @contextlib.contextmanager
     def lock_many(
-        self,
-        resources: Iterable[str],
-        *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,
-        auto_extend: bool = False,
-        on_lost: Callable[[Lease[TokenT]], object] | None = None,
+        self, resources: Iterable[str], **options: Unpack[AcquireOptions[TokenT]]
     ) -> Iterator[MultiLease[TokenT]]:
         """`with locker.lock_many([a, b]) as multi:` the async `lock_many()`, entered and left on the loop."""
-        block = self._async.lock_many(
-            resources, ttl=ttl, blocking=blocking, timeout=timeout, auto_extend=auto_extend,
-            on_lost=on_lost, owner=self._owner(),
-        )  # fmt: skip
+        block = self._async.lock_many(resources, owner=self._owner(), **options)
         with self._entered(block) as multi:
             yield multi
 

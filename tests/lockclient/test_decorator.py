@@ -77,6 +77,8 @@ async def test_a_misspelt_acquire_option_is_refused_by_every_entry_point(
                 pass
         with pytest.raises(TypeError, match=r"locked\(\) got an unexpected keyword argument 'timout'"):
             locker.locked(resource, **typo)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"acquire_many\(\) got an unexpected keyword argument 'timout'"):
+            await locker.acquire_many([resource], **typo)  # type: ignore[arg-type]
         await locker.release(await locker.acquire(resource, blocking=False))  # nothing was left held
 
     def sync_entry_points() -> None:
@@ -87,5 +89,7 @@ async def test_a_misspelt_acquire_option_is_refused_by_every_entry_point(
                 pass
             with pytest.raises(TypeError, match="'timout'"):
                 blocking.locked(resource, **typo)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="'timout'"), blocking.lock_many([resource], **typo):  # type: ignore[arg-type]
+                pass
 
     await asyncio.to_thread(sync_entry_points)
