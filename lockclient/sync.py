@@ -13,16 +13,16 @@ while the caller works). Reentrancy is per calling thread.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Coroutine, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, TypeVar, Unpack, overload
 
 from lockclient import redlock
+from lockclient._loop import LoopThread
 from lockclient.errors import ConfigurationError
 from lockclient.lease import Lease, TokenT
 from lockclient.multi import MultiLease
@@ -63,9 +63,8 @@ class Redlock(Generic[TokenT]):
     def __init__(
         self, masters: Sequence[str], *, tokens: TokenSource | None = None, **options: Unpack[RedlockOptions]
     ) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="lockclient-sync", daemon=True)
-        self._thread.start()
+        self._thread = LoopThread("lockclient-sync")
+        self._run = self._thread.run
 
         async def build() -> redlock.Redlock[Any]:
             locker = redlock.Redlock(masters, tokens=tokens, **options)
@@ -75,17 +74,9 @@ class Redlock(Generic[TokenT]):
         try:
             self._async: redlock.Redlock[TokenT] = self._run(build)
         except BaseException:
-            self._stop_loop()
+            self._thread.stop()
             raise
         self._closed = False
-
-    def _run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        future = asyncio.run_coroutine_threadsafe(make(), self._loop)
-        try:
-            return future.result()
-        except BaseException:
-            future.cancel()  # e.g. KeyboardInterrupt in the caller: stop the coroutine too
-            raise
 
     @staticmethod
     def _owner() -> Hashable:
@@ -155,12 +146,7 @@ class Redlock(Generic[TokenT]):
         try:
             self._run(self._async.aclose)
         finally:
-            self._stop_loop()
-
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+            self._thread.stop()
 
     def __enter__(self) -> Redlock[TokenT]:
         return self
