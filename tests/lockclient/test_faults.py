@@ -171,8 +171,11 @@ async def test_a_waiter_wakes_on_the_release_message_without_polling(cluster_fac
             await holder.release(lease)
             await task
             stats = [await client.info("commandstats") for client in raw]
-            # one SET per master per attempt: the first, the one right after subscribing, the one after waking
-            assert [s["cmdstat_set"]["calls"] for s in stats] == [3] * 5
+            # one SET per master per attempt: the first, the one right after subscribing, the one after
+            # waking, and on a loaded machine perhaps one more (a wake by the first master's message can
+            # find the release not yet applied on a quorum); a waiter that polled would ask far more
+            sets = [s["cmdstat_set"]["calls"] for s in stats]
+            assert all(3 <= calls <= 4 for calls in sets), sets
             print(f"woke {1000 * (woke_at[0] - released_at):.1f} ms after the release")
     finally:
         for client in raw:
