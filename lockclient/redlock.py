@@ -232,7 +232,7 @@ class Redlock(Generic[TokenT]):
                 if attempts > 1:
                     drawn_at = self._clock()
                 # Step 10: a fresh token before every attempt, so whoever stalls holds the older one
-                token = await self._draw(resource, deadline, attempts)
+                token = await self._draw(resource, began, deadline, attempts)
                 value = lock_value(token)
                 if watch is not None:
                     watch.arm(value)
@@ -279,7 +279,7 @@ class Redlock(Generic[TokenT]):
             if watch is not None:
                 await self._notifier.unwatch(watch)
 
-    async def _draw(self, resource: str, deadline: float, attempts: int) -> TokenT:
+    async def _draw(self, resource: str, began: float, deadline: float, attempts: int) -> TokenT:
         """The next token, within what is left of the acquire's `timeout`: the draw is part of it."""
         if self._tokens is None:
             return cast(TokenT, None)
@@ -291,6 +291,7 @@ class Redlock(Generic[TokenT]):
         except TimeoutError as exc:
             if not scope.expired():
                 raise
+            self._events.not_acquired(resource, began, attempts, unreachable=False)
             raise LockNotAcquired(
                 f"could not lock {resource!r} within the timeout: the token source "
                 f"({type(self._tokens).__name__}) had not issued a token for attempt {attempts} when it "

@@ -107,7 +107,8 @@ async def test_timeout_bounds_the_token_draw_when_zookeeper_is_down(cluster_fact
     cluster = await start(cluster_factory, ClusterSpec(redis=5, zookeeper=True))
     # the source alone would keep trying for 20 s; the acquire's timeout must cut it short
     tokens = ZooKeeperTokens(cluster.zookeeper, timeout=20.0, connect_timeout=20.0)
-    async with Redlock(cluster.redis_urls, tokens=tokens) as locker:
+    recorder = Recorder()
+    async with Redlock(cluster.redis_urls, tokens=tokens, observer=recorder) as locker:
         async with locker.lock("drawn", ttl=5.0, timeout=30.0) as lease:
             assert lease.token > 0  # it works while ZooKeeper is up
         await asyncio.to_thread(cluster.kill, "zookeeper-0")
@@ -118,6 +119,8 @@ async def test_timeout_bounds_the_token_draw_when_zookeeper_is_down(cluster_fact
         # the source's own draw is still waiting on ZooKeeper: let it finish, so closing is quick
         await asyncio.to_thread(cluster.restart, "zookeeper-0")
     assert not isinstance(caught.value, QuorumUnavailable)  # the masters are fine: it is the source
+    gave_up = recorder.named("not_acquired")  # observers (metrics) count this give-up too
+    assert [(e["resource"], e["unreachable"]) for e in gave_up] == [("drawn", False)]
 
 
 async def test_a_non_blocking_acquire_says_outage_at_once(cluster_factory: Factory) -> None:
