@@ -470,11 +470,15 @@ def test_gateways_serve_https_and_the_load_balancer_passes_tls_through() -> None
         )
         assert {env["FENCEGATE_TLS_CERT"], env["FENCEGATE_TLS_KEY"]} <= _mounted(services[name])
         assert env["FENCEGATE_PORT"] == HTTPS_PORT
+        assert env["FENCEGATE_TLS_CLIENT_CA"] == SECRETS + "ca"  # mutual TLS
     lab = services["lab"]
     command = lab["command"]
     assert command[command.index("--gateway") + 1] == f"https://lb:{HTTPS_PORT}"
-    assert lab["environment"]["SSL_CERT_FILE"] == SECRETS + "ca"  # the HTTP client's trust store
-    assert SECRETS + "ca" in _mounted(lab)
+    gateway_tls = [
+        command[command.index(flag) + 1] for flag in ("--gateway-ca", "--gateway-cert", "--gateway-key")
+    ]
+    assert gateway_tls == [SECRETS + "ca", SECRETS + "lab_cert", SECRETS + "lab_key"]
+    assert set(gateway_tls) <= _mounted(lab)
     assert f"{HTTPS_PORT}:{HTTPS_PORT}" in services["lb"]["ports"]
     assert {SECRETS + "ca", SECRETS + "lb_check"} <= _mounted(services["lb"])
 
@@ -543,10 +547,11 @@ def deployment(secrets: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def _lab_check(
-    secrets: Path, masters: LocalCluster, lb_port: int, tmp_path: Path, **env: str
+    secrets: Path, masters: LocalCluster, lb_port: int, tmp_path: Path, flags: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """compose's `lab` command with this host's files and ports (tokens from SQLite: the ZooKeeper hop is
-    checked above) and its environment, plus `env`."""
+    checked above), each of `flags` given another value or, when empty, left out."""
+    flags = flags or {}
     command = _mapped(_services()["lab"]["command"], secrets, "lab")
     start = command.index("--redis") + 1
     command[start : start + len(MASTERS)] = _lab_urls_for(masters, secrets)
@@ -554,8 +559,9 @@ def _lab_check(
     command[command.index("--tokens") + 1] = f"sqlite:///{tmp_path / 'tokens.db'}"
     command[command.index("--seconds") + 1] = "2"
     command[command.index("--workers") + 1] = "4"
-    lab_env = {k: _mapped([v], secrets, "lab")[0] for k, v in _services()["lab"]["environment"].items()}
-    environment = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"} | lab_env | env
+    for flag, value in flags.items():
+        command[command.index(flag) : command.index(flag) + 2] = [flag, value] if value else []
+    environment = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
     return subprocess.run(
         [sys.executable, "-m", "fencegate.cli", "--log-level", "WARNING", *command[1:]],
         capture_output=True, text=True, timeout=120, check=False, env=environment,
@@ -575,8 +581,19 @@ def test_the_lab_check_through_haproxy_over_https_is_clean(
 def test_the_lab_without_the_deployments_ca_does_not_trust_the_gateways(
     deployment: tuple[int, int], masters: LocalCluster, secrets: Path, tmp_path: Path
 ) -> None:
-    """SSL_CERT_FILE is what makes the lab trust the gateways: without it, no write is acknowledged."""
-    result = _lab_check(secrets, masters, deployment[0], tmp_path, SSL_CERT_FILE=str(tmp_path / "none.pem"))
+    """--gateway-ca is what makes the lab trust the gateways: without it, no write is acknowledged."""
+    result = _lab_check(secrets, masters, deployment[0], tmp_path, {"--gateway-ca": ""})
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["acknowledged"] == 0
+
+
+def test_the_gateways_refuse_the_lab_without_its_client_certificate(
+    deployment: tuple[int, int], masters: LocalCluster, secrets: Path, tmp_path: Path
+) -> None:
+    """Mutual TLS through HAProxy's passthrough: the API key alone does not get a write in."""
+    result = _lab_check(
+        secrets, masters, deployment[0], tmp_path, {"--gateway-cert": "", "--gateway-key": ""}
+    )
     assert result.returncode == 1
     assert json.loads(result.stdout)["acknowledged"] == 0
 
@@ -617,11 +634,11 @@ def test_the_gateway_health_check_is_https_checked_against_the_ca(
 async def test_with_mutual_tls_on_compose_clients_get_in_and_a_client_without_a_certificate_does_not(
     secrets: Path, tmp_path: Path
 ) -> None:
-    """FENCEGATE_TLS_CLIENT_CA=/run/secrets/ca, as docs/deploy.md says to turn it on: the lab's and
-    HAProxy's certificates are accepted, the health check still passes, a client without one is refused."""
+    """FENCEGATE_TLS_CLIENT_CA=/run/secrets/ca, as compose runs the gateways: the lab's and HAProxy's
+    certificates are accepted, the health check passes, a client without one is refused."""
     tls_dir = secrets / "secrets" / "tls"
     ca = str(tls_dir / "ca.pem")
-    with _gateway(secrets, tmp_path / "gateway", FENCEGATE_TLS_CLIENT_CA=ca) as port:
+    with _gateway(secrets, tmp_path / "gateway") as port:
         assert (await asyncio.to_thread(_gateway_health_check, secrets, port)).returncode == 0
         api_key = (secrets / "secrets" / "lab-api-key").read_text().strip()
         url = f"https://localhost:{port}"
@@ -633,9 +650,9 @@ async def test_with_mutual_tls_on_compose_clients_get_in_and_a_client_without_a_
             ssl_keyfile=tls_dir / "lab.key",
         ) as client:
             assert isinstance(await client.list("loadcheck/"), list)
-        over_https, with_certificate = _deploy_curls()
+        with_certificate, without = _deploy_curls()
         assert (await asyncio.to_thread(_curl, with_certificate, secrets, port)).returncode == 0
-        assert (await asyncio.to_thread(_curl, over_https, secrets, port)).returncode != 0
+        assert (await asyncio.to_thread(_curl, without, secrets, port)).returncode != 0
         check = client_context(ca=ca, cert=str(tls_dir / "lb.pem"))
         assert (await handshake(port, check, "gateway-1")).getpeercert()
         async with GatewayClient(url, api_key=api_key, ssl_ca_certs=ca) as anonymous:
@@ -648,7 +665,7 @@ async def test_with_mutual_tls_on_compose_clients_get_in_and_a_client_without_a_
 
 
 def _deploy_curls() -> list[str]:
-    """docs/deploy.md's curl lines, in order: over HTTPS, then with the lab's certificate (mutual TLS)."""
+    """docs/deploy.md's curl lines, in order: with the lab's certificate, then without one (refused)."""
     lines = (ROOT / "docs" / "deploy.md").read_text().splitlines()
     return [line for line in lines if line.startswith("curl ")]
 
@@ -671,8 +688,8 @@ def _curl(line: str, compose_dir: Path, port: int) -> subprocess.CompletedProces
 def test_the_deploy_docs_curl_reaches_the_gateways_through_haproxy(
     deployment: tuple[int, int], secrets: Path
 ) -> None:
-    over_https, with_certificate = _deploy_curls()
-    for line in (over_https, with_certificate):  # a certificate the gateway does not ask for changes nothing
-        result = _curl(line, secrets, deployment[0])
-        assert result.returncode == 0, result.stderr
-        assert "objects" in json.loads(result.stdout)
+    with_certificate, without = _deploy_curls()
+    result = _curl(with_certificate, secrets, deployment[0])
+    assert result.returncode == 0, result.stderr
+    assert "objects" in json.loads(result.stdout)
+    assert _curl(without, secrets, deployment[0]).returncode != 0  # as the docs say: this fails

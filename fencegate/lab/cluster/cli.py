@@ -148,6 +148,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="file holding the API key to send (default: none)",
     )
+    check.add_argument(
+        "--gateway-ca",
+        metavar="PATH",
+        help="CA file the gateway's HTTPS certificate is checked against (default: the system's trust "
+        "store, or SSL_CERT_FILE)",
+    )
+    check.add_argument(
+        "--gateway-cert",
+        metavar="PATH",
+        help="client certificate for a gateway that requires one (mutual TLS; default: none)",
+    )
+    check.add_argument(
+        "--gateway-key", metavar="PATH", help="the client certificate's key (default: in --gateway-cert)"
+    )
     check.add_argument("--seconds", type=float, default=10.0, help="load duration")
     check.add_argument("--workers", type=int, default=8, help="concurrent clients")
     check.add_argument("--resources", type=int, default=4, help="resources written")
@@ -210,7 +224,8 @@ def _check(args: argparse.Namespace) -> int:
     report = asyncio.run(
         check_deployment(
             gateway_url=gateway, redis=redis, tokens=open_token_source(tokens), seconds=args.seconds,
-            workers=args.workers, resources=args.resources, api_key=api_key,
+            workers=args.workers, resources=args.resources, api_key=api_key, ssl_ca_certs=args.gateway_ca,
+            ssl_certfile=args.gateway_cert, ssl_keyfile=args.gateway_key,
         )
     )  # fmt: skip
     print(json.dumps(report, indent=2))

@@ -164,16 +164,26 @@ async def verify(gateway: GatewayClient, ledger: Ledger, resources: Sequence[str
 
 async def check_deployment(
     *, gateway_url: str, redis: Sequence[str], tokens: TokenSource, seconds: float, workers: int,
-    resources: int, api_key: str | None = None, prefix: str = "loadcheck",
+    resources: int, api_key: str | None = None, prefix: str = "loadcheck", ssl_ca_certs: str | None = None,
+    ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Drive load for `seconds`, verify, and return the summary (`problems` empty when clean)."""
+    """Drive load for `seconds`, verify, and return the summary (`problems` empty when clean).
+
+    `ssl_*` are the `GatewayClient`'s TLS settings, for an HTTPS gateway (mutual TLS with a certificate).
+    """
     run = f"{prefix}/{time.time_ns()}"
     names = [f"{run}/r{i}" for i in range(resources)]
     ledger = Ledger()
     stop = asyncio.Event()
     async with (
         Redlock(redis, tokens=tokens) as locker,
-        GatewayClient(gateway_url, api_key=api_key) as gateway,
+        GatewayClient(
+            gateway_url,
+            api_key=api_key,
+            ssl_ca_certs=ssl_ca_certs,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
+        ) as gateway,
     ):
         load = asyncio.create_task(
             drive(gateway=gateway, locker=locker, resources=names, workers=workers, stop=stop, ledger=ledger)
