@@ -19,6 +19,7 @@ class LoopThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
+        self._closed = False
 
     def run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run `make()` on the loop and wait for its result (its exception is raised here)."""
@@ -28,6 +29,16 @@ class LoopThread:
         except BaseException:
             future.cancel()  # e.g. KeyboardInterrupt in the caller: stop the coroutine too
             raise
+
+    def close(self, aclose: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """A facade's `close()`: run its client's `aclose()` once, then stop, even if that raised."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.run(aclose)
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)

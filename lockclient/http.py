@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import quote
 
 import aiohttp
@@ -52,6 +52,7 @@ from lockclient.errors import (
     TooManyRequests,
     Unauthorized,
 )
+from lockclient.options import check_options
 from lockclient.protocols import Fenced
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
@@ -107,6 +108,20 @@ class GatewayRetry:
 
 
 DEFAULT_GATEWAY_RETRY = GatewayRetry()
+
+
+class Fencing(TypedDict, total=False):
+    """What fences a call: `lease=` (a `Fenced`), or `token=` with `resource=`; each may be left out."""
+
+    lease: Fenced | None
+    token: int | None
+    resource: str | None
+
+
+class WriteOptions(Fencing, total=False):
+    """The keywords of `put` and `delete`, async and blocking: the fencing and the `Idempotency-Key`."""
+
+    idempotency_key: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +228,8 @@ class GatewayClient:
             await self._session.close()
             self._session = None
 
-    def _fencing(
-        self, key: str, lease: Fenced | None, token: int | None, resource: str | None, *, required: bool
-    ) -> dict[str, str]:
+    def _fencing(self, key: str, fencing: Fencing, *, required: bool) -> dict[str, str]:
+        lease, token, resource = fencing.get("lease"), fencing.get("token"), fencing.get("resource")
         if lease is not None:
             if token is not None or resource is not None:
                 raise ConfigurationError("pass either lease= or token=/resource=, not both")
@@ -362,16 +376,7 @@ class GatewayClient:
     def _object_path(key: str) -> str:
         return "/v1/objects/" + quote(key, safe="/")
 
-    async def put(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        lease: Fenced | None = None,
-        token: int | None = None,
-        resource: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> ObjectInfo:
+    async def put(self, key: str, data: bytes, **options: Unpack[WriteOptions]) -> ObjectInfo:
         """Store `data` under `key`, fenced by the lease's token.
 
         Sent with `idempotency_key` (a new one per call when not given, unless
@@ -379,25 +384,19 @@ class GatewayClient:
         first outcome instead of writing twice. Raises `OutcomeUnknown` (with
         the key) when every send's outcome stayed unknown.
         """
-        headers = self._fencing(key, lease, token, resource, required=True)
-        once = self._key(idempotency_key)
-        status, resp_headers, body = await self._request(
-            "PUT", self._object_path(key), headers=headers | _idempotent(once), lease=lease,
-            idempotency_key=once, data=data,
-        )  # fmt: skip
+        status, resp_headers, body = await self._write("PUT", key, options, data=data)
         return _info(json.loads(body), etag=resp_headers.get("ETag"), created=status == 201)
 
-    async def get(
-        self, key: str, *, lease: Fenced | None = None, token: int | None = None, resource: str | None = None
-    ) -> FetchedObject:
+    async def get(self, key: str, **fencing: Unpack[Fencing]) -> FetchedObject:
         """Read `key`; with a lease it is a fenced read, which raises the mark.
 
         A missing key raises `NotFound` (a `LookupError`); a fenced read of
         one has raised the mark all the same.
         """
-        headers = self._fencing(key, lease, token, resource, required=False)
+        check_options(fencing, where="get", known=Fencing.__optional_keys__)
+        headers = self._fencing(key, fencing, required=False)
         _, resp_headers, body = await self._request(
-            "GET", self._object_path(key), headers=headers, lease=lease
+            "GET", self._object_path(key), headers=headers, lease=fencing.get("lease")
         )
         return FetchedObject(
             key=key,
@@ -407,26 +406,29 @@ class GatewayClient:
             etag=resp_headers.get("ETag"),
         )
 
-    async def delete(
-        self,
-        key: str,
-        *,
-        lease: Fenced | None = None,
-        token: int | None = None,
-        resource: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> ObjectInfo:
+    async def delete(self, key: str, **options: Unpack[WriteOptions]) -> ObjectInfo:
         """Delete `key`, fenced by the lease's token; `idempotency_key` and retries as for `put`.
 
         A missing key raises `NotFound`.
         """
-        headers = self._fencing(key, lease, token, resource, required=True)
-        once = self._key(idempotency_key)
-        _, resp_headers, body = await self._request(
-            "DELETE", self._object_path(key), headers=headers | _idempotent(once), lease=lease,
-            idempotency_key=once,
-        )  # fmt: skip
+        _, resp_headers, body = await self._write("DELETE", key, options)
         return _info(json.loads(body), etag=resp_headers.get("ETag"))
+
+    async def _write(
+        self, method: str, key: str, options: WriteOptions, **kwargs: Any
+    ) -> tuple[int, Mapping[str, str], bytes]:
+        """A fenced `PUT` or `DELETE` of `key`, sent with its Idempotency-Key."""
+        check_options(options, where=method.lower(), known=WriteOptions.__optional_keys__)
+        headers = self._fencing(key, options, required=True)
+        once = self._key(options.get("idempotency_key"))
+        return await self._request(
+            method,
+            self._object_path(key),
+            headers=headers | _idempotent(once),
+            lease=options.get("lease"),
+            idempotency_key=once,
+            **kwargs,
+        )
 
     async def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Every object whose key starts with `prefix`, in key order (all pages)."""

@@ -56,8 +56,10 @@ class AcquireOptions(TypedDict, Generic[TokenT], total=False):
     on_lost: OnLost[TokenT] | None
 
 
-def check_options(options: Mapping[str, object], *, where: str) -> None:
-    """Refuse a keyword `AcquireOptions` does not have, as Python refuses one a signature lacks:
+def check_options(
+    options: Mapping[str, object], *, where: str, known: frozenset[str] = AcquireOptions.__optional_keys__
+) -> None:
+    """Refuse a keyword not in `known` (`AcquireOptions`'), as Python refuses one a signature lacks:
     `**options` would otherwise swallow a misspelt `timout=` and wait forever."""
-    for name in options.keys() - AcquireOptions.__optional_keys__:
+    for name in options.keys() - known:
         raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")

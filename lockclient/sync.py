@@ -76,7 +76,6 @@ class Redlock(Generic[TokenT]):
         except BaseException:
             self._thread.stop()
             raise
-        self._closed = False
 
     @staticmethod
     def _owner() -> Hashable:
@@ -106,14 +105,8 @@ class Redlock(Generic[TokenT]):
     def lock(self, resource: str, **options: Unpack[AcquireOptions[TokenT]]) -> Iterator[Lease[TokenT]]:
         """`with locker.lock(name) as lease:` the async `lock()` itself, entered and left on the loop."""
         block = self._async.lock(resource, owner=self._owner(), **options)
-        lease = self._run(block.__aenter__)
-        try:
+        with self._entered(block) as lease:
             yield lease
-        except BaseException as exc:
-            # the async block releases and re-raises; it never swallows the caller's exception
-            self._run(functools.partial(block.__aexit__, type(exc), exc, exc.__traceback__))
-            raise
-        self._run(lambda: block.__aexit__(None, None, None))
 
     def locked(
         self, resource: str, **options: Unpack[AcquireOptions[TokenT]]
@@ -140,13 +133,7 @@ class Redlock(Generic[TokenT]):
 
     def close(self) -> None:
         """Close the async client (pools, subscribers, token source), then stop the thread."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._run(self._async.aclose)
-        finally:
-            self._thread.stop()
+        self._thread.close(self._async.aclose)
 
     def __enter__(self) -> Redlock[TokenT]:
         return self
@@ -195,6 +182,7 @@ class Redlock(Generic[TokenT]):
         try:
             yield value
         except BaseException as exc:
+            # the async block releases and re-raises; it never swallows the caller's exception
             self._run(functools.partial(block.__aexit__, type(exc), exc, exc.__traceback__))
             raise
         self._run(lambda: block.__aexit__(None, None, None))

@@ -16,8 +16,7 @@ from typing import TypedDict, Unpack
 
 from lockclient import http
 from lockclient._loop import LoopThread
-from lockclient.http import FetchedObject, GatewayRetry, ObjectInfo, TLSPath
-from lockclient.protocols import Fenced
+from lockclient.http import Fencing, FetchedObject, GatewayRetry, ObjectInfo, TLSPath, WriteOptions
 
 __all__ = ["GatewayClient", "GatewayOptions"]
 
@@ -40,51 +39,23 @@ class GatewayClient:
         self._async = http.GatewayClient(base_url, **options)  # checks the arguments before a thread starts
         self._thread = LoopThread("lockclient-gateway")
         self._run = self._thread.run
-        self._closed = False
 
     @property
     def async_client(self) -> http.GatewayClient:
         """The async client doing the work (use it only through its loop)."""
         return self._async
 
-    def put(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        lease: Fenced | None = None,
-        token: int | None = None,
-        resource: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> ObjectInfo:
+    def put(self, key: str, data: bytes, **options: Unpack[WriteOptions]) -> ObjectInfo:
         """As `lockclient.GatewayClient.put`."""
-        return self._run(
-            lambda: self._async.put(
-                key, data, lease=lease, token=token, resource=resource, idempotency_key=idempotency_key
-            )
-        )
+        return self._run(lambda: self._async.put(key, data, **options))
 
-    def get(
-        self, key: str, *, lease: Fenced | None = None, token: int | None = None, resource: str | None = None
-    ) -> FetchedObject:
+    def get(self, key: str, **fencing: Unpack[Fencing]) -> FetchedObject:
         """As `lockclient.GatewayClient.get`: a missing key raises `NotFound`."""
-        return self._run(lambda: self._async.get(key, lease=lease, token=token, resource=resource))
+        return self._run(lambda: self._async.get(key, **fencing))
 
-    def delete(
-        self,
-        key: str,
-        *,
-        lease: Fenced | None = None,
-        token: int | None = None,
-        resource: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> ObjectInfo:
+    def delete(self, key: str, **options: Unpack[WriteOptions]) -> ObjectInfo:
         """As `lockclient.GatewayClient.delete`."""
-        return self._run(
-            lambda: self._async.delete(
-                key, lease=lease, token=token, resource=resource, idempotency_key=idempotency_key
-            )
-        )
+        return self._run(lambda: self._async.delete(key, **options))
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """As `lockclient.GatewayClient.list`."""
@@ -96,13 +67,7 @@ class GatewayClient:
 
     def close(self) -> None:
         """Close the connections, then stop the thread."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._run(self._async.aclose)
-        finally:
-            self._thread.stop()
+        self._thread.close(self._async.aclose)
 
     def __enter__(self) -> GatewayClient:
         return self

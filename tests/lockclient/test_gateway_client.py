@@ -6,6 +6,7 @@ Against a served gateway (SQLite storage) and real Redis masters.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +124,15 @@ async def test_a_retried_write_with_its_idempotency_key_is_applied_once(
         with pytest.raises(IdempotencyKeyReused):  # the same key for another request is refused
             await gateway.put(key, b"other", lease=lease, idempotency_key=once)
         assert (await gateway.get(key)).data == b"once"
+
+
+async def test_a_misspelt_keyword_is_refused_before_anything_is_sent() -> None:
+    async with GatewayClient("http://127.0.0.1:9") as gateway:  # nothing listens: a send would fail otherwise
+        calls: dict[str, Callable[[], Awaitable[object]]] = {
+            "put": lambda: gateway.put("k", b"x", tokn=1),  # type: ignore[call-arg]
+            "get": lambda: gateway.get("k", tokn=1),  # type: ignore[call-arg]
+            "delete": lambda: gateway.delete("k", tokn=1),  # type: ignore[call-arg]
+        }
+        for name, call in calls.items():
+            with pytest.raises(TypeError, match=rf"{name}\(\) got an unexpected keyword argument 'tokn'"):
+                await call()
