@@ -15,6 +15,7 @@ from fencegate.lab.etcd_lock import EtcdLock, lock_prefix
 from fencegate.lab.protocols import LeaseInfo
 from lockclient.errors import LockNotAcquired
 from lockclient.tokens.etcd import parse_endpoints
+from tests.closing import closing
 from tests.waiting import eventually
 
 TTL = 1.0  # etcd grants its minimum (2 s with the helper's election timeout) for anything shorter
@@ -55,11 +56,8 @@ async def test_the_lock_excludes_many_clients_under_no_fault(etcd_cluster: Local
             inside -= 1
             assert await lock.release(lease)
 
-    try:
+    async with closing(*locks):
         await asyncio.gather(*(work(lock) for lock in locks))
-    finally:
-        for lock in locks:
-            await lock.aclose()
     assert (counter, most_inside) == (clients * 3, 1)
     assert tokens == sorted(tokens)  # each holder's key was made after the previous holder's
     assert len(set(tokens)) == len(tokens)
@@ -69,7 +67,7 @@ async def test_the_lock_excludes_many_clients_under_no_fault(etcd_cluster: Local
 async def test_the_token_is_the_create_revision_of_the_holders_key(etcd_cluster: LocalCluster) -> None:
     name = resource()
     first, second = EtcdLock(etcd_cluster.etcd, tokens=True), EtcdLock(etcd_cluster.etcd, tokens=True)
-    try:
+    async with closing(first, second):
         lease = await first.acquire(name, TTL)
         ((key, created),) = await held_keys(etcd_cluster, name)
         assert (lease.token, lease.owner) == (created, key.decode())
@@ -78,20 +76,15 @@ async def test_the_token_is_the_create_revision_of_the_holders_key(etcd_cluster:
         ((key, created),) = await held_keys(etcd_cluster, name)
         assert later.token == created > (lease.token or 0)
         assert await second.release(later)
-    finally:
-        await first.aclose()
-        await second.aclose()
 
 
 async def test_lock_only_carries_no_token_and_claims_the_granted_ttl(etcd_cluster: LocalCluster) -> None:
     lock = EtcdLock(etcd_cluster.etcd)
-    try:
+    async with closing(lock):
         lease = await lock.acquire(resource(), TTL)
         assert lease.token is None
         assert lease.until is not None
         assert await lock.release(lease)
-    finally:
-        await lock.aclose()
 
 
 async def test_waiters_are_served_in_create_revision_order(etcd_cluster: LocalCluster) -> None:
@@ -106,7 +99,7 @@ async def test_waiters_are_served_in_create_revision_order(etcd_cluster: LocalCl
         await lock.release(lease)
         return lease
 
-    try:
+    async with closing(holder, *waiters):
         held = await holder.acquire(name, TTL)
         tasks = []
         for number, lock in enumerate(waiters):  # each in line before the next, so their keys are ordered
@@ -114,9 +107,6 @@ async def test_waiters_are_served_in_create_revision_order(etcd_cluster: LocalCl
             await eventually(in_line(etcd_cluster, name, number + 2), what=f"waiter {number} in line")
         assert await holder.release(held)
         leases = await asyncio.gather(*tasks)
-    finally:
-        for lock in [holder, *waiters]:
-            await lock.aclose()
     assert order == [0, 1, 2]
     assert [lease.token or 0 for lease in leases] == sorted(lease.token or 0 for lease in leases)
 
@@ -133,15 +123,12 @@ def in_line(cluster: LocalCluster, name: str, count: int) -> Callable[[], Awaita
 async def test_a_waiter_gives_its_place_up_after_its_wait(etcd_cluster: LocalCluster) -> None:
     name = resource()
     holder, waiter = EtcdLock(etcd_cluster.etcd), EtcdLock(etcd_cluster.etcd, wait_ttls=0.5)
-    try:
+    async with closing(holder, waiter):
         held = await holder.acquire(name, TTL)
         with pytest.raises(LockNotAcquired, match="is held; gave up the place in line"):
             await waiter.acquire(name, TTL)
         assert [key.decode() for key, _ in await held_keys(etcd_cluster, name)] == [held.owner]
         assert await holder.release(held)
-    finally:
-        await holder.aclose()
-        await waiter.aclose()
 
 
 async def test_a_waiter_whose_session_expired_in_line_does_not_take_the_lock(
@@ -150,7 +137,7 @@ async def test_a_waiter_whose_session_expired_in_line_does_not_take_the_lock(
     """The check Jepsen found missing in etcd 3.4.3's client: is my key still there once nothing is ahead?"""
     name = resource()
     holder, waiter = EtcdLock(etcd_cluster.etcd), EtcdLock(etcd_cluster.etcd)
-    try:
+    async with closing(holder, waiter):
         held = await holder.acquire(name, TTL)
         waiting = asyncio.create_task(waiter.acquire(name, TTL))
         await eventually(in_line(etcd_cluster, name, 2), what="the waiter in line")
@@ -161,17 +148,12 @@ async def test_a_waiter_whose_session_expired_in_line_does_not_take_the_lock(
         with pytest.raises(LockNotAcquired, match="expired in line"):
             await waiting
         assert await held_keys(etcd_cluster, name) == []
-    finally:
-        await holder.aclose()
-        await waiter.aclose()
 
 
 async def test_a_release_of_a_lease_it_never_gave_is_refused(etcd_cluster: LocalCluster) -> None:
     lock = EtcdLock(etcd_cluster.etcd)
-    try:
+    async with closing(lock):
         assert not await lock.release(LeaseInfo(resource="r", owner=f"{lock_prefix('r').decode()}beef"))
-    finally:
-        await lock.aclose()
 
 
 def test_a_url_that_is_not_etcd_is_refused() -> None:

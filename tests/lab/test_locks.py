@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from fencegate.lab.locks import SetnxGetsetLock, SingleLock, lock_key
 from lockclient.errors import LockNotAcquired
+from tests.closing import closing
 from tests.waiting import eventually
 
 
@@ -23,7 +24,7 @@ def resource() -> str:
 async def test_single_lock_excludes_and_releases(redis_cluster: LocalCluster) -> None:
     url, name = redis_cluster.redis_urls[0], resource()
     first, second = SingleLock(url), SingleLock(url)
-    try:
+    async with closing(first, second):
         lease = await first.acquire(name, 5.0)
         assert lease.until is not None
         assert 4.8 < lease.until - time.monotonic() <= 5.0
@@ -31,9 +32,6 @@ async def test_single_lock_excludes_and_releases(redis_cluster: LocalCluster) ->
             await second.acquire(name, 5.0)
         assert await first.release(lease)
         assert (await second.acquire(name, 5.0)).owner != lease.owner
-    finally:
-        await first.aclose()
-        await second.aclose()
 
 
 async def test_single_lock_release_after_expiry_leaves_the_new_holders_key(
@@ -41,7 +39,7 @@ async def test_single_lock_release_after_expiry_leaves_the_new_holders_key(
 ) -> None:
     url, name = redis_cluster.redis_urls[0], resource()
     first, second = SingleLock(url), SingleLock(url)
-    try:
+    async with closing(first, second):
         old = await first.acquire(name, 0.05)
         taken = []
 
@@ -57,16 +55,13 @@ async def test_single_lock_release_after_expiry_leaves_the_new_holders_key(
         assert not await first.release(old)
         async with aioredis.Redis.from_url(url) as raw:
             assert (await raw.get(lock_key(name))) == new.owner.encode()
-    finally:
-        await first.aclose()
-        await second.aclose()
 
 
 async def test_setnx_getset_takes_over_only_an_expired_lock(redis_cluster: LocalCluster) -> None:
     url, name = redis_cluster.redis_urls[1], resource()
     now = [1_000_000.0]
     first, second = SetnxGetsetLock(url, wall=lambda: now[0]), SetnxGetsetLock(url, wall=lambda: now[0])
-    try:
+    async with closing(first, second):
         lease = await first.acquire(name, 10.0)
         assert lease.owner == "1000010.000000"
         with pytest.raises(LockNotAcquired, match="held until"):
@@ -78,9 +73,6 @@ async def test_setnx_getset_takes_over_only_an_expired_lock(redis_cluster: Local
         assert await second.release(taken)
         async with aioredis.Redis.from_url(url) as raw:
             assert await raw.exists(lock_key(name)) == 0
-    finally:
-        await first.aclose()
-        await second.aclose()
 
 
 async def test_setnx_getset_lets_exactly_one_of_many_take_over(redis_cluster: LocalCluster) -> None:
@@ -88,14 +80,11 @@ async def test_setnx_getset_lets_exactly_one_of_many_take_over(redis_cluster: Lo
     async with aioredis.Redis.from_url(url) as raw:
         await raw.set(lock_key(name), f"{time.time() - 60:.6f}")  # a crashed holder's expired lock
     locks = [SetnxGetsetLock(url) for _ in range(8)]
-    try:
+    async with closing(*locks):
         results = await asyncio.gather(*(lock.acquire(name, 10.0) for lock in locks), return_exceptions=True)
         winners = [r for r in results if not isinstance(r, BaseException)]
         assert len(winners) == 1
         assert all(isinstance(r, LockNotAcquired) for r in results if isinstance(r, BaseException))
-    finally:
-        for lock in locks:
-            await lock.aclose()
 
 
 async def test_setnx_getset_refuses_a_key_of_another_design_and_leaves_it(
@@ -103,15 +92,12 @@ async def test_setnx_getset_refuses_a_key_of_another_design_and_leaves_it(
 ) -> None:
     url, name = redis_cluster.redis_urls[1], resource()
     single, old = SingleLock(url), SetnxGetsetLock(url)
-    try:
+    async with closing(single, old):
         lease = await single.acquire(name, 5.0)
         with pytest.raises(LockNotAcquired, match="not a SETNX/GETSET timestamp"):
             await old.acquire(name, 5.0)
         async with aioredis.Redis.from_url(url) as raw:
             assert (await raw.get(lock_key(name))) == lease.owner.encode()
-    finally:
-        await single.aclose()
-        await old.aclose()
 
 
 async def test_single_lock_gives_the_key_back_when_no_validity_is_left(redis_cluster: LocalCluster) -> None:
@@ -119,13 +105,11 @@ async def test_single_lock_gives_the_key_back_when_no_validity_is_left(redis_clu
     url, name = redis_cluster.redis_urls[0], resource()
     readings = iter([0.0, 10.0])
     slow = SingleLock(url, clock=lambda: next(readings))
-    try:
+    async with closing(slow):
         with pytest.raises(LockNotAcquired, match="took longer than its TTL"):
             await slow.acquire(name, 5.0)
         async with aioredis.Redis.from_url(url) as raw:
             assert await raw.exists(lock_key(name)) == 0
-    finally:
-        await slow.aclose()
 
 
 async def test_setnx_getset_without_wall_clock_agreement_gives_two_holders(
@@ -134,15 +118,12 @@ async def test_setnx_getset_without_wall_clock_agreement_gives_two_holders(
     """A client whose clock runs 30 s ahead sees a valid lock as expired and takes it over."""
     url, name = redis_cluster.redis_urls[2], resource()
     honest, ahead = SetnxGetsetLock(url), SetnxGetsetLock(url, wall=lambda: time.time() + 30)
-    try:
+    async with closing(honest, ahead):
         first = await honest.acquire(name, 10.0)
         second = await ahead.acquire(name, 10.0)
         assert first.until is not None
         assert second.until is not None
         assert time.monotonic() < first.until  # both believe they hold the lock now
-    finally:
-        await honest.aclose()
-        await ahead.aclose()
 
 
 async def test_single_lock_node_restart_without_persistence_gives_two_holders(
@@ -151,7 +132,7 @@ async def test_single_lock_node_restart_without_persistence_gives_two_holders(
     cluster = cluster_factory(ClusterSpec(redis=1))
     url, name = cluster.redis_urls[0], resource()
     first, second = SingleLock(url), SingleLock(url)
-    try:
+    async with closing(first, second):
         lease = await first.acquire(name, 30.0)
         await asyncio.to_thread(cluster.kill, "redis-0")
         await asyncio.to_thread(cluster.restart, "redis-0")
@@ -159,6 +140,3 @@ async def test_single_lock_node_restart_without_persistence_gives_two_holders(
         assert lease.until is not None
         assert time.monotonic() < lease.until
         assert other.owner != lease.owner
-    finally:
-        await first.aclose()
-        await second.aclose()

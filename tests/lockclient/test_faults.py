@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from lockclient import QuorumUnavailable, Redlock, RetryPolicy
 from lockclient._nodes import release_channel
+from tests.closing import closing
 from tests.lockclient.conftest import eventually, values
 
 Factory = Callable[[ClusterSpec], LocalCluster]
@@ -55,13 +56,10 @@ async def test_a_quorum_does_not_wait_for_hung_masters(cluster_factory: Factory)
         # The late SETs land and the lease says so; the DEL queued behind each removes its key.
         await eventually(lambda: all(lease.nodes[url] == "ok" for url in hung), what="the late grants")
         hung_clients = [Redis.from_url(url) for url in hung]
-        try:
+        async with closing(*hung_clients):
             await eventually(
                 lambda: _all_gone(hung_clients, locker.key("hung")), what="the late keys released"
             )
-        finally:
-            for client in hung_clients:
-                await client.aclose()
 
 
 async def _all_gone(clients: list[Redis], key: str) -> bool:
@@ -87,26 +85,22 @@ async def test_hung_masters_cost_one_node_timeout_when_no_quorum_answers(cluster
 async def test_a_cancelled_attempt_undoes_its_keys(cluster_factory: Factory) -> None:
     cluster = await start(cluster_factory)
     healthy = [Redis.from_url(cluster.nodes[f"redis-{i}"].url) for i in range(2)]
-    try:
-        async with Redlock(cluster.redis_urls, node_timeout=1.0, ttl=30.0) as locker:
-            for name in ("redis-2", "redis-3", "redis-4"):
-                cluster.pause(name)
-            attempt = asyncio.create_task(locker.acquire("cancelled", blocking=False))
-            key = locker.key("cancelled")
+    async with closing(*healthy), Redlock(cluster.redis_urls, node_timeout=1.0, ttl=30.0) as locker:
+        for name in ("redis-2", "redis-3", "redis-4"):
+            cluster.pause(name)
+        attempt = asyncio.create_task(locker.acquire("cancelled", blocking=False))
+        key = locker.key("cancelled")
 
-            async def healthy_said_yes() -> bool:
-                return None not in await values(healthy, key)
+        async def healthy_said_yes() -> bool:
+            return None not in await values(healthy, key)
 
-            await eventually(healthy_said_yes)
-            attempt.cancel()  # ...while the hung three keep the attempt from settling
-            with pytest.raises(asyncio.CancelledError):
-                await attempt
-            assert await values(healthy, key) == [None] * 2
-            for name in ("redis-2", "redis-3", "redis-4"):
-                cluster.resume(name)
-    finally:
-        for client in healthy:
-            await client.aclose()
+        await eventually(healthy_said_yes)
+        attempt.cancel()  # ...while the hung three keep the attempt from settling
+        with pytest.raises(asyncio.CancelledError):
+            await attempt
+        assert await values(healthy, key) == [None] * 2
+        for name in ("redis-2", "redis-3", "redis-4"):
+            cluster.resume(name)
 
 
 async def test_watchdog_keeps_the_lease_past_its_ttl_and_reports_a_lost_majority(
@@ -144,39 +138,36 @@ async def test_a_waiter_wakes_on_the_release_message_without_polling(cluster_fac
     raw = [Redis.from_url(url) for url in cluster.redis_urls]
     # a fallback poll far longer than the acquire timeout: only the release message can wake the waiter
     patient = RetryPolicy(poll=60.0)
-    try:
-        async with (
-            Redlock(cluster.redis_urls) as holder,
-            Redlock(cluster.redis_urls, retry=patient, node_timeout=0.5) as waiter,
-        ):
-            lease = await holder.acquire("wake", ttl=30.0)
-            for client in raw:
-                await client.config_resetstat()
-            woke_at: list[float] = []
-
-            async def wait() -> None:
-                got = await waiter.acquire("wake", timeout=20.0)
-                woke_at.append(time.monotonic())
-                await waiter.release(got)
-
-            task = asyncio.create_task(wait())
-            channel = release_channel(holder.key("wake"))
-
-            async def subscribed_everywhere() -> bool:
-                return min([dict(await c.pubsub_numsub(channel))[channel.encode()] for c in raw]) > 0
-
-            await eventually(subscribed_everywhere)
-            await asyncio.sleep(0.5)  # the holder works for a while; a polling waiter would keep asking
-            released_at = time.monotonic()
-            await holder.release(lease)
-            await task
-            stats = [await client.info("commandstats") for client in raw]
-            # one SET per master per attempt: the first, the one right after subscribing, the one after
-            # waking, and on a loaded machine perhaps one more (a wake by the first master's message can
-            # find the release not yet applied on a quorum); a waiter that polled would ask far more
-            sets = [s["cmdstat_set"]["calls"] for s in stats]
-            assert all(3 <= calls <= 4 for calls in sets), sets
-            print(f"woke {1000 * (woke_at[0] - released_at):.1f} ms after the release")
-    finally:
+    async with (
+        closing(*raw),
+        Redlock(cluster.redis_urls) as holder,
+        Redlock(cluster.redis_urls, retry=patient, node_timeout=0.5) as waiter,
+    ):
+        lease = await holder.acquire("wake", ttl=30.0)
         for client in raw:
-            await client.aclose()
+            await client.config_resetstat()
+        woke_at: list[float] = []
+
+        async def wait() -> None:
+            got = await waiter.acquire("wake", timeout=20.0)
+            woke_at.append(time.monotonic())
+            await waiter.release(got)
+
+        task = asyncio.create_task(wait())
+        channel = release_channel(holder.key("wake"))
+
+        async def subscribed_everywhere() -> bool:
+            return min([dict(await c.pubsub_numsub(channel))[channel.encode()] for c in raw]) > 0
+
+        await eventually(subscribed_everywhere)
+        await asyncio.sleep(0.5)  # the holder works for a while; a polling waiter would keep asking
+        released_at = time.monotonic()
+        await holder.release(lease)
+        await task
+        stats = [await client.info("commandstats") for client in raw]
+        # one SET per master per attempt: the first, the one right after subscribing, the one after
+        # waking, and on a loaded machine perhaps one more (a wake by the first master's message can
+        # find the release not yet applied on a quorum); a waiter that polled would ask far more
+        sets = [s["cmdstat_set"]["calls"] for s in stats]
+        assert all(3 <= calls <= 4 for calls in sets), sets
+        print(f"woke {1000 * (woke_at[0] - released_at):.1f} ms after the release")

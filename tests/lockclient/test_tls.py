@@ -27,6 +27,7 @@ from lockclient import ConfigurationError, LockNotAcquired, Redlock, RetryPolicy
 from lockclient import sync as lockclient_sync
 from lockclient._nodes import release_channel
 from lockclient.transport.endpoint import Endpoint
+from tests.closing import closing
 from tests.lockclient.conftest import eventually, values
 from tests.waiting import eventually_sync
 
@@ -78,7 +79,7 @@ async def test_a_redlock_over_five_tls_only_masters_with_a_client_certificate_an
 ) -> None:
     resource = f"tls-{uuid.uuid4().hex[:8]}"
     raw = [Redis.from_url(url) for url in tls.urls]  # redis-py reads the same URLs
-    try:
+    async with closing(*raw):
         assert [await r.config_get("port") for r in raw] == [{"port": "0"}] * 5  # no plaintext port at all
         async with Redlock(tls.urls, node_timeout=1.0, ttl=30.0) as locker:
             lease = await locker.acquire(resource, blocking=False)
@@ -100,9 +101,6 @@ async def test_a_redlock_over_five_tls_only_masters_with_a_client_certificate_an
                 return await values(raw, locker.key(resource)) == [None] * 5
 
             await eventually(released, what="the release on every master")
-    finally:
-        for client in raw:
-            await client.aclose()
 
 
 async def test_a_waiter_is_woken_through_pub_sub_over_tls(tls: TLSMasters) -> None:
@@ -110,7 +108,7 @@ async def test_a_waiter_is_woken_through_pub_sub_over_tls(tls: TLSMasters) -> No
     message can wake it in time."""
     resource = f"tls-wake-{uuid.uuid4().hex[:8]}"
     raw = [Redis.from_url(url) for url in tls.urls]
-    try:
+    async with closing(*raw):
         for client in raw:
             await client.config_resetstat()
         async with (
@@ -132,9 +130,6 @@ async def test_a_waiter_is_woken_through_pub_sub_over_tls(tls: TLSMasters) -> No
                 taken = await waiting
             assert taken.value != lease.value
             await waiter.release(taken)
-    finally:
-        for client in raw:
-            await client.aclose()
 
 
 async def test_a_lock_user_with_only_the_documented_rights_can_lock_extend_release_and_wait(
@@ -155,16 +150,13 @@ async def test_a_lock_user_with_only_the_documented_rights_can_lock_extend_relea
         waiting = asyncio.create_task(waiter.acquire(resource, timeout=600.0))
         channel = release_channel(holder.key(resource))
         admins = [Redis.from_url(n.url) for n in nodes]  # the default user, to look
-        try:
+        async with closing(*admins):
 
             async def subscribed() -> bool:
                 counts = [dict(await admin.pubsub_numsub(channel)) for admin in admins]
                 return all(count.get(channel.encode()) == 1 for count in counts)
 
             await eventually(subscribed, what="the waiter's subscription, as the lock user")
-        finally:
-            for admin in admins:
-                await admin.aclose()
         await holder.release(lease)
         async with asyncio.timeout(30):  # a deadline, not a measure: without the message it is 600 s
             taken = await waiting

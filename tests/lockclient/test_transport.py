@@ -31,6 +31,7 @@ from lockclient.transport.connection import Connection, Reply
 from lockclient.transport.endpoint import Endpoint
 from lockclient.transport.errors import AuthenticationError
 from lockclient.transport.fanout import UNREACHABLE, Pending
+from tests.closing import closing
 from tests.lockclient.conftest import eventually
 
 Factory = Callable[[ClusterSpec], LocalCluster]
@@ -52,10 +53,8 @@ async def _wait(outcomes: Awaitable[list[Any]]) -> list[Any]:
 @contextlib.asynccontextmanager
 async def _connection(url: str) -> AsyncIterator[Connection]:
     connection = Connection(Endpoint.from_url(url), url, connect_timeout=1.0)
-    try:
+    async with closing(connection):
         yield connection
-    finally:
-        await connection.aclose()
 
 
 @contextlib.contextmanager
@@ -168,7 +167,7 @@ async def test_the_connection_comes_back_after_a_server_restart(cluster_factory:
     cluster = await one_master(cluster_factory)
     url = cluster.redis_urls[0]
     master = Master(url, connect_timeout=1.0)
-    try:
+    async with closing(master):
         assert await master.send(PING)
         await asyncio.to_thread(cluster.stop, "redis-0")
         [down] = await fan_out([master.send(PING)], 1.0)
@@ -182,8 +181,6 @@ async def test_the_connection_comes_back_after_a_server_restart(cluster_factory:
 
         await eventually(answers)
         assert await master.send(set_nx(f"test-{uuid.uuid4().hex}", "v", 10_000))
-    finally:
-        await master.aclose()
 
 
 async def test_scripts_are_sent_again_after_a_restart_without_persistence(cluster_factory: Factory) -> None:
@@ -191,7 +188,7 @@ async def test_scripts_are_sent_again_after_a_restart_without_persistence(cluste
     url = cluster.redis_urls[0]
     master = Master(url, connect_timeout=1.0)
     raw = Redis.from_url(url)
-    try:
+    async with closing(raw, master):
         assert await master.send(set_nx("k", "mine", 10_000))
         assert await master.send(release("k", "mine"))  # the script is loaded now
         await asyncio.to_thread(cluster.stop, "redis-0")
@@ -211,9 +208,6 @@ async def test_scripts_are_sent_again_after_a_restart_without_persistence(cluste
         assert stats["cmdstat_eval"]["calls"] == 1  # sent once, then served by SHA
         assert await master.send(release("k", "mine")) is False  # gone now; the script is known again, by SHA
         assert (await raw.info("commandstats"))["cmdstat_eval"]["calls"] == 1
-    finally:
-        await raw.aclose()
-        await master.aclose()
 
 
 async def test_the_url_logs_in_and_selects_its_database(cluster_factory: Factory) -> None:
@@ -223,7 +217,7 @@ async def test_the_url_logs_in_and_selects_its_database(cluster_factory: Factory
     url = f"redis://:s3cret@127.0.0.1:{node.port}/3"
     master = Master(url, connect_timeout=1.0)
     raw = Redis.from_url(url)
-    try:
+    async with closing(raw, master):
 
         async def answers() -> bool:
             [outcome] = await fan_out([master.send(PING)], 1.0)
@@ -239,9 +233,6 @@ async def test_the_url_logs_in_and_selects_its_database(cluster_factory: Factory
         assert not isinstance(refused, UNREACHABLE)
         assert "WRONGPASS" in str(refused) or "invalid" in str(refused)
         assert f"cannot connect to redis://:***@127.0.0.1:{node.port}:" in str(refused)  # no password shown
-    finally:
-        await raw.aclose()
-        await master.aclose()
 
 
 async def test_a_fan_outs_outcomes_do_not_change_once_returned_and_late_answers_are_read_through_pending(
@@ -249,7 +240,7 @@ async def test_a_fan_outs_outcomes_do_not_change_once_returned_and_late_answers_
 ) -> None:
     cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=3))
     masters = [Master(url, connect_timeout=1.0) for url in cluster.redis_urls]
-    try:
+    async with closing(*masters):
         for master in masters:
             assert await master.send(PING)
         with _paused(cluster, "redis-2"):  # it accepts the command and answers only once resumed
@@ -263,9 +254,6 @@ async def test_a_fan_outs_outcomes_do_not_change_once_returned_and_late_answers_
         await eventually(lambda: late.now() is True, what="the late grant")
         assert outcomes == returned  # the list the fan-out returned is the same; the answer came via Pending
         assert outcomes[2] is late
-    finally:
-        for master in masters:
-            await master.aclose()
 
 
 def test_endpoints_are_read_from_urls() -> None:
