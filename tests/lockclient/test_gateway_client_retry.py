@@ -75,6 +75,12 @@ async def traced(base_url: str, sends: Sends, retry: GatewayRetry | None) -> Asy
         yield gateway
 
 
+@pytest.fixture
+async def locker(redis_cluster: LocalCluster, tmp_path: Path) -> AsyncIterator[Redlock[int]]:
+    async with Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker:
+        yield locker
+
+
 OverPostgres = Callable[..., Awaitable[tuple[LocalCluster, str]]]
 
 
@@ -95,15 +101,13 @@ def over_postgres(
 
 
 async def test_a_503_is_resent_with_the_same_key_and_applied_once_when_storage_returns(
-    redis_cluster: LocalCluster, over_postgres: OverPostgres, tmp_path: Path
+    over_postgres: OverPostgres, locker: Redlock[int], resource: str
 ) -> None:
     storage, url = await over_postgres()
-    resource = f"gr-{uuid.uuid4().hex[:10]}"
     key = f"{resource}/doc"
     sends = Sends()
     async with (
         traced(url, sends, PATIENT) as gateway,
-        Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
         locker.lock(resource, ttl=60.0) as lease,
     ):
         before = await gateway.put(key, b"before", lease=lease)
@@ -124,15 +128,13 @@ async def test_a_503_is_resent_with_the_same_key_and_applied_once_when_storage_r
 
 
 async def test_when_retries_run_out_the_error_carries_the_key_and_a_later_retry_applies_once(
-    redis_cluster: LocalCluster, over_postgres: OverPostgres, tmp_path: Path
+    over_postgres: OverPostgres, locker: Redlock[int], resource: str
 ) -> None:
     storage, url = await over_postgres()
-    resource = f"gr-{uuid.uuid4().hex[:10]}"
     key = f"{resource}/doc"
     sends = Sends()
     async with (
         traced(url, sends, GatewayRetry(attempts=2, delay=0.0)) as gateway,
-        Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
         locker.lock(resource, ttl=60.0) as lease,
     ):
         await gateway.put(key, b"v1", lease=lease)
@@ -219,11 +221,10 @@ class DroppingRelay:
 
 
 async def test_a_dropped_connection_after_the_write_was_applied_is_resent_and_answered_once(
-    redis_cluster: LocalCluster, aiohttp_client: Any, tmp_path: Path
+    aiohttp_client: Any, locker: Redlock[int], resource: str, tmp_path: Path
 ) -> None:
     served = await aiohttp_client(create_app(Settings(data_dir=tmp_path / "gw")))
     relay = DroppingRelay(("127.0.0.1", served.server.port), drops=2)
-    resource = f"gr-{uuid.uuid4().hex[:10]}"
     key = f"{resource}/doc"
     sends = Sends()
     url = await relay.start()
@@ -231,7 +232,6 @@ async def test_a_dropped_connection_after_the_write_was_applied_is_resent_and_an
         async with (
             traced(url, sends, GatewayRetry(delay=0.0, jitter=0.0)) as gateway,
             GatewayClient(str(served.server.make_url(""))) as direct,
-            Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
             locker.lock(resource, ttl=60.0) as lease,
         ):
             written = await gateway.put(key, b"once", lease=lease)
@@ -255,16 +255,12 @@ async def test_a_dropped_connection_after_the_write_was_applied_is_resent_and_an
 
 
 async def test_an_answer_of_the_api_is_never_resent(
-    redis_cluster: LocalCluster, aiohttp_client: Any, tmp_path: Path
+    aiohttp_client: Any, locker: Redlock[int], resource: str, tmp_path: Path
 ) -> None:
     served = await aiohttp_client(create_app(Settings(data_dir=tmp_path / "gw")))
-    resource = f"gr-{uuid.uuid4().hex[:10]}"
     key = f"{resource}/doc"
     sends = Sends()
-    async with (
-        traced(str(served.server.make_url("")), sends, PATIENT) as gateway,
-        Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
-    ):
+    async with traced(str(served.server.make_url("")), sends, PATIENT) as gateway:
         async with locker.lock(resource, ttl=10.0) as old:
             pass
         async with locker.lock(resource, ttl=10.0) as new:
@@ -289,14 +285,12 @@ async def test_an_answer_of_the_api_is_never_resent(
 
 
 async def test_with_retry_none_a_write_is_sent_once_without_a_key(
-    redis_cluster: LocalCluster, aiohttp_client: Any, tmp_path: Path
+    aiohttp_client: Any, locker: Redlock[int], resource: str, tmp_path: Path
 ) -> None:
     served = await aiohttp_client(create_app(Settings(data_dir=tmp_path / "gw")))
-    resource = f"gr-{uuid.uuid4().hex[:10]}"
     sends = Sends()
     async with (
         traced(str(served.server.make_url("")), sends, None) as gateway,
-        Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
         locker.lock(resource, ttl=10.0) as lease,
     ):
         await gateway.put(f"{resource}/a", b"x", lease=lease)
@@ -321,17 +315,15 @@ def test_every_error_code_of_the_api_is_a_typed_error() -> None:
 
 
 async def test_a_write_answered_503_while_postgresql_hangs_is_applied_once_after_it_continues(
-    redis_cluster: LocalCluster, over_postgres: OverPostgres, tmp_path: Path
+    over_postgres: OverPostgres, locker: Redlock[int], resource: str
 ) -> None:
     """SIGSTOPped past the deadlines, the first send's transaction may still commit when PostgreSQL
     continues: the resends under its key must then be answered from it, not applied again."""
     storage, url = await over_postgres(storage_timeout=1.0, request_timeout=3.0)
-    resource = f"gr-{uuid.uuid4().hex[:10]}"
     key = f"{resource}/doc"
     sends = Sends()
     async with (
         traced(url, sends, PATIENT) as gateway,
-        Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
         locker.lock(resource, ttl=120.0, auto_extend=True) as lease,
     ):
         before = await gateway.put(key, b"v1", lease=lease)
@@ -351,15 +343,11 @@ async def test_a_write_answered_503_while_postgresql_hangs_is_applied_once_after
 
 
 async def test_a_lease_lost_between_sends_stops_the_retries_with_the_outcome_unknown(
-    redis_cluster: LocalCluster, over_postgres: OverPostgres, tmp_path: Path
+    over_postgres: OverPostgres, locker: Redlock[int], resource: str
 ) -> None:
     storage, url = await over_postgres()
-    resource = f"gr-{uuid.uuid4().hex[:10]}"
     sends = Sends()
-    async with (
-        traced(url, sends, PATIENT) as gateway,
-        Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker,
-    ):
+    async with traced(url, sends, PATIENT) as gateway:
         lease = await locker.acquire(resource, ttl=1.5)  # no watchdog: it runs out while the sends fail
         await asyncio.to_thread(storage.stop, PG)
         with pytest.raises(OutcomeUnknown) as unknown:
