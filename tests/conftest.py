@@ -1,3 +1,3 @@
 """Real servers for the suite come from the project's own cluster helper."""
 
-pytest_plugins = ["tests.cluster_fixtures"]
+pytest_plugins = ["tests.cluster_fixtures", "tests.tls_gateway"]

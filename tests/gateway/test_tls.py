@@ -10,7 +10,7 @@ its subject CN names: the API key entry of that name, whose scopes apply.
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -18,7 +18,7 @@ import pytest
 
 from fencegate.cli import main
 from fencegate.lab.cluster.certs import Authority, KeyPair
-from fencegate.lab.cluster.gateway import GatewayProcess
+from tests.tls_gateway import TLSGateways
 
 
 class Pki:
@@ -45,21 +45,6 @@ def pki(tmp_path: Path) -> Pki:
 
 
 @pytest.fixture
-def serve(tmp_path: Path, pki: Pki) -> Iterator[list[GatewayProcess]]:
-    started: list[GatewayProcess] = []
-    yield started
-    for gateway in started:
-        gateway.stop()
-
-
-def start(started: list[GatewayProcess], tmp_path: Path, pki: Pki, *extra: str) -> str:
-    tls = ("--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key))
-    gateway = GatewayProcess(tmp_path / "gw.log", "--data-dir", str(tmp_path / "data"), *tls, *extra)
-    started.append(gateway)
-    return gateway.start()
-
-
-@pytest.fixture
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         yield http
@@ -74,9 +59,9 @@ async def call(
 
 
 async def test_https_with_a_trusted_ca_works_and_an_untrusted_one_fails(
-    serve: list[GatewayProcess], tmp_path: Path, pki: Pki, session: aiohttp.ClientSession
+    tls_gateways: TLSGateways, pki: Pki, session: aiohttp.ClientSession
 ) -> None:
-    url = start(serve, tmp_path, pki)
+    url = tls_gateways.start(pki.server)
     assert url.startswith("https://127.0.0.1:")
     status, body = await call(session, "PUT", f"{url}/v1/objects/doc", pki.client())
     assert (status, body["token"]) == (201, 1)
@@ -99,14 +84,13 @@ def keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]
 
 
 async def test_mutual_tls_refuses_clients_without_a_certificate_of_the_ca_and_names_the_others(
-    serve: list[GatewayProcess],
-    tmp_path: Path,
+    tls_gateways: TLSGateways,
     pki: Pki,
     keys: tuple[Path, str],
     session: aiohttp.ClientSession,
 ) -> None:
     path, reader = keys
-    url = start(serve, tmp_path, pki, "--tls-client-ca", str(pki.ca.cert), "--api-keys", str(path))
+    url = tls_gateways.start(pki.server, "--tls-client-ca", str(pki.ca.cert), "--api-keys", str(path))
     for nameless in (pki.client(), pki.client(cert=pki.forged)):  # no certificate; another CA's
         with pytest.raises(aiohttp.ClientError):
             await call(session, "PUT", f"{url}/v1/objects/billing/1", nameless)
@@ -141,13 +125,13 @@ async def test_mutual_tls_refuses_clients_without_a_certificate_of_the_ca_and_na
 
 
 async def test_mutual_tls_without_a_key_file_names_the_client_by_its_certificate(
-    serve: list[GatewayProcess], tmp_path: Path, pki: Pki, session: aiohttp.ClientSession
+    tls_gateways: TLSGateways, pki: Pki, session: aiohttp.ClientSession
 ) -> None:
-    url = start(serve, tmp_path, pki, "--tls-client-ca", str(pki.ca.cert))
+    url = tls_gateways.start(pki.server, "--tls-client-ca", str(pki.ca.cert))
     status, body = await call(session, "PUT", f"{url}/v1/objects/payroll/1", pki.client(cert=pki.billing))
     assert status == 201, body
     async with session.put(f"{url}/v1/objects/payroll/1", data=b"x", ssl=pki.client(cert=pki.nobody)) as resp:
         assert resp.status == 428  # refused, and logged under the certificate's name
-    log = serve[0].log_path.read_text()
+    log = tls_gateways.started[0].log_path.read_text()
     assert '"client": "cert:nobody"' in log
     assert "client certificates required" in log

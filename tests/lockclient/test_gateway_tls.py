@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from fencegate.lab.cluster.certs import Authority
-from fencegate.lab.cluster.gateway import GatewayProcess
 from lockclient import ConfigurationError, GatewayClient, GatewayError
+from tests.tls_gateway import TLSGateways
 
 
 @pytest.fixture
@@ -17,26 +16,10 @@ def ca(tmp_path: Path) -> Authority:
     return Authority(tmp_path / "ca")
 
 
-@pytest.fixture
-def serve(tmp_path: Path, ca: Authority) -> Iterator[list[GatewayProcess]]:
-    started: list[GatewayProcess] = []
-    yield started
-    for gateway in started:
-        gateway.stop()
-
-
-def start(started: list[GatewayProcess], tmp_path: Path, ca: Authority, *extra: str) -> str:
-    server = ca.issue("gateway")
-    tls = ("--tls-cert", str(server.cert), "--tls-key", str(server.key))
-    gateway = GatewayProcess(tmp_path / "gw.log", "--data-dir", str(tmp_path / "data"), *tls, *extra)
-    started.append(gateway)
-    return gateway.start()
-
-
 async def test_https_with_the_gateways_ca_writes_and_another_ca_is_refused_with_the_reason(
-    serve: list[GatewayProcess], tmp_path: Path, ca: Authority
+    tls_gateways: TLSGateways, tmp_path: Path, ca: Authority
 ) -> None:
-    url = start(serve, tmp_path, ca)
+    url = tls_gateways.start(ca.issue("gateway"))
     assert url.startswith("https://")
     async with GatewayClient(url, ssl_ca_certs=ca.cert) as gateway:
         written = await gateway.put("docs/a", b"over tls", token=1, resource="docs")
@@ -52,9 +35,9 @@ async def test_https_with_the_gateways_ca_writes_and_another_ca_is_refused_with_
 
 
 async def test_a_gateway_that_requires_a_client_certificate_gets_one(
-    serve: list[GatewayProcess], tmp_path: Path, ca: Authority
+    tls_gateways: TLSGateways, ca: Authority
 ) -> None:
-    url = start(serve, tmp_path, ca, "--tls-client-ca", str(ca.cert))
+    url = tls_gateways.start(ca.issue("gateway"), "--tls-client-ca", str(ca.cert))
     client = ca.issue("billing", hosts=(), server=False, client=True)
     async with GatewayClient(
         url, ssl_ca_certs=ca.cert, ssl_certfile=client.cert, ssl_keyfile=client.key
