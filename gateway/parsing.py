@@ -72,7 +72,12 @@ PATH_KEY_PATTERN = _name_pattern("A-Za-z0-9_.~:@=+,-")
 HEADER_RESOURCE_PATTERN = _name_pattern("A-Za-z0-9_.~:@=+%-")
 PRINTABLE_PATTERN = r"[ -~]*"  # list prefixes and cursors
 _TOKEN = re.compile(TOKEN_PATTERN)
+_TOKEN_RULE = f"is not a decimal integer in 1..{MAX_TOKEN} (no sign, spaces or leading zeros)"
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+_IDEMPOTENCY_KEY_RULE = (
+    f"must be 1..{MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII characters without spaces or commas; "
+    "a UUID is a good choice"
+)
 _NAME = re.compile(KEY_PATTERN)
 
 
@@ -95,6 +100,13 @@ def _not_a_list(name: str, raw: str) -> None:
         )
 
 
+def _check_header(name: str, raw: str, pattern: re.Pattern[str], rule: str) -> None:
+    """400 unless `raw` matches `pattern`; the message names a list as such, else says the `rule`."""
+    if pattern.fullmatch(raw) is None:
+        _not_a_list(name, raw)
+        raise BadRequest(f"{name} {raw[:40]!r} {rule}")
+
+
 def parse_token(raw: str | None, *, required: bool) -> int | None:
     """The token of a `Fencing-Token` header; 428 if a write has none, 400 if malformed."""
     if raw is None:
@@ -104,12 +116,7 @@ def parse_token(raw: str | None, *, required: bool) -> int | None:
                 "its token"
             )
         return None
-    if _TOKEN.fullmatch(raw) is None:
-        _not_a_list("Fencing-Token", raw)
-        raise BadRequest(
-            f"Fencing-Token {raw[:40]!r} is not a decimal integer in 1..{MAX_TOKEN} (no sign, spaces or "
-            "leading zeros)"
-        )
+    _check_header("Fencing-Token", raw, _TOKEN, _TOKEN_RULE)
     return int(raw)
 
 
@@ -124,12 +131,7 @@ def parse_idempotency_key(raw: str | None) -> str | None:
     """The `Idempotency-Key` header: 1..128 printable ASCII characters without spaces or commas."""
     if raw is None:
         return None
-    if _IDEMPOTENCY_KEY.fullmatch(raw) is None:
-        _not_a_list("Idempotency-Key", raw)
-        raise BadRequest(
-            f"Idempotency-Key {raw[:40]!r} must be 1..{MAX_IDEMPOTENCY_KEY_LENGTH} printable ASCII "
-            "characters without spaces or commas; a UUID is a good choice"
-        )
+    _check_header("Idempotency-Key", raw, _IDEMPOTENCY_KEY, _IDEMPOTENCY_KEY_RULE)
     return raw
 
 
