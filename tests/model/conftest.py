@@ -8,6 +8,7 @@ import pytest
 
 from fencegate.model.cli import Cache, add_check_arguments, run_checks
 from fencegate.model.runner import CheckResult
+from fencegate.model.trail import Trail
 
 # The first table of docs/model.md: every variant and property, 2 clients, 3 nodes.
 MAIN_ARGS = ["--variant", "all", "--clients", "2", "--nodes", "3"]
@@ -17,6 +18,13 @@ def parse_check_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(add_help=False)
     add_check_arguments(parser)
     return parser.parse_args(argv)
+
+
+def counterexample(result: CheckResult) -> Trail:
+    """The trail of a property the search found violated."""
+    assert result.verdict == "violated", result
+    assert result.trail is not None
+    return result.trail
 
 
 @pytest.fixture(scope="session")

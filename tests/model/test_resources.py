@@ -16,6 +16,7 @@ from fencegate.model.report import variant_verdict
 from fencegate.model.runner import CheckResult
 from fencegate.model.trail import RESOURCES
 from fencegate.model.variants import PROPERTIES
+from tests.model.conftest import counterexample
 
 _NAMED = re.compile(r"^(?:names )?resource (\w+)")
 
@@ -32,10 +33,9 @@ def _stale_write(result: CheckResult) -> tuple[dict[str, Any], dict[str, Any]]:
 
     The trail must be a lost update, which the stale write caused.
     """
-    assert result.verdict == "violated"
-    assert result.trail is not None
-    assert result.trail.final < result.trail.acknowledged
-    accepted = result.trail.accepted()
+    trail = counterexample(result)
+    assert trail.final < trail.acknowledged
+    accepted = trail.accepted()
     for index, event in enumerate(accepted):
         newer = [e for e in accepted[:index] if e["token"] > event["token"]]
         if newer and event["kind"] == "write":

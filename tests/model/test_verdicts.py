@@ -11,7 +11,7 @@ from fencegate.model.cli import Cache, run_checks
 from fencegate.model.runner import CheckResult
 from fencegate.model.trail import EVENT_KEYS
 from fencegate.model.variants import PROPERTIES, VARIANTS
-from tests.model.conftest import parse_check_args
+from tests.model.conftest import counterexample, parse_check_args
 
 PROMISED = [name for name, p in PROPERTIES.items() if p.promised]
 
@@ -59,10 +59,7 @@ def _older_after_newer(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_redis_only_interleaving_trail_shows_an_older_lease_accepted_after_a_newer(
     by_key: dict[tuple[str, str], CheckResult],
 ) -> None:
-    result = by_key[("redis-only", "interleave")]
-    assert result.verdict == "violated"
-    assert result.trail is not None
-    events = result.trail.events
+    events = counterexample(by_key[("redis-only", "interleave")]).events
     assert all(tuple(e) == EVENT_KEYS for e in events)
     stale = _older_after_newer(events)
     assert stale, events
@@ -75,12 +72,10 @@ def test_redis_only_interleaving_trail_shows_an_older_lease_accepted_after_a_new
 def test_redis_only_lost_update_trail_ends_with_fewer_increments_than_acknowledged(
     by_key: dict[tuple[str, str], CheckResult],
 ) -> None:
-    result = by_key[("redis-only", "lost-update")]
-    assert result.verdict == "violated"
-    assert result.trail is not None
-    acked = [e for e in result.trail.events if e["kind"] == "write" and e["outcome"] == "ok"]
-    assert len(acked) == result.trail.acknowledged == 2
-    assert result.trail.final < len(acked)
+    trail = counterexample(by_key[("redis-only", "lost-update")])
+    acked = [e for e in trail.events if e["kind"] == "write" and e["outcome"] == "ok"]
+    assert len(acked) == trail.acknowledged == 2
+    assert trail.final < len(acked)
     # both writes wrote the same value: each read the counter before the other wrote
     assert len({e["value"] for e in acked}) == 1
 
@@ -106,12 +101,10 @@ def test_mark_never_decreases_where_the_fence_is_one_transaction(
 def test_without_fenced_reads_a_delayed_stale_write_loses_an_update(
     by_key: dict[tuple[str, str], CheckResult],
 ) -> None:
-    result = by_key[("unfenced-reads", "lost-update")]
-    assert result.verdict == "violated"
-    assert result.trail is not None
-    reads = [e for e in result.trail.events if e["kind"] == "read"]
+    trail = counterexample(by_key[("unfenced-reads", "lost-update")])
+    reads = [e for e in trail.events if e["kind"] == "read"]
     assert all(e["token"] is None for e in reads)  # a GET without Fencing-Token
-    assert result.trail.final < result.trail.acknowledged
+    assert trail.final < trail.acknowledged
 
 
 def test_split_fence_trail_shows_a_lower_token_accepted_after_a_higher(
@@ -128,10 +121,7 @@ def test_token_after_keeps_the_fence_but_a_pause_alone_breaks_grant_order(search
     results = run_checks(parse_check_args([*argv, "--property", "grant-order"]), search_cache)
     verdicts = {r.variant: r for r in results}
     assert verdicts["fenced"].verdict == "holds"
-    token_after = verdicts["token-after"]
-    assert token_after.verdict == "violated"
-    assert token_after.trail is not None
-    events = token_after.trail.events
+    events = counterexample(verdicts["token-after"]).events
     assert not any(e["kind"] == "fault" and e["client"] == "lab" for e in events)
     # the zombie, paused past its TTL, was served after the lease granted later
     stale = _older_after_newer(events)
