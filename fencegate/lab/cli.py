@@ -1,6 +1,7 @@
 """`fencegate lab`: judge recorded histories and print or render the results.
 
-`fencegate lab scenarios` lists the fault schedules; `fencegate lab run`,
+`fencegate lab scenarios` lists the fault schedules and the lock designs
+each cannot run on (`lab.predictions.INAPPLICABLE`); `fencegate lab run`,
 `lab all` and `lab headline` (in `lab.run_cli`) run them.
 `fencegate lab report HISTORY.jsonl...` runs the checker over history files
 (written by `History.dump`, or converted from the spin model's trails), prints
@@ -20,6 +21,7 @@ from fencegate.cli import add_action, add_actions, describe
 from fencegate.lab import run_cli
 from fencegate.lab.errors import HistoryError
 from fencegate.lab.history import History
+from fencegate.lab.predictions import INAPPLICABLE, inapplicable
 from fencegate.lab.report import RunResult, summary, table, to_json
 from fencegate.lab.timeline import write_html
 
@@ -51,12 +53,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     report.add_argument(
         "--html", type=Path, metavar="PATH", help="also write the HTML timeline report here (default: none)"
     )
-    add_action(
+    scenarios = add_action(
         commands,
         "scenarios",
         list_scenarios,
         "fencegate lab scenarios",
-        help="list the scenarios and what each fault does",
+        "fencegate lab scenarios --json",
+        help="list the scenarios, what each fault does and the lock designs it cannot run on",
+    )
+    scenarios.add_argument(
+        "--json", action="store_true", help="print them as JSON, with why a design cannot run each"
     )
     run_cli.add_commands(commands)
 
@@ -66,9 +72,22 @@ def list_scenarios(args: argparse.Namespace) -> int:
         SCENARIOS,  # starts nothing, but pulls in redis and the fault machinery
     )
 
-    width = max(len(name) for name in SCENARIOS)
+    refused = {
+        name: {lock: why for lock in INAPPLICABLE if (why := inapplicable(lock, name))} for name in SCENARIOS
+    }
+    if args.json:
+        document = [
+            {"name": name, "summary": scenario.summary, "not_on_lock": refused[name]}
+            for name, scenario in SCENARIOS.items()
+        ]
+        print(json.dumps(document, indent=2))
+        return 0
+    locks = {
+        name: "not --lock " + ",".join(refused[name]) if refused[name] else "any lock" for name in SCENARIOS
+    }
+    width, locks_width = max(len(name) for name in SCENARIOS), max(len(text) for text in locks.values())
     for name, scenario in SCENARIOS.items():
-        print(f"{name.ljust(width)}  {scenario.summary}")
+        print(f"{name.ljust(width)}  {locks[name].ljust(locks_width)}  {scenario.summary}")
     return 0
 
 

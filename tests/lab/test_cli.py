@@ -141,3 +141,15 @@ def test_lab_run_on_etcd_starts_its_cluster_and_prints_the_acceptance_rows(
     assert rows["fenced"][2:4] == ["etcd", "etcd"]  # the lock key's create revision, no second source
     assert rows["fenced"][-1] == "SAFE"
     assert rows["fence-only"][-1] == "SAFE"
+
+
+def test_scenarios_say_which_lock_designs_cannot_run_them(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lab", "scenarios"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "any lock" in rows["pause"]
+    assert "not --lock etcd" in rows["restart"]
+    assert main(["lab", "scenarios", "--json"]) == 0
+    document = {each["name"]: each for each in json.loads(capsys.readouterr().out)}
+    assert document["pause"]["not_on_lock"] == {}
+    assert set(document["restart"]["not_on_lock"]) == {"etcd"}
+    assert "etcd session" in document["delay"]["not_on_lock"]["etcd"]
