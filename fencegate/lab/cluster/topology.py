@@ -1,9 +1,11 @@
 """The deployment's stateless tier on loopback: gateway replicas behind HAProxy.
 
 `compose/docker-compose.yml` runs the same shape in containers. Both configure
-the gateways only through `FENCEGATE_*` environment variables and render the
-load balancer's config with `haproxy_config`, so a test can hold the two
-copies equal. Gateways share one database (the cluster's PostgreSQL, or one
+the gateways only through `FENCEGATE_*` environment variables. The load
+balancer's config is rendered here by `haproxy_config`; compose's
+`compose/haproxy.cfg` is written by hand (TLS passes through it in TCP mode),
+and tests/deploy holds its balancing, timeouts, retries and health checks
+equal to the rendered ones. Gateways share one database (the cluster's PostgreSQL, or one
 SQLite file when there is none, which serializes writers across processes on
 one machine) and draw their future-token bound from the cluster's ZooKeeper:
 a replica keeps no state of its own and can be stopped or added at any time.
@@ -89,7 +91,7 @@ def haproxy_config(
     """
     lines = [
         "# fencegate's load balancer, rendered by lab.cluster.topology.haproxy_config",
-        "# (tests/deploy keeps compose/haproxy.cfg equal to what it renders)",
+        "# (tests/deploy holds compose/haproxy.cfg's balancing and checks equal to these)",
         "global",
         "    maxconn 4096",
         "",
