@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -61,6 +62,7 @@ async def _replication(url: str) -> dict[str, Any]:
     return info
 
 
+@dataclass(eq=False)
 class ReplicatedPair:
     """A master and one asynchronous replica behind one stable address; close it with `aclose()`.
 
@@ -69,15 +71,13 @@ class ReplicatedPair:
     deployment): the same client configuration survives the failover.
     """
 
-    def __init__(
-        self, cluster: LocalCluster, master: Node, replica: Node, *, link: DelayProxy, service: DelayProxy
-    ) -> None:
-        self.cluster = cluster
-        self.master = master
-        self.replica = replica
-        self.link = link
-        self.service = service
-        self.promoted = False
+    cluster: LocalCluster
+    master: Node
+    replica: Node
+    _: KW_ONLY
+    link: DelayProxy  # the replication stream, master to replica
+    service: DelayProxy  # the clients' stable address
+    promoted: bool = field(default=False, init=False)
 
     @classmethod
     async def start(cls, cluster: LocalCluster) -> ReplicatedPair:
