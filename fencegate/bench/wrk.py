@@ -76,7 +76,8 @@ def run_wrk(
 ) -> WrkResult:
     """PUT through `url` for `seconds`; keys start with `prefix`, resources (shared unless
     `resource_prefix` sets them apart) with `resource_prefix`; `api_key` is sent as a Bearer token."""
-    script = workdir / "put.lua"
+    # a script per run: two runs at once in one folder (two replicas) must not read a half-written one
+    script = workdir / f"{prefix}put.lua"
     script.write_text(SCRIPT)
     out = subprocess.run(
         ["wrk", "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", str(script),
