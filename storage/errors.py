@@ -33,10 +33,6 @@ class StaleToken(StorageError):
         self.highest = highest
 
 
-# The name storage/fenced.py still imports; not exported, and removed when that module is next edited.
-StaleTokenError = StaleToken
-
-
 class ResourceMismatch(StorageError):
     """The key belongs to another resource than the one the request named; nothing was written."""
 

@@ -18,7 +18,7 @@ The order is the safety argument:
    one the key belongs to is refused (`ResourceMismatch`) before anything
    is written, so no mark of either resource moves.
 3. The fence: the conditional upsert raises the resource's mark or refuses
-   (`StaleTokenError`, nothing written).
+   (`StaleToken`, nothing written).
 4. A key without a binding is bound to the request's resource, claimed
    with `ON CONFLICT DO NOTHING`, whatever the method: a fenced read or
    delete, even of a missing key, binds it too. A request that read "no
@@ -53,7 +53,7 @@ from storage.errors import (
     IdempotencyKeyReused,
     ObjectNotFound,
     ResourceMismatch,
-    StaleTokenError,
+    StaleToken,
     StorageError,
 )
 from storage.protocols import FencedRequest, ObjectData, ObjectMeta
@@ -123,9 +123,9 @@ def digest_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def stale_token(resource: str, token: int, highest: int) -> StaleTokenError:
+def stale_token(resource: str, token: int, highest: int) -> StaleToken:
     """The refusal of `token` by the mark `highest`."""
-    return StaleTokenError(
+    return StaleToken(
         f"token {token} is below the mark {highest} of resource {resource!r}: a newer lease has "
         "written; take the lock again to get a fresh token",
         resource=resource,
