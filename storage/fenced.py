@@ -14,11 +14,13 @@ The order is the safety argument:
 
 1. A write with an `Idempotency-Key` whose record exists is answered from
    it (`records.replay`), before any check: the write already happened.
-2. The key's binding is read: a request naming another resource than the
-   one the key belongs to is refused (`ResourceMismatch`) before anything
-   is written, so no mark of either resource moves.
-3. The fence: the conditional upsert raises the resource's mark or refuses
-   (`StaleToken`, nothing written).
+2. and 3. in one statement, the fence upsert: it raises the mark of the
+   request's resource only if the key is unbound or bound to that resource
+   (a `NOT EXISTS` guard in the same statement, so a request naming another
+   resource moves no mark of either), and only if the token is not below
+   it; its row says whether the key is bound yet. No row back is a refusal
+   with nothing written: `ResourceMismatch` if the key belongs to another
+   resource, else `StaleToken` (two reads tell which, on this rare path).
 4. A key without a binding is bound to the request's resource, claimed
    with `ON CONFLICT DO NOTHING`, whatever the method: a fenced read or
    delete, even of a missing key, binds it too. A request that read "no
@@ -29,7 +31,8 @@ The order is the safety argument:
    if the write must name the same resource. Then the change; its audit
    entry; the idempotency record, claimed the same way.
 
-Refusals of steps 1-3 wrote nothing. A claim that finds another
+Refusals of steps 1-3 wrote nothing. (With the fence off, for the
+benchmark's yardstick, step 2 is a plain read of the binding.) A claim that finds another
 transaction's row (PostgreSQL: two replicas racing for one new key, or two
 retries of one write) returns `Retry`: the driver rolls back and runs the
 request again, which then meets that row in step 1 or 2. So does a retried
@@ -166,15 +169,17 @@ async def apply(tx: Tx, request: FencedRequest, *, now: datetime, policy: Policy
         record = await tx.row("idempotency_select", claim)
         if record is not None:
             return await _replayed(tx, request, record, now)
-    bound = await tx.row("binding_select", {"key": request.key})
-    if bound is not None and bound["resource"] != request.resource:
-        return resource_mismatch(request.key, request.resource, bound["resource"])
     if policy.fence:
-        mark = {"resource": request.resource, "token": request.token, "updated_at": now}
-        if await tx.row("fence_upsert", mark) is None:
-            highest = await tx.row("mark_select", {"resource": request.resource})
-            assert highest is not None  # the upsert found a row it would not raise
-            return stale_token(request.resource, request.token, highest["token"])
+        mark = {"key": request.key, "resource": request.resource, "token": request.token, "updated_at": now}
+        passed = await tx.row("fence_upsert", mark)
+        if passed is None:
+            return await _refusal(tx, request)
+        bound = passed["bound"]
+    else:
+        found_binding = await tx.row("binding_select", {"key": request.key})
+        bound = None if found_binding is None else found_binding["resource"]
+        if bound is not None and bound != request.resource:
+            return resource_mismatch(request.key, request.resource, bound)
     if bound is None:
         binding = {"key": request.key, "resource": request.resource, "created_at": now}
         if await tx.row("binding_insert", binding) is None:
@@ -194,6 +199,16 @@ async def apply(tx: Tx, request: FencedRequest, *, now: datetime, policy: Policy
     if await tx.row("idempotency_insert", idempotency_params(caller, meta, now=now)) is None:
         return Retry(f"Idempotency-Key {caller.idempotency_key!r} was recorded by a concurrent retry")
     return found
+
+
+async def _refusal(tx: Tx, request: FencedRequest) -> StorageError:
+    """Why the fence upsert changed nothing: the key belongs to another resource, or the mark is higher."""
+    bound = await tx.row("binding_select", {"key": request.key})
+    if bound is not None and bound["resource"] != request.resource:
+        return resource_mismatch(request.key, request.resource, bound["resource"])
+    highest = await tx.row("mark_select", {"resource": request.resource})
+    assert highest is not None  # a mark the upsert would not raise
+    return stale_token(request.resource, request.token, highest["token"])
 
 
 async def _replayed(tx: Tx, request: FencedRequest, record: Row, now: datetime) -> Outcome:

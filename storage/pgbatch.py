@@ -7,8 +7,8 @@ when the previous batch has settled, what is pending (up to `max_batch`)
 becomes one transaction in which the requests' units are stepped in
 lockstep: every statement of a step goes to the server at once (asyncpg's
 `fetchmany`: many executions, one round trip), then each unit gets its row
-and runs to its next statement. A batch of N costs about eight round trips
-and one commit instead of 7N and N.
+and runs to its next statement. A batch of N costs about seven round trips
+and one commit instead of 6N and N.
 
 Why lockstep equals one request after another: a batch holds at most one
 request per key and per idempotency record (the rest wait for the next

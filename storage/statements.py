@@ -1,8 +1,11 @@
 """The fenced store's statements, built once per dialect with bound parameters.
 
-The fence is `INSERT ... ON CONFLICT (resource) DO UPDATE SET token =
-excluded.token WHERE fence.token <= excluded.token RETURNING token`: no row
-back means the mark is higher and the statement changed nothing. The key's
+The fence is `INSERT ... SELECT ... WHERE NOT EXISTS (the key bound to
+another resource) ON CONFLICT (resource) DO UPDATE SET token =
+excluded.token WHERE fence.token <= excluded.token RETURNING token, (the
+key's binding)`: one statement checks the binding, raises the mark and says
+whether the key is bound yet. No row back means the key belongs to another
+resource or the mark is higher, and the statement changed nothing. The key's
 binding and the idempotency record are claimed with `ON CONFLICT DO NOTHING
 RETURNING`: no row back means another transaction got there first (on
 PostgreSQL the statement waited for it to commit). The fenced unit
@@ -18,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import Executable, bindparam, delete, select, update
+from sqlalchemy import Executable, bindparam, delete, exists, select, update
 from sqlalchemy import insert as plain_insert
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -98,12 +101,20 @@ class Statements:
     def for_dialect(cls, dialect: str) -> Statements:
         insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
 
-        fence = insert(Fence).values(_values(Fence, ("resource", "token", "updated_at")))
+        key = _param("key", Binding.key)
+        resource = _param("resource", Fence.resource)
+        elsewhere = select(Binding.key).where(Binding.key == key, Binding.resource != resource)
+        raised = select(resource, _param("token", Fence.token), _param("updated_at", Fence.updated_at))
+        guarded = raised.where(~exists(elsewhere))  # no mark moves for a key of another resource
+        fence = insert(Fence).from_select(["resource", "token", "updated_at"], guarded)
         fence = fence.on_conflict_do_update(
             index_elements=[Fence.resource],
             set_={"token": fence.excluded.token, "updated_at": fence.excluded.updated_at},
             where=Fence.token <= fence.excluded.token,
-        ).returning(Fence.token)
+        ).returning(
+            Fence.token,
+            select(Binding.resource).where(Binding.key == key).scalar_subquery().label("bound"),
+        )
 
         written = tuple(name for name in OBJECT_COLUMNS if name != "version")
         obj = insert(StoredObject).values(_values(StoredObject, written) | {"version": 1})
