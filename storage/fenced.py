@@ -31,16 +31,16 @@ The order is the safety argument:
    if the write must name the same resource. Then the change; its audit
    entry; the idempotency record, claimed the same way.
 
-Refusals of steps 1-3 wrote nothing. (With the fence off, for the
-benchmark's yardstick, step 2 is a plain read of the binding.) A claim that finds another
-transaction's row (PostgreSQL: two replicas racing for one new key, or two
-retries of one write) returns `Retry`: the driver rolls back and runs the
-request again, which then meets that row in step 1 or 2. So does a retried
-delete that finds no object because its twin deleted it and recorded the
-outcome while this one waited at the fence (it looks for the record again
-before answering 404). A serial writer
-(SQLite) never gets `Retry`: its reads in steps 1 and 2 already see every
-earlier write. `ObjectNotFound` from a fenced read or delete of a missing key
+Refusals of steps 1-3 wrote nothing (with the fence off, the benchmark's
+yardstick, steps 2 and 3 are a plain read of the binding). A claim that
+finds another transaction's row (PostgreSQL: two replicas racing for one
+new key, or two retries of one write) returns `Retry`: the driver rolls
+back and runs the request again, which then meets that row in step 1 or 2.
+So does a retried delete that finds no object because its twin deleted it
+and recorded the outcome while this one waited at the fence (it looks for
+the record again before answering 404). A serial writer (SQLite) never
+gets `Retry`: its reads in steps 1 and 2 already see every earlier write.
+`ObjectNotFound` from a fenced read or delete of a missing key
 is the one refusal that commits: the raised mark and the audit entry stand.
 """
 
@@ -176,8 +176,7 @@ async def apply(tx: Tx, request: FencedRequest, *, now: datetime, policy: Policy
             return await _refusal(tx, request)
         bound = passed["bound"]
     else:
-        found_binding = await tx.row("binding_select", {"key": request.key})
-        bound = None if found_binding is None else found_binding["resource"]
+        bound = await _binding(tx, request.key)
         if bound is not None and bound != request.resource:
             return resource_mismatch(request.key, request.resource, bound)
     if bound is None:
@@ -203,12 +202,18 @@ async def apply(tx: Tx, request: FencedRequest, *, now: datetime, policy: Policy
 
 async def _refusal(tx: Tx, request: FencedRequest) -> StorageError:
     """Why the fence upsert changed nothing: the key belongs to another resource, or the mark is higher."""
-    bound = await tx.row("binding_select", {"key": request.key})
-    if bound is not None and bound["resource"] != request.resource:
-        return resource_mismatch(request.key, request.resource, bound["resource"])
+    bound = await _binding(tx, request.key)
+    if bound is not None and bound != request.resource:
+        return resource_mismatch(request.key, request.resource, bound)
     highest = await tx.row("mark_select", {"resource": request.resource})
     assert highest is not None  # a mark the upsert would not raise
     return stale_token(request.resource, request.token, highest["token"])
+
+
+async def _binding(tx: Tx, key: str) -> str | None:
+    """The resource `key` belongs to, if any."""
+    row = await tx.row("binding_select", {"key": key})
+    return None if row is None else str(row["resource"])
 
 
 async def _replayed(tx: Tx, request: FencedRequest, record: Row, now: datetime) -> Outcome:
