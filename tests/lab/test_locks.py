@@ -11,7 +11,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
-from fencegate.lab.locks import SetnxGetsetLock, SingleLock, lock_key
+from fencegate.lab.locks import (
+    CLOCK_DRIFT_FACTOR,
+    CLOCK_DRIFT_FLOOR,
+    SetnxGetsetLock,
+    SingleLock,
+    lock_key,
+)
 from lockclient.errors import LockNotAcquired
 from tests.closing import closing
 from tests.waiting import eventually
@@ -25,9 +31,13 @@ async def test_single_lock_excludes_and_releases(redis_cluster: LocalCluster) ->
     url, name = redis_cluster.redis_urls[0], resource()
     first, second = SingleLock(url), SingleLock(url)
     async with closing(first, second):
+        before = time.monotonic()
         lease = await first.acquire(name, 5.0)
+        after = time.monotonic()
         assert lease.until is not None
-        assert 4.8 < lease.until - time.monotonic() <= 5.0
+        # valid for the TTL from the moment the SET was sent, less the drift allowance
+        drift = 5.0 * CLOCK_DRIFT_FACTOR + CLOCK_DRIFT_FLOOR
+        assert before + 5.0 - drift <= lease.until <= after + 5.0 - drift
         with pytest.raises(LockNotAcquired, match="held by another owner"):
             await second.acquire(name, 5.0)
         assert await first.release(lease)
