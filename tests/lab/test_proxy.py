@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator
 
@@ -14,6 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from fencegate.lab.errors import FaultError
 from fencegate.lab.faults.proxy import DelayProxy
+from tests.waiting import eventually
 
 
 class Echo:
@@ -166,3 +168,29 @@ async def test_a_cut_link_loses_its_held_bytes_and_reopens(echo: Echo) -> None:
         await writer2.drain()
         assert await again.readexactly(4) == b"ping"  # a new connection passes at once
         writer2.close()
+
+
+async def test_drop_cuts_a_connection_whose_upstream_is_still_opening() -> None:
+    """A partition that races a connect: the client is cut although the upstream never answered."""
+    with socket.socket() as full:  # a real listener that accepts nothing: once its backlog is full,
+        full.bind(("127.0.0.1", 0))  # the kernel drops new SYNs and a connect to it stays open
+        full.listen(0)
+        fillers = []
+        try:
+            while True:
+                filler = socket.socket()
+                fillers.append(filler)
+                filler.settimeout(0.2)
+                try:
+                    filler.connect(full.getsockname())
+                except TimeoutError:  # not answered: the backlog is full
+                    break
+            async with DelayProxy(*full.getsockname()) as proxy:
+                reader, writer = await roundtrip(proxy.port)
+                await eventually(lambda: proxy.connections == 1, within=5.0, what="the proxy's accept")
+                await proxy.drop()
+                assert await asyncio.wait_for(reader.read(), timeout=5.0) == b""  # cut, not left waiting
+                writer.close()
+        finally:
+            for filler in fillers:
+                filler.close()

@@ -58,6 +58,8 @@ class DelayProxy:
         self._all = _Holds()
         self._holds: list[_Holds] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        # accepted connections whose upstream is still being opened, and the task opening it
+        self._opening: dict[asyncio.StreamWriter, asyncio.Task[None] | None] = {}
         self.forwarded = {"up": 0, "down": 0}
 
     @property
@@ -97,7 +99,15 @@ class DelayProxy:
         self._upstream = (host, port)
 
     async def drop(self) -> None:
-        """Close every open connection; bytes held in the proxy are lost, as on a dead link."""
+        """Close every open connection; bytes held in the proxy are lost, as on a dead link.
+
+        A connection whose upstream is still being opened is cut too: a
+        partition does not wait for a handshake to finish.
+        """
+        for writer, opener in self._opening.items():
+            writer.close()
+            if opener is not None:
+                opener.cancel()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -121,11 +131,14 @@ class DelayProxy:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         holds = _Holds()
         self._holds.append(holds)
+        self._opening[writer] = asyncio.current_task()
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._upstream)
         except OSError:
             writer.close()
             return
+        finally:
+            del self._opening[writer]
         pumps = [
             asyncio.create_task(self._pump(reader, up_writer, holds, "up")),
             asyncio.create_task(self._pump(up_reader, writer, holds, "down")),
