@@ -11,10 +11,16 @@ after the other and cannot fork the chain, and ids follow chain order.
 An entry's hash is sha256 over the previous hash and a canonical encoding
 of its fields, its id included (`entry_hash`): changing, removing or
 reordering an entry breaks the link at it or just after it
-(`storage/verify.py`). Truncating the tail leaves a valid shorter chain:
-the head row catches that unless it was rewritten too, and a head exported
-from the log (`announce`, every `EXPORT_EVERY` entries and at shutdown)
-catches even that.
+(`storage/verify.py`). PostgreSQL's group-commit writer hashes in the
+server instead (`pgbatch.APPEND`: the head is locked, the entries numbered,
+hashed and inserted, and the head moved, in one statement, so the lock that
+serializes every append is held for one round trip before the commit, not
+three); the fields are still encoded here (`entry_tail`), and the statement
+only joins the previous hash, the id and that encoding as `entry_hash`
+does, byte for byte (tests/storage/test_chain.py compares the two).
+Truncating the tail leaves a valid shorter chain: the head row catches that
+unless it was rewritten too, and a head exported from the log (`announce`,
+every `EXPORT_EVERY` entries and at shutdown) catches even that.
 """
 
 from __future__ import annotations
@@ -71,11 +77,15 @@ def _micros(at: datetime) -> int:
     return (aware - _EPOCH) // timedelta(microseconds=1)
 
 
+def entry_tail(entry: Mapping[Any, Any]) -> str:
+    """The canonical encoding of an entry's fields after its id: ASCII JSON, closing bracket included."""
+    fields = [_micros(entry["at"]) if name == "at" else entry[name] for name in HASHED[1:]]
+    return json.dumps(fields, separators=(",", ":"), ensure_ascii=True)[1:]
+
+
 def entry_hash(previous: str, entry: Mapping[Any, Any]) -> str:
-    """The hash of `entry` (an audit row's fields) chained to `previous`."""
-    fields = [_micros(entry["at"]) if name == "at" else entry[name] for name in HASHED]
-    encoded = json.dumps(fields, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(f"{previous}\n{encoded}".encode()).hexdigest()
+    """The hash of `entry` (an audit row's fields) chained to `previous`: sha256 of `PREVIOUS\\n[ID,TAIL`."""
+    return hashlib.sha256(f"{previous}\n[{int(entry['id'])},{entry_tail(entry)}".encode()).hexdigest()
 
 
 def link(head: Head, entries: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], Head]:

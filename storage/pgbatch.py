@@ -7,7 +7,7 @@ when the previous batch has settled, what is pending (up to `max_batch`)
 becomes one transaction in which the requests' units are stepped in
 lockstep: every statement of a step goes to the server at once (asyncpg's
 `fetchmany`: many executions, one round trip), then each unit gets its row
-and runs to its next statement. A batch of N costs about seven round trips
+and runs to its next statement. A batch of N costs about five round trips
 and one commit instead of 6N and N.
 
 Why lockstep equals one request after another: a batch holds at most one
@@ -19,8 +19,8 @@ fence rows in resource order before it claims key rows: two replicas' batches
 do not wait on each other in a cycle. A deadlock PostgreSQL reports all the
 same is answered like a race. Audit entries are inserted in the order of
 their fence upserts, so per resource their ids follow commit order; they are
-chained onto the trail (`chain.py`) after the lockstep, the chain's head
-locked last, in three round trips per batch.
+chained onto the trail after the lockstep by one statement (`APPEND`), the
+chain's head locked last and held for that round trip and the commit.
 
 A refusal wrote nothing (the unit's order), so it needs no savepoint. A
 `Retry` (another replica committed a row this batch claimed) or a deadlock
@@ -43,14 +43,15 @@ import asyncpg
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from storage.chain import Head, announce, head_of, link
+from storage.chain import Head, announce, entry_tail, head_of
 from storage.errors import StorageError, StorageUnavailable
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply
+from storage.models import AuditEntry, AuditHead
 from storage.protocols import FencedRequest
 from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
 from storage.records import refused_params
 from storage.sql import SqlObjectStore
-from storage.statements import Statements
+from storage.statements import HEAD_ROW, Statements
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,41 @@ MAX_RUNS = 3  # a batch that met a race runs again this often before its request
 # flush, the next runs its statements. Batches that touch one resource serialize on its fence row.
 DEFAULT_LANES = 2
 _Row = Mapping[str, Any]
-# Run on their own, not in lockstep: entries inserted with executemany (no rows wanted), the chain's head.
-_UNWRAPPED = ("audit_insert", "head_select", "head_update")
+# The audit chain's statements: a batch appends with `APPEND` instead.
+_CHAIN = ("audit_insert", "head_select", "head_update")
+_AUDITED = ("at", "client", "method", "key", "resource", "token", "mark", "status", "outcome")
+# Chain a batch's entries onto the trail in the server (`chain.py`): lock the head, number the entries
+# after it, hash each as `chain.entry_hash` does (sha256 of `PREVIOUS\n[ID,TAIL`, TAIL from
+# `entry_tail`), insert them, move the head; return the head before and after. $1 is the tails, $2..$10
+# the `_AUDITED` columns, one array element per entry.
+APPEND = f"""
+WITH RECURSIVE
+  head AS MATERIALIZED (
+    SELECT last_id, hash FROM {AuditHead.__tablename__} WHERE id = {HEAD_ROW} FOR UPDATE
+  ),
+  entry AS MATERIALIZED (
+    SELECT * FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[],
+                         $7::int8[], $8::int8[], $9::int4[], $10::text[])
+      WITH ORDINALITY AS e({", ".join(_AUDITED)}, n)
+  ),
+  link (n, id, hash) AS (
+    SELECT 0::int8, last_id, hash::text FROM head
+    UNION ALL
+    SELECT link.n + 1, link.id + 1, encode(sha256(convert_to(
+             link.hash || E'\\n[' || (link.id + 1)::text || ',' || ($1::text[])[link.n + 1], 'UTF8')), 'hex')
+    FROM link WHERE link.n < cardinality($1::text[])
+  ),
+  chained AS MATERIALIZED (SELECT * FROM link WHERE n > 0),
+  inserted AS (
+    INSERT INTO {AuditEntry.__tablename__} (id, {", ".join(_AUDITED)}, chain)
+    SELECT chained.id, {", ".join(f"entry.{name}" for name in _AUDITED)}, chained.hash
+    FROM chained JOIN entry ON entry.n = chained.n
+  )
+UPDATE {AuditHead.__tablename__} SET last_id = moved.id, hash = moved.hash
+FROM (SELECT id, hash FROM chained ORDER BY n DESC LIMIT 1) AS moved, head
+WHERE {AuditHead.__tablename__}.id = {HEAD_ROW}
+RETURNING head.last_id AS before_id, head.hash AS before_hash, moved.id AS last_id, moved.hash AS last_hash
+"""  # noqa: S608 (table names and the head's id are this module's constants; values are $n parameters)
 
 
 class _Sql:
@@ -78,17 +112,29 @@ class _Sql:
         self.text: dict[str, str] = {}
         self.order: dict[str, tuple[tuple[str, Any], ...]] = {}  # (parameter, its default) in $n order
         for name in Statements.names():
+            if name in _CHAIN:
+                continue
             compiled = getattr(statements, name).compile(dialect=dialect)
             defaults = compiled.params
             self.order[name] = tuple((p, defaults.get(p)) for p in compiled.positiontup or ())
-            text = compiled.string
-            if name not in _UNWRAPPED:
-                # our own compiled statement, its values bound as $n parameters
-                text = f"WITH r AS ({text}) SELECT r.* FROM (SELECT 1) AS one LEFT JOIN r ON true"  # noqa: S608
-            self.text[name] = text
+            # our own compiled statement, its values bound as $n parameters
+            self.text[name] = (
+                f"WITH r AS ({compiled.string}) SELECT r.* FROM (SELECT 1) AS one LEFT JOIN r ON true"  # noqa: S608
+            )
 
     def args(self, name: str, params: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(params.get(param, default) for param, default in self.order[name])
+
+
+async def append(pg: Any, entries: Sequence[Mapping[str, Any]]) -> tuple[Head, Head] | None:
+    """Chain `entries` onto the trail in one statement (`APPEND`) on `pg`, in a transaction."""
+    if not entries:
+        return None
+    columns = ([entry[name] for entry in entries] for name in _AUDITED)
+    row = await pg.fetchrow(APPEND, [entry_tail(entry) for entry in entries], *columns)
+    # no row: the head row is missing, nothing was inserted, and head_of refuses
+    before = head_of(None if row is None else {"last_id": row["before_id"], "hash": row["before_hash"]})
+    return before, Head(int(row["last_id"]), str(row["last_hash"]))
 
 
 class _Statement:
@@ -314,23 +360,6 @@ class PgGroupCommitStore(QueuedStore):
         self._pending.extendleft(reversed(later))
         return sorted(batch, key=lambda op: "" if op.request is None else op.request.resource)
 
-    async def _append(self, pg: Any, entries: Sequence[Mapping[str, Any]]) -> tuple[Head, Head] | None:
-        """Chain the batch's audit entries onto the trail (`chain.py`): lock the head last, insert, move it.
-
-        Three round trips per batch, whatever its size.
-        """
-        if not entries:
-            return None
-        sql = self._sql
-        found = await pg.fetchrow(sql.text["head_select"], *sql.args("head_select", {}))
-        before = head_of(None if found is None else dict(found.items()))
-        rows, after = link(before, entries)
-        await pg.executemany(sql.text["audit_insert"], [sql.args("audit_insert", row) for row in rows])
-        await pg.execute(
-            sql.text["head_update"], *sql.args("head_update", {"last_id": after.last_id, "hash": after.hash})
-        )
-        return before, after
-
     async def _commit(self, lane: _Lane, batch: list[Op]) -> list[Outcome | None]:
         requests = [op.request for op in batch if op.request is not None]
         refusals = [refused_params(entry) for op in batch for entry in op.refusals]
@@ -344,7 +373,7 @@ class PgGroupCommitStore(QueuedStore):
                 )
                 if any(isinstance(outcome, Retry) for outcome in outcomes):
                     raise _Rerun
-                moved = await self._append(pg, [*audits, *refusals])
+                moved = await append(pg, [*audits, *refusals])
             except (_Rerun, asyncpg.DeadlockDetectedError) as exc:
                 await transaction.rollback()
                 log.info("a group commit met a concurrent transaction (%s), run %d of %d", exc, run, MAX_RUNS)

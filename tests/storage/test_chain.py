@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ from fencegate.lab.cluster import LocalCluster
 from storage import ObjectNotFound, SqlObjectStore, StaleToken, migrate, open_engine
 from storage import chain as chain_module
 from storage.batch import GroupCommitStore
-from storage.chain import Head, entry_hash, read_head
+from storage.chain import GENESIS_HEAD, Head, entry_hash, link, read_head
 from storage.models import AuditEntry, AuditHead
 from storage.protocols import ObjectStore, Refused
 from storage.queued import QueuedStore
@@ -276,3 +276,48 @@ async def test_an_archived_start_is_checked_against_the_head_exported_at_the_arc
     async with trail.engine.begin() as conn:
         await conn.execute(update(AuditEntry).where(AuditEntry.id == 4).values(client="someone-else"))
     assert (await check(trail.engine, archive)).first_break == 4
+
+
+async def test_postgresql_appends_in_the_server_exactly_as_entry_hash_chains(
+    postgres_cluster: LocalCluster,
+) -> None:
+    """The group-commit writer's one-statement append hashes byte for byte as `entry_hash` does."""
+    from storage.pgbatch import append
+
+    india = timezone(timedelta(hours=5, minutes=30))
+    fields = ("at", "client", "method", "key", "resource", "token", "mark", "status", "outcome")
+    awkward: list[dict[str, object]] = [
+        dict(zip(fields, values, strict=True))
+        for values in (
+            (datetime(2026, 11, 27, 9, 1, 2, 345678, tzinfo=india), 'q"\\ ключ 😀', "PUT", "k/ä\n\t\u2028",
+             "r/ü", 2**63 - 1, 2**63 - 1, 200, "replayed"),
+            (datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), "", "DELETE", None, None, None, None,
+             428, "token_required"),
+            (datetime(2026, 1, 1, tzinfo=UTC), "c", "GET", "k", "r", 0, 7, 409, "stale_token"),
+        )
+    ]  # fmt: skip
+    many = [awkward[n % 3] | {"token": n, "mark": n + 1} for n in range(300)]  # more than a batch holds
+    async with fresh_database(postgres_cluster, "append") as url:
+        engine = open_engine(url)
+        await migrate(engine)
+        try:
+            async with engine.connect() as conn:
+                pg = (await conn.get_raw_connection()).driver_connection
+                assert pg is not None
+                async with pg.transaction():
+                    first = await append(pg, awkward)
+                    second = await append(pg, awkward[:1])
+                    third = await append(pg, many)
+            stored = [str(row["chain"]) for row in [await entry(engine, i) for i in (1, 2, 3, 4)]]
+            report = await check(engine)
+        finally:
+            await engine.dispose()
+    rows, after = link(GENESIS_HEAD, awkward)  # the same entries chained in Python
+    again, middle = link(after, awkward[:1])
+    _, end = link(middle, many)
+    assert first == (GENESIS_HEAD, after)
+    assert second == (after, middle)
+    assert third == (middle, end)
+    assert stored == [row["chain"] for row in [*rows, *again]]
+    assert report.ok, report.violations  # the chain holds as `audit verify` reads it
+    assert report.chain == report.stored_head == end
