@@ -43,7 +43,7 @@ import asyncpg
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from storage.chain import Head, announce, entry_tail, head_of
+from storage.chain import HASHED, Head, announce, entry_tail, head_of
 from storage.errors import StorageError, StorageUnavailable
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply
 from storage.models import AuditEntry, AuditHead
@@ -62,7 +62,7 @@ DEFAULT_LANES = 2
 _Row = Mapping[str, Any]
 # The audit chain's statements: a batch appends with `APPEND` instead.
 _CHAIN = ("audit_insert", "head_select", "head_update")
-_AUDITED = ("at", "client", "method", "key", "resource", "token", "mark", "status", "outcome")
+_AUDITED = HASHED[1:]  # an entry's columns besides its id and hash, in $2..$10 order
 # Chain a batch's entries onto the trail in the server (`chain.py`): lock the head, number the entries
 # after it, hash each as `chain.entry_hash` does (sha256 of `PREVIOUS\n[ID,TAIL`, TAIL from
 # `entry_tail`), insert them, move the head; return the head before and after. $1 is the tails, $2..$10
