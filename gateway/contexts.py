@@ -43,7 +43,11 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = open_storage(settings.storage_url, command_timeout=settings.storage_timeout)
     try:
-        version = await migrate(engine)
+        try:
+            version = await migrate(engine)
+        except StorageError as exc:  # the one line on stderr says the fix; the log keeps what the driver said
+            log.error("storage %s not ready: %s", engine.url.render_as_string(), exc.__cause__ or exc)
+            raise
         log.info("storage %s ready (schema version %d)", engine.url.render_as_string(), version)
         if not policy.fence:
             log.warning("THE FENCE IS OFF: a benchmark yardstick; every token is accepted")

@@ -18,6 +18,8 @@ parameters are refused rather than passed to the driver or dropped.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -106,6 +108,29 @@ def _plain_connect(dialect: Any, _record: Any, cargs: Any, cparams: dict[str, An
     return dialect.connect(*cargs, **cparams)
 
 
+def enter_wal(execute: Callable[[str], object], *, timeout: float) -> None:
+    """`PRAGMA journal_mode=WAL`, retried for up to `timeout` seconds while the file is busy.
+
+    WAL mode is stored in the file, so the first connection to a new database
+    switches it, and that switch takes the file's exclusive lock without
+    calling the busy handler: a second process opening the same new file at
+    that moment (two replicas started at once) gets "database is locked" at
+    once, whatever its busy timeout says. Waiting a little and trying again
+    is SQLite's own advice for a busy answer that did not wait.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        try:
+            execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
+
+
 def _configure_sqlite(engine: AsyncEngine) -> None:
     # The driver's own transaction handling is turned off so that BEGIN is ours:
     # SQLAlchemy's documented recipe for pysqlite/aiosqlite (it also makes
@@ -115,7 +140,7 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            enter_wal(cursor.execute, timeout=SQLITE_BUSY_TIMEOUT)
             cursor.execute("PRAGMA synchronous=FULL")
             cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT * 1000)}")
         finally:

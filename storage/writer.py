@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from storage.chain import Head, announce, head_of, link
+from storage.engine import enter_wal
 from storage.errors import StorageError, StorageUnavailable
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply, run_now
 from storage.models import Fence
@@ -106,7 +107,7 @@ class BatchWriter:
             db = sqlite3.connect(
                 self._path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
             )
-            db.execute("PRAGMA journal_mode=WAL")
+            enter_wal(db.execute, timeout=self._busy_timeout)
             db.execute("PRAGMA synchronous=FULL")  # per connection: the commit is on disk when it returns
             self._db = db
         return self._db

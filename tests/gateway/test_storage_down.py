@@ -13,7 +13,12 @@ import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+from aiohttp import web
+
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
+from gateway import Settings, create_app
+from storage import StorageUnavailable
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.waiting import eventually
 
@@ -97,3 +102,18 @@ async def test_invariant_4_postgres_hung_past_the_deadline_is_503_never_2xx(
     read = await client.get("/v1/objects/hung")
     state = (await read.read(), read.headers["Fencing-Token"], read.headers["Object-Version"])
     assert state in ((b"v1", "1", "1"), (b"v2", "2", "2"))
+
+
+async def test_a_store_that_cannot_be_migrated_stops_the_start_and_the_log_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The error names the fix and no driver text; the log keeps the driver's reason for the operator."""
+    garbage = tmp_path / "not-a-database.db"
+    garbage.write_bytes(b"this file is not a SQLite database" * 100)
+    runner = web.AppRunner(create_app(Settings(data_dir=tmp_path, storage=f"sqlite:///{garbage}")))
+    with caplog.at_level("ERROR", logger="gateway"), pytest.raises(StorageUnavailable) as caught:
+        await runner.setup()
+    await runner.cleanup()
+    assert "not a database" not in str(caught.value)
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("not ready" in line and "file is not a database" in line for line in logged), logged

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ from sqlalchemy import select, update
 from fencegate.lab.cluster import LocalCluster
 from storage import SCHEMA_VERSION, BadStorageURL, SchemaError, migrate, open_engine
 from storage.models import SchemaVersion
+from storage.writer import BatchWriter
 
 
 async def test_migrate_creates_then_is_idempotent(tmp_path: Path) -> None:
@@ -44,6 +49,39 @@ async def test_sqlite_runs_wal_with_full_sync(tmp_path: Path) -> None:
         assert (mode, sync) == ("wal", 2)  # 2 is FULL
     finally:
         await engine.dispose()
+
+
+async def test_engines_opening_a_new_sqlite_file_at_once_all_migrate_it(tmp_path: Path) -> None:
+    """Replicas started together on one new file: the first switch to WAL does not wait out the
+    busy timeout, so without a retry one of them fails with "database is locked"."""
+    for round_ in range(40):
+        url = f"sqlite:///{tmp_path / f'{round_}.db'}"
+        engines = [open_engine(url) for _ in range(4)]
+        try:
+            versions = await asyncio.gather(*(migrate(engine) for engine in engines))
+        finally:
+            await asyncio.gather(*(engine.dispose() for engine in engines))
+        assert versions == [SCHEMA_VERSION] * 4, f"round {round_}"
+
+
+def _open_together(writer: BatchWriter, start: threading.Barrier) -> None:
+    start.wait()
+    writer.open()
+
+
+def test_group_commit_writers_opening_a_new_sqlite_file_at_once_all_get_wal(tmp_path: Path) -> None:
+    for round_ in range(300):
+        path = str(tmp_path / f"{round_}.db")
+        writers = [BatchWriter(path, busy_timeout=5.0) for _ in range(4)]
+        start = threading.Barrier(len(writers))
+        try:
+            with ThreadPoolExecutor(len(writers)) as pool:
+                list(pool.map(_open_together, writers, [start] * len(writers)))  # re-raises a failure
+        finally:
+            for writer in writers:
+                writer.close()
+        with closing(sqlite3.connect(path)) as db:
+            assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",), f"round {round_}"
 
 
 @pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "mysql://x@y/z", "not a url"])
