@@ -204,7 +204,7 @@ async def test_postgres_creates_its_sequence_with_cache_one(pg_dsn: str, resourc
 async def test_sources_opening_a_new_sqlite_file_at_once_all_draw(tmp_path: Path, resource: str) -> None:
     """Processes started together on one new token file: the first switch to WAL does not wait out
     the busy timeout, so without a retry one of them fails with "database is locked"."""
-    for round_ in range(150):
+    for round_ in range(300):
         sources = [SQLiteTokens(tmp_path / f"{round_}.db") for _ in range(4)]
         try:
             tokens = await asyncio.gather(*(source.next_token(resource) for source in sources))

@@ -54,7 +54,7 @@ async def test_sqlite_runs_wal_with_full_sync(tmp_path: Path) -> None:
 async def test_engines_opening_a_new_sqlite_file_at_once_all_migrate_it(tmp_path: Path) -> None:
     """Replicas started together on one new file: the first switch to WAL does not wait out the
     busy timeout, so without a retry one of them fails with "database is locked"."""
-    for round_ in range(40):
+    for round_ in range(100):
         url = f"sqlite:///{tmp_path / f'{round_}.db'}"
         engines = [open_engine(url) for _ in range(4)]
         try:
@@ -70,7 +70,7 @@ def _open_together(writer: BatchWriter, start: threading.Barrier) -> None:
 
 
 def test_group_commit_writers_opening_a_new_sqlite_file_at_once_all_get_wal(tmp_path: Path) -> None:
-    for round_ in range(300):
+    for round_ in range(200):
         path = str(tmp_path / f"{round_}.db")
         writers = [BatchWriter(path, busy_timeout=5.0) for _ in range(4)]
         start = threading.Barrier(len(writers))
