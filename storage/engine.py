@@ -115,8 +115,10 @@ def enter_wal(execute: Callable[[str], object], *, timeout: float) -> None:
     switches it, and that switch takes the file's exclusive lock without
     calling the busy handler: a second process opening the same new file at
     that moment (two replicas started at once) gets "database is locked" at
-    once, whatever its busy timeout says. Waiting a little and trying again
-    is SQLite's own advice for a busy answer that did not wait.
+    once, whatever its busy timeout says. So the switch is retried here, with
+    a doubling pause, for as long as the busy timeout would have waited. (The
+    engine's connect hook runs on the event loop, so the pauses hold it; they
+    happen only while a new file is being switched, at start-up.)
     """
     deadline = time.monotonic() + timeout
     pause = 0.001
