@@ -15,7 +15,6 @@ its own value), so a split vote does not turn into a tight retry loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 
 from lockclient._nodes import Master
@@ -108,8 +107,7 @@ class _Listener:
 
     async def aclose(self) -> None:
         self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        await asyncio.wait([self.task])  # unlike awaiting it, never swallows the caller's own cancellation
 
 
 class Notifier:

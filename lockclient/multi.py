@@ -128,9 +128,10 @@ async def _release_quietly(locker: Redlock[TokenT], leases: Sequence[Lease[Token
 
 async def release_many(locker: Redlock[TokenT], multi: MultiLease[TokenT]) -> None:
     """Release every lease at once; `LockLost` (after all were tried) naming each one that was lost."""
-    outcomes = await asyncio.gather(
-        *(locker.release(lease) for lease in multi.values()), return_exceptions=True
-    )
+    # Every release is a task started now, and the wait for them is shielded: a cancellation of the
+    # caller (a timeout firing as the block ends, even before the tasks first ran) ends the wait, not them.
+    releases = [asyncio.ensure_future(locker.release(lease)) for lease in multi.values()]
+    outcomes = await asyncio.shield(asyncio.gather(*releases, return_exceptions=True))
     _raise_first(outcomes)
 
 

@@ -251,14 +251,7 @@ class Redlock(Generic[TokenT]):
                 ):  # fmt: skip
                     raise self._unavailable(resource, result, began, attempts, now - outage_since)
                 if not blocking or left <= 0 or attempts == retry.attempts:
-                    self._events.masters_failed(resource, result.failed)
-                    self._events.not_acquired(resource, began, attempts, unreachable=False)
-                    raise LockNotAcquired(
-                        f"could not lock {resource!r} after {attempts} attempt(s): {result.summary}; "
-                        "per-node reasons are in .reasons (raise timeout, or check the masters)",
-                        resource=resource,
-                        reasons=result.nodes,
-                    )
+                    raise self._not_acquired(resource, result, began, attempts)
                 held = result.tally.held_elsewhere()
                 self._events.retried(
                     resource, "unreachable" if unreachable else "held" if held else "split", result.failed
@@ -275,6 +268,10 @@ class Redlock(Generic[TokenT]):
                     continue
                 pause = retry.poll if held else retry.backoff()
                 await watch.wait(min(pause, left))
+                if self._tokens is not None and self._clock() >= deadline:
+                    # the wait used up the timeout: no time is left to draw a token for another
+                    # attempt, so the answer is this attempt's, not a token source's timeout
+                    raise self._not_acquired(resource, result, began, attempts)
         finally:
             if watch is not None:
                 await self._notifier.unwatch(watch)
@@ -298,6 +295,18 @@ class Redlock(Generic[TokenT]):
                 "ran out; check the source, or raise timeout",
                 resource=resource,
             ) from exc
+
+    def _not_acquired(
+        self, resource: str, result: NotGranted, began: float, attempts: int
+    ) -> LockNotAcquired:
+        self._events.masters_failed(resource, result.failed)
+        self._events.not_acquired(resource, began, attempts, unreachable=False)
+        return LockNotAcquired(
+            f"could not lock {resource!r} after {attempts} attempt(s): {result.summary}; "
+            "per-node reasons are in .reasons (raise timeout, or check the masters)",
+            resource=resource,
+            reasons=result.nodes,
+        )
 
     def _unavailable(
         self, resource: str, result: NotGranted, began: float, attempts: int, outage: float
@@ -401,10 +410,12 @@ class Redlock(Generic[TokenT]):
             return
         if lease.holds == 0:
             raise LockLost(f"the lease on {lease.resource!r} was already released", resource=lease.resource)
-        await self._stop_watchdog(lease)
-        outcomes = await self._undo(lease.key, lease.value, self._masters, need=self.quorum)
         lease.holds = 0
         self._held.pop((lease.resource, lease.owner), None)
+        try:
+            await self._stop_watchdog(lease)
+        finally:  # cancelled while the watchdog stopped: the keys go all the same (the undo is shielded)
+            outcomes = await self._undo(lease.key, lease.value, self._masters, need=self.quorum)
         not_ours = sum(o is False for o in outcomes)
         if len(outcomes) - not_ours >= self.quorum:
             # A quorum released it, or masters that did not answer may still have held it (their keys

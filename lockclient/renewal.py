@@ -20,7 +20,6 @@ revives a lease whose validity has passed, even if the loop was blocked.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, NoReturn
@@ -120,7 +119,9 @@ class Renewals(Generic[TokenT]):
     async def _watchdog(self, lease: Lease[TokenT]) -> None:
         """Step 7: renew every `ttl * watchdog_fraction` until released or lost."""
         while True:
-            await asyncio.sleep(lease.ttl * self._settings.watchdog_fraction)
+            # a fraction of the TTL, or of the validity left if less: a lease granted after a slow
+            # token draw starts with less than its TTL
+            await asyncio.sleep(min(lease.ttl, lease.remaining()) * self._settings.watchdog_fraction)
             try:
                 await self.renew(lease, lease.ttl)
             except LockLost:
@@ -132,8 +133,7 @@ class Renewals(Generic[TokenT]):
         task = self._watchdogs.pop(lease, None)
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait([task])  # unlike awaiting it, never swallows the caller's own cancellation
 
     async def aclose(self) -> None:
         for lease in list(self._watchdogs):
