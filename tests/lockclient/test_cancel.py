@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -35,11 +36,11 @@ async def _nowhere(raw: list[Redis], *keys: str) -> None:
     await eventually(gone, what=f"{keys} deleted on every master")
 
 
-async def _cancelled(body: Callable[[], Awaitable[None]]) -> BaseException | None:
+async def _cancelled(body: Callable[[], Coroutine[Any, Any, None]]) -> BaseException | None:
     """Run `body` as a task of its own; what it ended with (None if it returned)."""
-    [outcome] = await asyncio.gather(asyncio.create_task(body()), return_exceptions=True)
-    assert outcome is None or isinstance(outcome, BaseException)
-    return outcome
+    task = asyncio.create_task(body())
+    await asyncio.wait([task])
+    return task.exception() if not task.cancelled() else asyncio.CancelledError()
 
 
 @pytest.mark.parametrize("auto_extend", [False, True])
