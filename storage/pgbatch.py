@@ -14,19 +14,24 @@ Why lockstep equals one request after another: a batch holds at most one
 request per key and per idempotency record (the rest wait for the next
 batch), so its requests meet only at fence rows, and each step runs its fence
 upserts in batch order. Requests are sorted by resource (arrival order within
-one), and a step's statements run fence upserts first, so a batch takes its
-fence rows in resource order before it claims key rows: two replicas' batches
-do not wait on each other in a cycle. A deadlock PostgreSQL reports all the
-same is answered like a race. Audit entries are inserted in the order of
+one), and all of a batch's fence upserts go in one step (a unit that looks up
+its Idempotency-Key first is waited for), before anything else of that step,
+so a batch takes its fence rows in resource order, at once, before it claims
+key rows: two replicas' batches, or a replica's two lanes, do not wait on
+each other in a cycle. A deadlock PostgreSQL reports all the same rolls the
+batch back and runs it again, up to `MAX_RUNS` times. Audit entries are inserted in the order of
 their fence upserts, so per resource their ids follow commit order; they are
 chained onto the trail after the lockstep by one statement (`APPEND`), the
 chain's head locked last and held for that round trip and the commit.
 
 A refusal wrote nothing (the unit's order), so it needs no savepoint. A
-`Retry` (another replica committed a row this batch claimed) or a deadlock
-rolls the whole batch back and runs it again, meeting that row; both are
-rare. No request is answered before the COMMIT that holds it returned; if a
-statement or the commit fails, every request of the batch is answered 503.
+`Retry` (another replica committed a row this batch claimed: a key's binding,
+an Idempotency-Key's record) rolls the batch back, sends the requests that
+met it back to the queue, where the next batch meets the committed row (a
+replay or a refusal), and runs the rest again at once without them, so a
+retry racing its twin never costs its batch-mates a 503. No request is
+answered before the COMMIT that holds it returned; if a statement or the
+commit fails, every request of the batch is answered 503.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from storage.statements import HEAD_ROW, Statements
 
 log = logging.getLogger(__name__)
 
-MAX_RUNS = 3  # a batch that met a race runs again this often before its requests are answered 503
+MAX_RUNS = 3  # a batch that met a deadlock runs this often before its requests are answered 503
 # Batches in flight at once, each on a connection of its own: while one waits for its commit's WAL
 # flush, the next runs its statements. Batches that touch one resource serialize on its fence row.
 DEFAULT_LANES = 2
@@ -176,8 +181,12 @@ class _RequestTx:
         self._batch.audits.append((self._index, params))
 
 
-class _Rerun(Exception):
-    """The batch met another transaction's row or a deadlock: roll back and run it again."""
+class _Raced(Exception):
+    """Requests of the batch met a row another transaction committed meanwhile (their unit's `Retry`)."""
+
+    def __init__(self, ops: list[Op]) -> None:
+        super().__init__(f"{len(ops)} request(s) met a concurrent claim")
+        self.ops = ops
 
 
 async def run_lockstep(
@@ -209,8 +218,15 @@ async def run_lockstep(
         now_waiting = dict(waiting)
         groups: dict[str, list[_Statement]] = {}
         waiting.clear()
+        # A batch takes all its fence rows in one step, in resource order: while a unit has not reached
+        # its fence yet (an Idempotency-Key's lookup comes first), the other units' fence upserts wait for
+        # it. Two batches that took their rows over two steps could each hold one the other waits for.
+        early = any(s.name != "fence_upsert" and i not in batch.fenced_at for i, s in now_waiting.items())
         for index in sorted(now_waiting):
             statement = now_waiting[index]
+            if early and statement.name == "fence_upsert":
+                waiting[index] = statement
+                continue
             groups.setdefault(statement.name, []).append(statement)
         for name in Statements.names():  # fence upserts before key claims, in every step
             group = groups.get(name)
@@ -361,9 +377,12 @@ class PgGroupCommitStore(QueuedStore):
         return sorted(batch, key=lambda op: "" if op.request is None else op.request.resource)
 
     async def _commit(self, lane: _Lane, batch: list[Op]) -> list[Outcome | None]:
-        requests = [op.request for op in batch if op.request is not None]
-        refusals = [refused_params(entry) for op in batch for entry in op.refusals]
-        for run in range(1, MAX_RUNS + 1):
+        """Commit `batch`, which shrinks by the requests that raced (they go back to the queue)."""
+        deadlocks = 0
+        while True:
+            fenced = [op for op in batch if op.request is not None]
+            requests = [op.request for op in fenced if op.request is not None]
+            refusals = [refused_params(entry) for op in batch for entry in op.refusals]
             pg = await lane.connection()
             transaction = pg.transaction()
             await transaction.start()
@@ -371,12 +390,27 @@ class PgGroupCommitStore(QueuedStore):
                 outcomes, audits = await run_lockstep(
                     pg, self._sql, requests, now=datetime.now(UTC), policy=self._policy
                 )
-                if any(isinstance(outcome, Retry) for outcome in outcomes):
-                    raise _Rerun
+                raced = [
+                    op for op, outcome in zip(fenced, outcomes, strict=True) if isinstance(outcome, Retry)
+                ]
+                if raced:
+                    raise _Raced(raced)
                 moved = await append(pg, [*audits, *refusals])
-            except (_Rerun, asyncpg.DeadlockDetectedError) as exc:
+            except _Raced as exc:
+                # Only they met the committed row, and a later batch meets it too (a replay, or a
+                # refusal); the rest run again at once without them, never sharing their race's 503.
                 await transaction.rollback()
-                log.info("a group commit met a concurrent transaction (%s), run %d of %d", exc, run, MAX_RUNS)
+                batch[:] = [op for op in batch if all(op is not other for other in exc.ops)]
+                self._pending.extendleft(reversed(exc.ops))
+                self._wake.set()
+                log.info("a group commit met a concurrent transaction (%s): run again without them", exc)
+                continue
+            except asyncpg.DeadlockDetectedError as exc:
+                await transaction.rollback()
+                deadlocks += 1
+                if deadlocks == MAX_RUNS:
+                    raise StorageUnavailable(f"a batch met {MAX_RUNS} deadlocks in a row; retry") from exc
+                log.info("a group commit met a deadlock (%s), run %d of %d", exc, deadlocks, MAX_RUNS)
                 continue
             except BaseException:
                 try:
@@ -389,4 +423,3 @@ class PgGroupCommitStore(QueuedStore):
                 announce(*moved)
             answers = iter(outcomes)
             return [None if op.request is None else next(answers) for op in batch]
-        raise StorageUnavailable(f"a batch met concurrent transactions {MAX_RUNS} times in a row; retry")
