@@ -163,8 +163,8 @@ def _log_refusal(request: web.Request, status: int, body: dict[str, object], exc
         "highest": body.get("highest"),
         "client": request.get(RequestKeys.client, request.remote),
     }
-    if status < 500:
-        log.warning("refused %s", json.dumps(record))
+    if status < 500:  # the detail of a 4xx is the gateway's own sentence: what the client did
+        log.warning("refused %s", json.dumps(record | {"detail": body.get("detail")}))
         return
     # The whole story, under the id the client was given: the message and, for a failure that
     # came from elsewhere (a driver, a socket, a deadline, a bug), the traceback with its causes.

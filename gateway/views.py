@@ -9,7 +9,7 @@ import hashlib
 from aiohttp import web
 
 from gateway.auth import Access
-from gateway.errors import PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable
+from gateway.errors import BadRequest, PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable
 from gateway.keys import AppKeys, RequestKeys
 from gateway.openapi import document
 from gateway.parsing import (
@@ -66,14 +66,18 @@ async def _read_body(request: web.Request) -> bytes:
     limit = settings.max_body
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"the body is {request.content_length} bytes; the limit is {limit}")
-    if request.content.is_eof():  # the whole body came with the headers: no timer needed
-        return await request.read()
     try:
+        if request.content.is_eof():  # the whole body came with the headers: no timer needed
+            return await request.read()
         async with asyncio.timeout(settings.idle_timeout):
             return await request.read()
     except TimeoutError as exc:
         raise RequestTimeout(
             f"the body did not arrive within {settings.idle_timeout}s; nothing was written, send it again"
+        ) from exc
+    except ConnectionResetError as exc:  # the client's doing, not the gateway's: a 4xx, never a 500
+        raise BadRequest(
+            "the connection closed before the whole body arrived; nothing was written, send it again"
         ) from exc
 
 

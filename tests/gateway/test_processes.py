@@ -151,3 +151,35 @@ async def test_serve_fences_on_the_event_loop_it_was_given(
         async with session.put(url, data=b"old", headers={"Fencing-Token": "1"}) as stale:
             assert stale.status == 409
             assert (await stale.json())["highest"] == 2
+
+
+async def test_a_client_that_hangs_up_mid_body_is_its_own_fault_not_a_server_error(
+    start_gateway: Start, tmp_path: Path
+) -> None:
+    """A served gateway (aiohttp's test server cancels such a handler instead) counts and logs it as the
+    client's 400: no ERROR and no traceback, no 500 to page anyone over; nothing is written."""
+    gateway = start_gateway("--data-dir", str(tmp_path / "data"))
+    host, port = gateway.url.removeprefix("http://").rsplit(":", 1)
+    for _ in range(3):
+        _, writer = await asyncio.open_connection(host, int(port))
+        head = "PUT /v1/objects/hangup HTTP/1.1\r\nHost: t\r\nFencing-Token: 7\r\nContent-Length: 1000"
+        writer.write(f"{head}\r\n\r\nabc".encode())
+        await writer.drain()
+        writer.close()
+    async with aiohttp.ClientSession() as session:
+
+        async def metrics() -> str:
+            async with session.get(f"{gateway.url}/metrics") as answer:
+                return await answer.text()
+
+        async def counted() -> bool:
+            return 'route="/v1/objects/{key}",status="400"} 3.0' in await metrics()
+
+        await eventually(counted, what="three PUTs counted as 400")
+        assert 'status="500"' not in await metrics()
+        async with session.get(f"{gateway.url}/v1/fences/hangup") as fence:
+            assert await fence.json() == {"resource": "hangup", "highest": 0}
+    log = gateway.log_path.read_text()
+    assert "connection closed before the whole body arrived" in log
+    assert " ERROR " not in log
+    assert "Traceback" not in log
