@@ -193,6 +193,26 @@ async def test_a_blocking_acquire_gives_up_at_its_timeout(urls: list[str], resou
         await holder.release(lease)
 
 
+@pytest.mark.parametrize("wait", [0.3, 1.0])
+async def test_a_contended_acquire_with_a_token_source_times_out_on_the_holder_not_the_source(
+    urls: list[str], resource: str, tmp_path: Path, wait: float
+) -> None:
+    """The wait for the holder used up the timeout: the error is the masters' answers, with reasons,
+    not a token draw left no time and blamed on the source."""
+    tokens = tmp_path / "tokens.db"
+    async with (
+        Redlock(urls, tokens=SQLiteTokens(tokens)) as holder,
+        Redlock(urls, tokens=SQLiteTokens(tokens)) as waiter,
+    ):
+        lease = await holder.acquire(resource, ttl=30.0)
+        with pytest.raises(LockNotAcquired) as caught:
+            await waiter.acquire(resource, timeout=wait)
+        await holder.release(lease)
+    assert "token source" not in str(caught.value)
+    assert set(caught.value.reasons) == set(urls)
+    assert all(reason.startswith("refused") for reason in caught.value.reasons.values())
+
+
 async def test_retry_attempts_bound_a_blocking_acquire(urls: list[str], resource: str) -> None:
     async with Redlock(urls) as holder, Redlock(urls, retry=RetryPolicy(attempts=3, poll=0.01)) as waiter:
         lease = await holder.acquire(resource, ttl=10.0)

@@ -7,6 +7,7 @@ clusters; the watchdog's events are read from an observer.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -95,3 +96,27 @@ async def test_a_majority_lost_past_the_validity_is_reported_once_the_validity_i
         async with GatewayClient("http://127.0.0.1:1", timeout=5.0) as gateway:
             with pytest.raises(LockLost):
                 await gateway.put("gone/object", b"late", lease=lease)
+
+
+async def test_a_lease_granted_after_a_slow_token_draw_is_renewed_before_its_validity_runs_out(
+    urls: list[str], tmp_path: Path
+) -> None:
+    """Another process holds the token file's write lock for most of the TTL (within the source's busy
+    timeout): the lease starts with far less than its TTL, and the watchdog renews it in time (a third
+    of the validity left, not of the TTL) instead of losing it to healthy masters."""
+    ttl = 3.0
+    path = tmp_path / "tokens.db"
+    async with SQLiteTokens(path) as warm:
+        await warm.next_token("warm-up")  # the file and its table exist
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    async with Redlock(urls, tokens=SQLiteTokens(path)) as locker:
+        acquiring = asyncio.create_task(locker.acquire("slow-draw", ttl=ttl, auto_extend=True))
+        await asyncio.sleep(2.4)  # the other process's transaction: most of the TTL
+        other.execute("COMMIT")
+        lease = await acquiring
+        assert lease.remaining() < ttl / 3  # granted with less validity left than a TTL-based watchdog waits
+        await eventually(lambda: lease.remaining() > ttl / 2, within=ttl, what="the watchdog's renewal")
+        assert not lease.lost
+        await locker.release(lease)
+    other.close()
