@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypedDict, Unpack
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 
@@ -195,10 +195,7 @@ class GatewayClient:
         ssl_keyfile: TLSPath | None = None,
         retry: GatewayRetry | None = DEFAULT_GATEWAY_RETRY,
     ) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ConfigurationError(
-                f"base_url {base_url!r} must be an http(s) URL, e.g. http://127.0.0.1:8080"
-            )
+        _check_base_url(base_url)
         self._tls = _tls_context(base_url, session, ssl_ca_certs, ssl_certfile, ssl_keyfile)
         # over TLS 1.3 a gateway that requires a client certificate closes the connection after
         # the handshake, which reaches the client as a plain disconnect: the message names the fix
@@ -505,6 +502,21 @@ def _tls_context(
         cert=None if cert is None else os.fspath(cert),
         key=None if key is None else os.fspath(key),
     )
+
+
+def _check_base_url(base_url: str) -> None:
+    """An http(s) URL with a host and, if given, a port that exists: anything else could never be sent,
+    and would otherwise surface at the first request as an outcome unknown and be retried."""
+    try:
+        parts = urlsplit(base_url)
+        port = parts.port  # ValueError when out of range or not a number
+    except ValueError:
+        parts, port = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        raise ConfigurationError(
+            f"base_url {base_url!r} must be an http(s) URL with a host and a port from 1 to 65535, "
+            "e.g. http://127.0.0.1:8080"
+        )
 
 
 def _tls_failure(exc: aiohttp.ClientError) -> str | None:

@@ -77,6 +77,16 @@ async def test_the_blocking_client_answers_as_the_async_one(
     }
 
 
+@pytest.mark.parametrize(
+    "url",
+    ["http://", "http://:8080", "http://127.0.0.1:99999", "http://127.0.0.1:0", "http://[::1", "ftp://h:1"],
+)
+def test_a_base_url_that_could_never_be_sent_to_is_refused_at_once(url: str) -> None:
+    """Not a client that later calls every request an unknown outcome and retries it."""
+    with pytest.raises(ConfigurationError, match="a host and a port from 1 to 65535"):
+        GatewayClient(url)
+
+
 def test_the_blocking_client_checks_its_arguments_and_reports_an_unreachable_gateway(
     tmp_path: Path,
 ) -> None:
