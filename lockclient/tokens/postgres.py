@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from lockclient.errors import ConfigurationError
-from lockclient.tokens._base import ClosingSource, check_resource, map_errors, missing_extra
+from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors, missing_extra
 from lockclient.tokens._batch import Batcher
 
 try:
@@ -75,6 +75,7 @@ class PostgresTokens(ClosingSource):
         timeout: float = DEFAULT_TIMEOUT,
         pool_size: int = 5,
     ) -> None:
+        check_seconds(timeout=timeout)
         if not IDENTIFIER.fullmatch(sequence):
             raise ConfigurationError(
                 f"sequence {sequence!r} is not a plain lower-case SQL identifier: use e.g. 'fencegate_tokens'"

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from lockclient.tokens._base import ClosingSource, check_resource, map_errors
+from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors
 from lockclient.tokens._batch import Batcher
 
 A = TypeVar("A")
@@ -73,6 +73,7 @@ class SQLiteTokens(ClosingSource):
     """Per-resource counters in a SQLite file shared by every process on the machine."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
+        check_seconds(busy_timeout=busy_timeout)
         self.path = os.fspath(path)
         self.busy_timeout = busy_timeout
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lockclient-sqlite")

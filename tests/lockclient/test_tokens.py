@@ -285,6 +285,9 @@ async def test_a_zookeeper_source_revives_a_client_whose_connection_loop_stopped
         lambda: ZooKeeperTokens("127.0.0.1:2181", connect_timeout=0),
         lambda: ZooKeeperTokens("127.0.0.1:2181", timeout=-1.0),
         lambda: EtcdTokens("127.0.0.1:2379", request_timeout=0),
+        lambda: PostgresTokens("postgresql://u@127.0.0.1/db", timeout=0),
+        lambda: PostgresTokens("postgresql://u@127.0.0.1/db", timeout=-5.0),
+        lambda: SQLiteTokens("tokens.db", busy_timeout=-1.0),
     ],
 )
 def test_timeouts_that_are_not_positive_are_refused(build: Callable[[], object]) -> None:
