@@ -162,7 +162,7 @@ class ApiKeys:
     def identify(self, authorization: str | None) -> ApiKey:
         """The key behind an `Authorization: Bearer` header, or 401."""
         scheme, _, secret = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not secret.strip():
+        if scheme.lower() != "bearer" or not secret.strip() or not secret.isascii():
             raise Unauthorized("send the API key as `Authorization: Bearer <key>`")
         presented = hash_secret(secret.strip()).encode()
         found: ApiKey | None = None

@@ -157,7 +157,12 @@ class SqlObjectStore(ObjectStore):
         )
         stmt = select(*cols).where(StoredObject.key > after).order_by(StoredObject.key).limit(limit)
         if prefix:
-            stmt = stmt.where(StoredObject.key.startswith(prefix, autoescape=True))
+            # LIKE narrows (SQLite's ignores ASCII case); the substring comparison is exact on both engines,
+            # so a key scoped to `a/` never lists `A/...`
+            stmt = stmt.where(
+                StoredObject.key.startswith(prefix, autoescape=True),
+                func.substr(StoredObject.key, 1, len(prefix)) == prefix,
+            )
         with map_storage_errors("list"):
             async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
                 return [_meta(row) for row in await conn.execute(stmt)]

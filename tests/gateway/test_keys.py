@@ -61,6 +61,14 @@ def test_identify_compares_with_every_key_in_constant_time() -> None:
         ApiKeys([]).identify("Bearer anything")
 
 
+@pytest.mark.parametrize("secret", ["\udcff", "ключ", "s3\udcff"])
+def test_a_secret_that_is_not_ascii_is_401_not_a_server_error(secret: str) -> None:
+    """aiohttp hands a header's undecodable bytes over as surrogates (`\\xff` is `\\udcff`)."""
+    keys = ApiKeys([ApiKey(name="k", sha256=hash_secret("s3"), prefixes=("",))])
+    with pytest.raises(Unauthorized):
+        keys.identify(f"Bearer {secret}")
+
+
 async def test_read_only_key_may_read_and_list_but_not_write_or_fence_read(
     make_client: MakeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -97,6 +97,14 @@ async def test_list_prefix_wildcards_are_literal(store: SqlObjectStore, names: N
     assert [m.key for m in await store.list(names("a%"), after="", limit=10)] == [names("a%b")]
 
 
+async def test_list_prefix_is_case_exact(store: SqlObjectStore, names: Names) -> None:
+    """SQLite's LIKE ignores ASCII case: a key scoped to `.../a/` must not list `.../A/...`."""
+    await store.put(names("a/mine"), b"v", resource=names("a/mine"), token=1)
+    await store.put(names("A/secret"), b"v", resource=names("A/secret"), token=1)
+    assert [m.key for m in await store.list(names("a/"), after="", limit=10)] == [names("a/mine")]
+    assert [m.key for m in await store.list(names("A/"), after="", limit=10)] == [names("A/secret")]
+
+
 async def test_concurrent_tokens_commit_in_non_decreasing_order(store: SqlObjectStore, names: Names) -> None:
     """Many writers at once: the accepted tokens, in commit (version) order, never decrease."""
     key = names("race")
