@@ -173,7 +173,12 @@ class UpstreamStore(ObjectStore):
                     key=key, resource=resource, token=token, version=None, size=len(request.data),
                     digest=digest_of(request.data), created=answer.status == 201,
                 )  # fmt: skip
-            answer = await self._forward(request.method, key, resource=resource, token=token)
+            try:
+                answer = await self._forward(request.method, key, resource=resource, token=token)
+            except ObjectNotFound as exc:
+                # the fence passed and its audit entry is committed: not a second, refusal-style entry
+                exc.audited = True
+                raise
         if request.method == "GET":
             return _object_data(key, resource, answer)
         return ObjectMeta(key=key, resource=resource, token=token, version=None, size=0, digest=None)

@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from gateway.config import SQLITE_FILE
+from storage import open_engine, verify_audit
 from tests.gateway.conftest import AppClient, MakeClient
 
 Behaviour = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
@@ -199,3 +202,20 @@ async def test_a_key_belongs_to_one_resource_in_proxy_mode_too(
     assert up.received == [("PUT", "mix/42", 1000), ("DELETE", "mix/42", 1000)]  # no refusal reached it
     for resource in ("mix/42", "other"):
         assert (await (await proxy.get(f"/v1/fences/{resource}")).json())["highest"] == 0
+
+
+async def test_a_fenced_read_the_upstream_lacks_is_audited_once(proxy: AppClient, tmp_path: Path) -> None:
+    """The fence's committed entry stands for it; a second, refusal-style entry with the older token,
+    written after a later write, would make `audit verify` report a token that went back."""
+    missing = await proxy.get("/v1/objects/gone/1", headers={"Fencing-Token": "1"})
+    assert (missing.status, (await missing.json())["error"]) == (404, "not_found")
+    later = await proxy.put("/v1/objects/gone/1", data=b"v", headers={"Fencing-Token": "2"})
+    assert later.status == 201
+    await proxy.close()  # the gateway shuts down: queued refusals are written
+    engine = open_engine(f"sqlite:///{tmp_path / SQLITE_FILE}")
+    try:
+        report = await verify_audit(engine)
+    finally:
+        await engine.dispose()
+    assert report.ok, report.violations
+    assert report.rows == 2
