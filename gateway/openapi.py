@@ -34,8 +34,8 @@ _JSON = "application/json"
 # What each error status means; the `error` codes are those of docs/gateway.md.
 _STATUS_TEXT = {
     400: "malformed request (bad_request): token, resource, key, prefix or limit; a fencing header, "
-    "Idempotency-Key or Authorization sent twice or as a comma list; a body cut short by the client "
-    "closing the connection; nothing changed",
+    "Idempotency-Key or Authorization sent twice or as a comma list; a Content-Encoding other than "
+    "identity; a body cut short by the client closing the connection; nothing changed",
     401: "API keys are configured and none, or an unknown one, was sent (unauthorized)",
     403: "the API key (or client certificate) is not scoped to this name, or may only read (forbidden)",
     404: "no such object (not_found)",

@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from gateway.auth import Access
 from gateway.errors import BadRequest, PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable
@@ -63,6 +64,12 @@ def _caller(request: web.Request, *, key: str, resource: str, token: int, data: 
 async def _read_body(request: web.Request) -> bytes:
     """The whole body, within the idle timeout: a client trickling its body cannot hold a slot."""
     settings = request.app[AppKeys.settings]
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding != "identity":  # aiohttp would inflate it, and keeps a gzip stream cut short as if whole
+        raise BadRequest(
+            f"Content-Encoding {encoding[:40]!r} is not accepted: send the body uncompressed, as it is to be "
+            "stored; nothing was written"
+        )
     limit = settings.max_body
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(f"the body is {request.content_length} bytes; the limit is {limit}")
@@ -79,6 +86,8 @@ async def _read_body(request: web.Request) -> bytes:
         raise BadRequest(
             "the connection closed before the whole body arrived; nothing was written, send it again"
         ) from exc
+    except RequestPayloadError as exc:  # a body the HTTP parser could not read (bad chunked framing)
+        raise BadRequest("the body could not be read as sent; nothing was written") from exc
 
 
 def _accepted_headers(meta: ObjectMeta) -> dict[str, str]:

@@ -11,6 +11,7 @@ merges or drops a repeated header on the way.
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -99,3 +100,28 @@ async def test_authorization_twice_is_400_even_when_both_are_valid(
         assert "Authorization came 2 times" in str(body["detail"])
     status, body = await send(client, "GET", "/v1/fences/auth", [alice])
     assert (status, body) == (200, {"resource": "auth", "highest": 0})  # nothing was written
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body"),
+    [
+        ("gzip", gzip.compress(b"the whole intended object " * 6)),
+        ("gzip", gzip.compress(b"the whole intended object " * 6)[:30]),  # cut short: inflates to a part
+        ("gzip", b"abc"),  # not gzip at all: aiohttp's parser refuses it first, with its plain 400
+        ("br", b"abc"),
+    ],
+    ids=["gzip", "truncated-gzip", "not-gzip", "br"],
+)
+async def test_a_compressed_body_is_refused_and_writes_nothing(
+    client: AppClient, encoding: str, body: bytes
+) -> None:
+    """Stored bytes are the bytes sent: an inflated body cut short would be stored as a part of itself."""
+    headers = {"Fencing-Token": "1", "Content-Encoding": encoding, "Connection": "close"}
+    resp = await client.put("/v1/objects/zipped", data=body, headers=headers)
+    assert resp.status == 400
+    if resp.content_type == "application/json":
+        assert (await resp.json())["error"] == "bad_request"
+    assert (await client.get("/v1/objects/zipped")).status == 404
+    assert await (await client.get("/v1/fences/zipped")).json() == {"resource": "zipped", "highest": 0}
+    identity = {"Fencing-Token": "1", "Content-Encoding": "identity"}
+    assert (await client.put("/v1/objects/zipped", data=b"x", headers=identity)).status == 201
