@@ -65,9 +65,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--raw-examples", type=int, default=500, help="raw fuzzed requests")
     parser.add_argument(
-        "--state-dir", type=Path, default=STATE_DIR, help="emptied, then holds the servers' data and logs"
+        "--state-dir",
+        type=Path,
+        default=STATE_DIR,
+        help="a new or empty directory, or one an earlier soak made: emptied, then holds the servers' "
+        "data and logs",
     )
     parser.set_defaults(func=run)
+
+
+MARKER = ".fencegate-soak"  # in a state directory a soak made, which the next soak may empty
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,10 +85,20 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     config = settings_from(SoakConfig, args)
+    state: Path = args.state_dir
+    earlier = (state / MARKER).exists() or (state / "cluster").is_dir()  # a soak's, marked or not yet
+    if state.exists() and not earlier and (not state.is_dir() or any(state.iterdir())):
+        print(
+            f"fencegate soak: --state-dir {state} holds files a soak did not write, and a soak empties it "
+            "first: give a new or empty directory",
+            file=sys.stderr,
+        )
+        return 2
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` shows where a run is
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnects during the ZooKeeper restart are expected
-    shutil.rmtree(args.state_dir, ignore_errors=True)
-    args.state_dir.mkdir(parents=True)
+    shutil.rmtree(state, ignore_errors=True)
+    state.mkdir(parents=True)
+    (state / MARKER).touch()  # the next soak may empty it
     whole = soak(
         config,
         args.state_dir,

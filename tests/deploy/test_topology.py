@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fencegate.cli import build_parser
+from fencegate.cli import build_parser, main
 from fencegate.lab.cluster import ClusterError, LocalCluster, Node
 from fencegate.lab.cluster.topology import gateway_backends, haproxy_config
 
@@ -93,3 +93,16 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+@pytest.mark.parametrize("extra", [[], ["--etcd", "-1"]], ids=["valid", "refused-later"])
+def test_cluster_up_leaves_a_directory_of_someone_elses_files_alone(
+    tmp_path: Path, extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`cluster down` (and a failed `up`) removes the state directory, so `up` refuses one it did not make."""
+    mine = tmp_path / "thesis"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("precious")
+    assert main(["cluster", "up", "--redis", "0", "--dir", str(mine), *extra]) == 2
+    assert "give a new or empty --dir" in capsys.readouterr().err
+    assert (mine / "thesis.tex").read_text() == "precious"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from fencegate.cli import main
 from fencegate.soak.load import SoakConfig
 from fencegate.soak.run import soak
 
@@ -59,3 +60,15 @@ async def test_short_soak_loses_nothing_and_violates_nothing(
     assert report.bad.tried["raw fuzzer"] == 60
     assert report.bad.server_errors == []
     assert report.bad.changed == []
+
+
+def test_a_state_dir_of_someone_elses_files_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A soak empties its state directory first: only a new, empty or earlier soak's one is taken."""
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    assert main(["soak", "--state-dir", str(mine), "--bench-seconds", "0"]) == 2
+    assert "holds files a soak did not write" in capsys.readouterr().err
+    assert (mine / "notes.txt").read_text() == "precious"

@@ -172,6 +172,7 @@ def _state_dir(parser: argparse.ArgumentParser, text: str) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
+    _refuse_foreign_files(Path(args.dir))
     cluster = LocalCluster(args.dir)
     if cluster.nodes or (cluster.dir / "cluster.json").exists():
         raise ClusterArgumentError(
@@ -186,6 +187,17 @@ def _up(args: argparse.Namespace) -> int:
         raise
     print(json.dumps(cluster.endpoints(), indent=2))
     return 0
+
+
+def _refuse_foreign_files(path: Path) -> None:
+    """`down` removes the state directory: `up` takes only a new or empty one, or its own."""
+    if path.exists() and not path.is_dir():
+        raise ClusterArgumentError(f"--dir {path} is a file; give a directory for the cluster's state")
+    if path.is_dir() and any(path.iterdir()) and not (path / "cluster.json").exists():
+        raise ClusterArgumentError(
+            f"--dir {path} already holds files that are not a cluster's, and `cluster down` removes the "
+            "directory: give a new or empty --dir"
+        )
 
 
 def _down(args: argparse.Namespace) -> int:
