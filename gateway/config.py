@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -123,8 +124,9 @@ class Settings:
                 "127.0.0.1, or pass --allow-open if a network boundary already keeps strangers out"
             )
         for name in ("request_timeout", "storage_timeout", "upstream_timeout", "idle_timeout"):
-            if getattr(self, name) <= 0:
-                raise ConfigurationError(f"{name} must be a positive number of seconds")
+            seconds = getattr(self, name)
+            if not (math.isfinite(seconds) and seconds > 0):  # nan passes `<= 0`, and no timer takes it
+                raise ConfigurationError(f"{name} must be a positive number of seconds, not {seconds!r}")
         if self.storage is not None:
             check_storage_url(self.storage)
         if self.upstream is not None:

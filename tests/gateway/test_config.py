@@ -58,7 +58,8 @@ def test_a_flag_wins_over_the_environment() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [(("--port", "70000"),  "out of range"), (("--port", "x"), "not a whole number"),
-     (("--request-timeout", "0"), "positive"), (("--upstream", "ftp://x"), "http"),
+     (("--request-timeout", "0"), "positive"), (("--request-timeout", "nan"), "positive"),
+     (("--idle-timeout", "inf"), "positive"), (("--upstream", "ftp://x"), "http"),
      (("--max-body", "-1"), "negative"), (("--event-loop", "trio"), "not one of uvloop, asyncio")],
 )  # fmt: skip
 def test_bad_values_are_refused_with_the_fix(argv: tuple[str, ...], message: str) -> None:
