@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
 
 from gateway.config import check_storage_url, env_name
 from gateway.errors import ConfigurationError
@@ -41,6 +44,12 @@ def run(args: argparse.Namespace) -> int:
             heads.append(Head.parse(text))
         except ValueError as exc:
             raise ConfigurationError(f"--head: {exc}") from None
+    database = make_url(args.storage).database
+    if args.storage.startswith("sqlite") and database and not Path(database).is_file():
+        raise ConfigurationError(  # opening it would create an empty database there, and find nothing
+            f"--storage: there is no SQLite database at {database}; give the gateway's file (fencegate.db "
+            "in its --data-dir)"
+        )
     report = asyncio.run(_verify(args.storage, heads))
     print("\n".join(report.lines()))
     return 0 if report.ok else 1

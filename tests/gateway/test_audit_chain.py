@@ -82,3 +82,12 @@ def test_a_malformed_exported_head_is_a_usage_error(
     err = capsys.readouterr().err
     assert "give HASH@ID as the gateway logged it" in err
     assert not (tmp_path / "none.db").exists()  # nothing was opened, let alone changed
+
+
+def test_verify_of_a_sqlite_file_that_is_not_there_is_a_usage_error_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = tmp_path / "fencegat.db"
+    assert main(["audit", "verify", "--storage", f"sqlite:///{typo}"]) == 2
+    assert "there is no SQLite database at" in capsys.readouterr().err
+    assert not typo.exists()
