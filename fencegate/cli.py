@@ -28,9 +28,12 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from importlib import import_module, metadata
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -40,6 +43,42 @@ if TYPE_CHECKING:
 
 OK, NO, USAGE, UNAVAILABLE, INCOMPLETE = 0, 1, 2, 3, 4
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+TERMINATED = 143  # 128 + SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised wherever the command is, so every `finally` and `with` on the way out runs: the
+    servers a command started are stopped as on Ctrl-C. (A command running an event loop may take
+    SIGTERM over with `loop.add_signal_handler` meanwhile.)"""
+
+
+_held = 0  # how many `termination_held` blocks are running
+_pending = False  # a SIGTERM arrived inside one
+
+
+def _terminated(_signum: int, _frame: object) -> None:
+    global _pending
+    if _held:
+        _pending = True
+        return
+    raise Terminated
+
+
+@contextlib.contextmanager
+def termination_held() -> Iterator[None]:
+    """Hold a SIGTERM that arrives inside the block until the block ends: for a step that must not be
+    cut in half, such as a server started but not yet recorded for whoever stops the cluster."""
+    global _held, _pending
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        if not _held and _pending:
+            _pending = False
+            raise Terminated
+
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 DETAIL_LINES = 20  # of an error's message after its first line (a server's log tail)
 
@@ -245,11 +284,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(func, str):  # "module:function", imported only now that the command runs
         module, _, name = func.partition(":")
         func = getattr(import_module(module), name)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
         code: int = func(args)
     except KeyboardInterrupt:
         print(f"{args.prog}: interrupted", file=sys.stderr)
         return INTERRUPTED
+    except Terminated:
+        print(f"{args.prog}: terminated", file=sys.stderr)
+        return TERMINATED
     except Exception as exc:
         code_of_error = error_code(exc)
         if code_of_error is None:
@@ -259,8 +303,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in rest[-DETAIL_LINES:]:  # a server's log tail, a compiler's output: indented below
             print(f"  {line}", file=sys.stderr)
         return code_of_error
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return code
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m fencegate.cli` runs this file as `__main__`, a second copy of the module: run the one
+    # the commands import, so SIGTERM's handler and `termination_held` share one state and one class
+    from fencegate.cli import main as imported_main
+
+    sys.exit(imported_main())

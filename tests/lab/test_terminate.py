@@ -32,6 +32,12 @@ def _stat(pid: int) -> list[str] | None:
         return None
 
 
+def _commands(started: dict[int, str]) -> str:
+    """What each process still running runs, for a failure's message."""
+    alive = [pid for pid, at in started.items() if _running(pid, at)]
+    return "; ".join(f"{pid}: {Path(f'/proc/{pid}/cmdline').read_text()[:80]!r}" for pid in alive)
+
+
 def _running(pid: int, started: str) -> bool:
     stat = _stat(pid)
     return stat is not None and stat[19] == started and stat[0] != "Z"
@@ -61,4 +67,29 @@ def test_sigterm_stops_a_lab_run_and_everything_it_started(tmp_path: Path) -> No
     eventually_sync(
         lambda: not any(_running(pid, at) for pid, at in started.items()),
         what="every process the run started to exit",
+    )
+
+
+def test_sigterm_during_cluster_up_stops_the_servers_already_started(tmp_path: Path) -> None:
+    """`cluster up` is synchronous: SIGTERM is raised where it stands, and its failure path stops what
+    started (ZooKeeper and PostgreSQL after the Redis masters keep it starting long enough)."""
+    err = tmp_path / "stderr"
+    state = tmp_path / "cluster"
+    argv = [sys.executable, "-m", "fencegate.cli", "cluster", "up", "--redis", "2", "--postgres",
+            "--zookeeper", "--dir", str(state)]  # fmt: skip
+    with err.open("w") as stderr:
+        up = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        eventually_sync(lambda: len(_children(up.pid)) >= 1, within=60, what="a first server")
+        started = _children(up.pid)
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=60) == TERMINATED
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    assert "terminated" in err.read_text()
+    eventually_sync(
+        lambda: not any(_running(pid, at) for pid, at in started.items()),
+        what=f"every server cluster up started to exit ({_commands(started)})",
     )

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fencegate.cli import termination_held
 from fencegate.lab.cluster.certs import Authority, KeyPair
 from fencegate.lab.cluster.errors import ClusterArgumentError, ClusterError, ServerStartError
 from fencegate.lab.cluster.servers import (
@@ -408,7 +409,7 @@ class LocalCluster:
         return node
 
     def _spawn(self, node: Node) -> None:
-        with open(node.log, "ab") as log:
+        with termination_held(), open(node.log, "ab") as log:  # a server is recorded before SIGTERM acts
             proc = subprocess.Popen(
                 node.argv,
                 stdin=subprocess.DEVNULL,
@@ -420,8 +421,8 @@ class LocalCluster:
                 group=node.user,
                 cwd=node.data_dir,
             )
-        self._procs[node.name] = proc
-        node.pid = proc.pid
+            self._procs[node.name] = proc
+            node.pid = proc.pid
         self._save()
 
     def wait_ready(self, name: str, deadline: float = START_DEADLINE) -> None:
@@ -464,7 +465,7 @@ class LocalCluster:
 
     def _signal(self, name: str, sig: signal.Signals) -> None:
         node = self.nodes[name]
-        if node.pid is None or not _runs(node.pid, node.argv[0]):
+        if node.pid is None or not self.is_running(name):
             raise ClusterError(f"{name} is not running")
         for pid in [node.pid, *_descendants(node.pid)]:
             with contextlib.suppress(ProcessLookupError):
@@ -490,7 +491,7 @@ class LocalCluster:
     def stop(self, name: str) -> None:
         """Orderly stop (SIGTERM; SIGINT for PostgreSQL's fast shutdown), SIGKILL past the deadline."""
         node = self.nodes[name]
-        if node.pid is None or not _runs(node.pid, node.argv[0]):
+        if node.pid is None or not self.is_running(name):
             node.pid = None
             return
         self._signal(name, signal.SIGCONT)  # a paused server cannot handle SIGTERM
@@ -530,7 +531,12 @@ class LocalCluster:
         return nodes
 
     def is_running(self, name: str) -> bool:
+        """Its process runs: our own unreaped child (never a reused PID; one just started may still be
+        exec'ing, its command line not yet readable), or a PID whose command line is the node's."""
         node = self.nodes[name]
+        proc = self._procs.get(name)
+        if proc is not None and proc.pid == node.pid and proc.poll() is None:
+            return True
         return node.pid is not None and _runs(node.pid, node.argv[0])
 
     def _wait_gone(self, pid: int, deadline: float) -> bool:

@@ -2,9 +2,11 @@
 
 Python's default SIGTERM ends the process where it stands: no `finally`
 runs, and every redis-server, ZooKeeper and PostgreSQL a lab run or a
-benchmark started outlives it. Under `until_terminated` SIGTERM cancels the
-run's task instead, so each cluster's `async with` unwinds and stops what it
-started. SIGINT cannot stand in for it: a job started in the background by a
+benchmark started outlives it. `fencegate.cli.main` turns SIGTERM into an
+exception for the synchronous commands (`cluster up`, `demo`); inside an
+event loop, under `until_terminated`, SIGTERM cancels the run's task
+instead, so each cluster's `async with` unwinds and stops what it started.
+SIGINT cannot stand in for it: a job started in the background by a
 non-interactive shell (CI, nohup) ignores SIGINT.
 """
 
@@ -15,11 +17,11 @@ import signal
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from fencegate.cli import TERMINATED
+
 __all__ = ["TERMINATED", "until_terminated"]
 
 T = TypeVar("T")
-
-TERMINATED = 128 + signal.SIGTERM  # the exit code a shell reports for a command ended by SIGTERM
 
 
 async def until_terminated(main: Coroutine[Any, Any, T]) -> T:
