@@ -22,6 +22,10 @@ ENV_FILE = env_name("api_keys")
 
 def _add(path: Path, name: str, prefixes: list[str], read_only: bool) -> int:
     keys = read_keys(path)
+    if not name.strip() or not name.isprintable():
+        raise ConfigurationError(
+            f"key name {name!r}: give a name the logs and the audit trail can show, e.g. billing-worker"
+        )
     if any(key.name == name for key in keys):
         raise ConfigurationError(f"a key named {name!r} exists; revoke it first or pick another name")
     secret = new_secret()

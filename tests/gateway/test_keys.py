@@ -49,6 +49,9 @@ def test_keys_add_twice_and_revoke_unknown_are_refused(
     assert main(["keys", "--file", str(path), "add", "billing", "--prefix", "x/"]) == 2
     assert main(["keys", "--file", str(path), "revoke", "nobody"]) == 2
     assert "no key named 'nobody'" in capsys.readouterr().err
+    for blank in ("", "  ", "a\nb"):  # a name the logs and the trail could not show
+        assert main(["keys", "--file", str(path), "add", blank, "--prefix", "x/"]) == 2
+        assert "give a name the logs and the audit trail can show" in capsys.readouterr().err
     assert path.read_text() == before
 
 
