@@ -106,3 +106,11 @@ def test_cluster_up_leaves_a_directory_of_someone_elses_files_alone(
     assert main(["cluster", "up", "--redis", "0", "--dir", str(mine), *extra]) == 2
     assert "give a new or empty --dir" in capsys.readouterr().err
     assert (mine / "thesis.tex").read_text() == "precious"
+
+
+def test_a_part_the_cluster_lacks_is_named_with_the_option_that_starts_it(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path / "empty")
+    with pytest.raises(ClusterError, match=r"fencegate cluster up --gateways N"):
+        _ = cluster.load_balancer
+    with pytest.raises(ClusterError, match=r"fencegate cluster up --postgres`"):
+        _ = cluster.postgres_dsn

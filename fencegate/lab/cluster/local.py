@@ -226,7 +226,8 @@ class LocalCluster:
         for node in self.nodes.values():
             if node.kind == kind:
                 return node
-        raise ClusterError(f"this cluster has no {kind}; start it with --{kind}")
+        option = {"haproxy": "--gateways N (a load balancer in front of them)"}.get(kind, f"--{kind}")
+        raise ClusterError(f"this cluster has no {kind}; start it with `fencegate cluster up {option}`")
 
     def endpoints(self) -> dict[str, Any]:
         """The JSON-able summary printed by `fencegate cluster up`: every endpoint as a URL."""
