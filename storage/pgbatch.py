@@ -19,10 +19,11 @@ its Idempotency-Key first is waited for), before anything else of that step,
 so a batch takes its fence rows in resource order, at once, before it claims
 key rows: two replicas' batches, or a replica's two lanes, do not wait on
 each other in a cycle. A deadlock PostgreSQL reports all the same rolls the
-batch back and runs it again, up to `MAX_RUNS` times. Audit entries are inserted in the order of
-their fence upserts, so per resource their ids follow commit order; they are
-chained onto the trail after the lockstep by one statement (`APPEND`), the
-chain's head locked last and held for that round trip and the commit.
+batch back and runs it again, up to `MAX_RUNS` times. Audit entries are
+inserted in the order of their fence upserts, so per resource their ids
+follow commit order; they are chained onto the trail after the lockstep by
+one statement (`APPEND`), the chain's head locked last and held for that
+round trip and the commit.
 
 A refusal wrote nothing (the unit's order), so it needs no savepoint. A
 `Retry` (another replica committed a row this batch claimed: a key's binding,
@@ -400,7 +401,8 @@ class PgGroupCommitStore(QueuedStore):
                 # Only they met the committed row, and a later batch meets it too (a replay, or a
                 # refusal); the rest run again at once without them, never sharing their race's 503.
                 await transaction.rollback()
-                batch[:] = [op for op in batch if all(op is not other for other in exc.ops)]
+                raced_ids = {id(op) for op in exc.ops}
+                batch[:] = [op for op in batch if id(op) not in raced_ids]
                 self._pending.extendleft(reversed(exc.ops))
                 self._wake.set()
                 log.info("a group commit met a concurrent transaction (%s): run again without them", exc)
