@@ -44,11 +44,11 @@ def run(args: argparse.Namespace) -> int:
             heads.append(Head.parse(text))
         except ValueError as exc:
             raise ConfigurationError(f"--head: {exc}") from None
-    database = make_url(args.storage).database
-    if args.storage.startswith("sqlite") and database and not Path(database).is_file():
+    url = make_url(args.storage)
+    if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).is_file():
         raise ConfigurationError(  # opening it would create an empty database there, and find nothing
-            f"--storage: there is no SQLite database at {database}; give the gateway's file (fencegate.db "
-            "in its --data-dir)"
+            f"--storage: there is no SQLite database at {url.database}; give the gateway's file "
+            "(fencegate.db in its --data-dir)"
         )
     report = asyncio.run(_verify(args.storage, heads))
     print("\n".join(report.lines()))

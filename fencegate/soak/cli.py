@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     (state / MARKER).touch()  # the next soak may empty it
     whole = soak(
         config,
-        args.state_dir,
+        state,
         schemathesis_examples=args.schemathesis_examples,
         raw_examples=args.raw_examples,
     )
