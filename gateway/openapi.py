@@ -129,7 +129,8 @@ _IDEMPOTENCY = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    "description": "a retry with the same key and the same request returns the first accepted outcome",
+    "description": "a retry with the same key and the same request (method, key, resource, token, body, "
+    "Content-Type) returns the first accepted outcome; another request under the key is 422",
     "schema": {"type": "string", "pattern": f"^{IDEMPOTENCY_KEY_PATTERN}$"},
 }
 _KEY = {

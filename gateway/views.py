@@ -47,18 +47,28 @@ def _authorize(request: web.Request, *names: str, access: Access) -> None:
     api_keys.require(key, *names, access=access)
 
 
-def _caller(request: web.Request, *, key: str, resource: str, token: int, data: bytes = b"") -> Caller:
-    """The audit and idempotency identity of a fenced request; a retry must match `request_digest`."""
+def _caller(
+    request: web.Request, *, key: str, resource: str, token: int, data: bytes = b"", content_type: str = ""
+) -> Caller:
+    """The audit and idempotency identity of a fenced request; a retry must match `request_digest`.
+
+    The digest covers the stored `Content-Type` too (a GET answers with it). Records written before it
+    did hold the digest without it, so a retry also carries that one (`legacy_digest`) and still
+    matches a record from before an upgrade.
+    """
     client = request.get(RequestKeys.client) or f"ip:{request.remote}"
     if request.method in ("GET", "HEAD"):  # a read has no outcome to replay
         return Caller(client=client)
     idempotency_key = parse_idempotency_key(one_value(request.headers, "Idempotency-Key"))
     if idempotency_key is None:
         return Caller(client=client)
-    digest = hashlib.sha256(
-        f"{request.method}\n{key}\n{resource}\n{token}\n{digest_of(data)}".encode()
-    ).hexdigest()
-    return Caller(client=client, idempotency_key=idempotency_key, request_digest=digest)
+    fields = f"{request.method}\n{key}\n{resource}\n{token}\n{digest_of(data)}"
+    return Caller(
+        client=client,
+        idempotency_key=idempotency_key,
+        request_digest=hashlib.sha256(f"{fields}\n{content_type}".encode()).hexdigest(),
+        legacy_digest=hashlib.sha256(fields.encode()).hexdigest(),
+    )
 
 
 async def _read_body(request: web.Request) -> bytes:
@@ -124,7 +134,7 @@ async def put_object(request: web.Request) -> web.Response:
     assert token is not None
     content_type = parse_content_type(request.headers.get("Content-Type"))
     data = await _read_body(request)
-    caller = _caller(request, key=key, resource=resource, token=token, data=data)
+    caller = _caller(request, key=key, resource=resource, token=token, data=data, content_type=content_type)
     meta = await request.app[AppKeys.fencer].put(
         key, data, resource=resource, token=token, caller=caller, content_type=content_type
     )

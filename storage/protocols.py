@@ -42,12 +42,15 @@ class Caller:
     `client` is the API key's name (or the peer address on an open gateway).
     `idempotency_key` (PUT and DELETE only) makes a retry return the first
     accepted outcome instead of applying twice; `request_digest` is what the
-    retry must match (method, key, resource, token, body).
+    retry must match (method, key, resource, token, body, Content-Type), and
+    `legacy_digest` the same without the Content-Type, which is what records
+    written by earlier versions hold.
     """
 
     client: str
     idempotency_key: str | None = None
     request_digest: str = ""
+    legacy_digest: str = ""
 
 
 ANONYMOUS = Caller(client="-")

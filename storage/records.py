@@ -5,7 +5,7 @@ retry here:
 
 - A write with an `Idempotency-Key` first looks up the client's record. If
   it exists and stands for the same request (method, key, resource, token,
-  body), the first outcome is returned and nothing is applied, not even the
+  body, Content-Type), the first outcome is returned and nothing is applied, not even the
   fence check: the write already happened, and a newer token since then must
   not turn the retry into a 409 for a write that succeeded. If it stands for
   a different request, the retry is refused (nothing changes).
@@ -90,7 +90,7 @@ def idempotency_params(caller: Caller, meta: ObjectMeta, *, now: datetime) -> di
 
 def replay(caller: Caller, record: Mapping[str, Any]) -> ObjectMeta:
     """The first outcome recorded under the caller's Idempotency-Key, if this is the same request."""
-    if record["request_digest"] != caller.request_digest:
+    if record["request_digest"] not in (caller.request_digest, caller.legacy_digest or caller.request_digest):
         raise IdempotencyKeyReused(
             f"Idempotency-Key {caller.idempotency_key!r} was already used by this client for a different "
             f"request ({record['key']!r} with token {record['token']}); use a fresh key for a new request",

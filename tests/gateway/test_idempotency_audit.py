@@ -65,6 +65,28 @@ async def test_reusing_an_idempotency_key_for_another_request_is_422_and_changes
     assert await (await client.get("/v1/fences/idem/b")).json() == {"resource": "idem/b", "highest": 4}
 
 
+async def test_a_retry_with_another_content_type_is_422_and_the_first_type_stays(
+    engine_client: AppClient, unique: str
+) -> None:
+    """A GET answers with the writer's Content-Type, so a retry that names another is another request."""
+    key = f"{unique}/typed"
+    headers = {"Fencing-Token": "4", "Idempotency-Key": f"{unique}-1"}
+    first = await engine_client.put(
+        f"/v1/objects/{key}", data=b"{}", headers=headers | {"Content-Type": "application/json"}
+    )
+    assert first.status == 201
+    other = await engine_client.put(
+        f"/v1/objects/{key}", data=b"{}", headers=headers | {"Content-Type": "text/plain"}
+    )
+    assert (other.status, (await other.json())["error"]) == (422, "idempotency_key_reused")
+    same = await engine_client.put(
+        f"/v1/objects/{key}", data=b"{}", headers=headers | {"Content-Type": "application/json"}
+    )
+    assert (same.status, await same.json()) == (201, await first.json())  # the same request replays
+    found = await engine_client.get(f"/v1/objects/{key}")
+    assert (found.headers["Content-Type"], found.headers["Object-Version"]) == ("application/json", "1")
+
+
 async def test_every_accepted_and_refused_request_is_audited_and_verify_prints_it(
     make_client: MakeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -119,6 +119,23 @@ async def test_a_retry_with_the_same_idempotency_key_returns_the_first_outcome_o
         assert (await conn.execute(stmt)).scalars().all() == [5]
 
 
+async def test_a_record_from_before_the_content_type_joined_the_digest_still_matches_its_retry(
+    backend: tuple[ObjectStore, SqlObjectStore], names: Names
+) -> None:
+    """Records written before an upgrade hold the digest without the Content-Type (`legacy_digest`):
+    a retry across the upgrade replays, and only that one digest matches."""
+    store, _ = backend
+    key, client = names("k"), names("c")
+    before = Caller(client=client, idempotency_key="op-1", request_digest="old")
+    first = await store.put(key, b"v1", resource=key, token=5, caller=before)
+    after = Caller(client=client, idempotency_key="op-1", request_digest="new", legacy_digest="old")
+    assert await store.put(key, b"v1", resource=key, token=5, caller=after) == first
+    other = Caller(client=client, idempotency_key="op-1", request_digest="new", legacy_digest="other")
+    with pytest.raises(IdempotencyKeyReused):
+        await store.put(key, b"v1", resource=key, token=5, caller=other)
+    assert (await store.get(key, resource=key, token=None)).meta.version == 1
+
+
 async def test_a_retried_delete_returns_its_first_outcome_not_404(
     backend: tuple[ObjectStore, SqlObjectStore], names: Names
 ) -> None:
