@@ -252,15 +252,18 @@ class _Lane:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._conn: AsyncConnection | None = None
+        self._driver: Any = None  # the asyncpg connection under `_conn` (driver-specific, hence Any)
 
     async def connection(self) -> Any:
-        """The asyncpg connection under the pool's (driver-specific, hence Any)."""
-        if self._conn is None:
-            self._conn = await self._engine.connect()
-        raw = await self._conn.get_raw_connection()
-        return raw.driver_connection
+        """The asyncpg connection under the pool's, checked out once and kept until `close`."""
+        if self._driver is None:
+            if self._conn is None:
+                self._conn = await self._engine.connect()
+            self._driver = (await self._conn.get_raw_connection()).driver_connection
+        return self._driver
 
     async def close(self) -> None:
+        self._driver = None
         conn, self._conn = self._conn, None
         if conn is None:
             return

@@ -95,7 +95,8 @@ class Statements:
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
+        """The statements' names in field order: fence upserts first (a batch runs its steps so)."""
+        return _NAMES
 
     @classmethod
     def for_dialect(cls, dialect: str) -> Statements:
@@ -162,3 +163,6 @@ class Statements:
             )
             .returning(IdempotencyRecord.client),
         )
+
+
+_NAMES = tuple(f.name for f in fields(Statements))
