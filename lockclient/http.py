@@ -73,7 +73,7 @@ BY_STATUS: dict[int, type[GatewayError]] = {
 BY_CODE: dict[str | None, type[GatewayError]] = {"idempotency_key_reused": IdempotencyKeyReused}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GatewayRetry:
     """How `GatewayClient` sends a request again whose outcome is unknown (a 5xx but 501, a
     timeout, a dropped connection) or that could not connect (nothing was sent).

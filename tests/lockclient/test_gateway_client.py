@@ -17,6 +17,7 @@ from gateway import Settings, create_app
 from lockclient import (
     BadRequest,
     GatewayClient,
+    GatewayRetry,
     IdempotencyKeyReused,
     NotFound,
     Redlock,
@@ -136,3 +137,12 @@ async def test_a_misspelt_keyword_is_refused_before_anything_is_sent() -> None:
         for name, call in calls.items():
             with pytest.raises(TypeError, match=rf"{name}\(\) got an unexpected keyword argument 'tokn'"):
                 await call()
+
+
+def test_a_retry_policy_takes_its_settings_by_name_only() -> None:
+    """`GatewayRetry`'s fields are not in `RetryPolicy`'s order (max_delay before jitter), so a
+    positional call written after one would set the other's field: both are keyword-only."""
+    with pytest.raises(TypeError, match="positional"):
+        GatewayRetry(4, 0.1, 2.0, 0.1)  # type: ignore[call-arg]
+    named = GatewayRetry(attempts=2, jitter=0.0)
+    assert (named.attempts, named.delay, named.max_delay, named.jitter) == (2, 0.1, 2.0, 0.0)
