@@ -53,7 +53,10 @@ class Settings:
     port: int = field(default=8080, metadata={"help": "port to listen on"})
     max_body: int = field(default=DEFAULT_MAX_BODY, metadata={"help": "largest accepted body, bytes"})
     request_timeout: float = field(default=30.0, metadata={"help": "seconds a request may take (then 503)"})
-    storage_timeout: float = field(default=10.0, metadata={"help": "seconds one database command may take"})
+    storage_timeout: float = field(
+        default=10.0,
+        metadata={"help": "seconds one PostgreSQL command may take (SQLite waits out its busy timeout)"},
+    )
     upstream: str | None = field(default=None, metadata={"help": "proxy mode: forward to this HTTP service"})
     upstream_timeout: float = field(
         default=10.0, metadata={"help": "seconds to wait for the upstream (then 504)"}
@@ -62,7 +65,8 @@ class Settings:
         default=None,
         metadata={
             "help": "token source URL for the guard against tokens from the future: sqlite:///PATH, "
-            "postgresql://..., zookeeper://HOST:PORT[,HOST:PORT...]; unset, the guard is off"
+            "postgresql://..., zookeeper://HOST:PORT[,HOST:PORT...], etcd://HOST:PORT[,HOST:PORT...] "
+            "(the source the clients draw from); unset, the guard is off"
         },
     )
     api_keys: Path | None = field(default=None, metadata={"help": "JSON file of hashed API keys and scopes"})
