@@ -25,6 +25,14 @@ What explains the verdict:
   release's answer would count a scheduling delay between two processes as an
   overlap); leases without a validity end (fence-only mode draws tokens, no
   lock) take no part.
+
+A history the recorder never writes raises `CheckerError` instead of getting a
+verdict, since judging it could hide a loss or an interleaving: events out of
+time order or at a time that is not finite; a lease acquired twice; a store
+request or release whose lease was not acquired before it; a `seq` on a request
+that was not accepted, an acknowledged write without one, or one `seq` on two
+different requests; a read answered before any write left that did not see the
+initial value.
 """
 
 from __future__ import annotations
@@ -71,17 +79,17 @@ class Verdict:
 
 
 def check(history: History) -> Verdict:
-    """Judge one run; raises `CheckerError` if the history lacks its final counter value."""
+    """Judge one run; raises `CheckerError` if the history lacks its final counter value or is malformed."""
     if history.final is None:
         raise CheckerError(
             "the history has no final counter value: read the counter after the clients stop "
             "and record it with History.with_final(value)"
         )
+    _refuse_malformed(history)
     events = history.events
     spans = lease_spans(events)
     # one acknowledged write may be recorded by its client and by the store: count each seq once
-    acks = [(e.seq, 0) if e.seq is not None else (None, i) for i, e in enumerate(events) if _acked_write(e)]
-    acknowledged = len(set(acks))
+    acknowledged = len({e.seq for e in events if e.kind == "write" and e.outcome == "ok"})
     interleaved_seqs, interleaved = _interleavings(events, spans)
     zombies = _zombies(events, spans)
     overlapping = _overlaps(spans.values())
@@ -100,8 +108,42 @@ def check(history: History) -> Verdict:
     )
 
 
-def _acked_write(event: Event) -> bool:
-    return event.kind == "write" and event.outcome == "ok"
+def _refuse_malformed(history: History) -> None:
+    """Raise `CheckerError` for what the recorder never writes: judged, it could hide a loss or an A, B, A."""
+    acquired: set[str] = set()
+    requests: dict[int, tuple[str, str | None, int | None]] = {}  # seq -> the one request it names
+    first_write = min((e.at for e in history.events if e.kind == "write"), default=math.inf)
+    previous = -math.inf
+    for index, event in enumerate(history.events):
+        where = f"event {index} ({event.client} {event.kind} {event.outcome} at {event.at:g})"
+        if not all(math.isfinite(t) for t in (event.at, event.until) if t is not None):
+            raise CheckerError(f"{where}: a time that is not a finite number cannot be ordered")
+        if event.at < previous:
+            raise CheckerError(f"{where} is out of time order: build histories with History.merge")
+        previous = event.at
+        if event.kind == "acquire" and event.outcome == "ok" and event.lease is not None:
+            if event.lease in acquired:
+                raise CheckerError(f"{where}: lease {event.lease} acquired twice; one id per acquisition")
+            acquired.add(event.lease)
+        if event.kind in STORE_KINDS or event.kind == "release":
+            if event.lease is None:
+                raise CheckerError(f"{where} names no lease: every request is made under one")
+            if event.lease not in acquired:
+                raise CheckerError(f"{where} names lease {event.lease}, not acquired before it")
+        if event.seq is not None:
+            if event.outcome != "ok":
+                raise CheckerError(f"{where} carries seq {event.seq}: only an accepted request has one")
+            request = (event.kind, event.lease, event.value)
+            if requests.setdefault(event.seq, request) != request:
+                raise CheckerError(f"{where}: seq {event.seq} already names {requests[event.seq]}")
+        elif event.kind == "write" and event.outcome == "ok":
+            raise CheckerError(f"{where} is acknowledged without a seq: its place in the store is unknown")
+        early_read = event.kind == "read" and event.outcome == "ok" and event.at < first_write
+        if early_read and event.value not in (None, history.initial):
+            raise CheckerError(
+                f"{where} read {event.value} before any write left, but the initial value is "
+                f"{history.initial}: record the counter's start in History.initial"
+            )
 
 
 def lease_spans(events: Iterable[Event]) -> dict[str, LeaseSpan]:

@@ -1,10 +1,19 @@
-"""Histories built to make the checker lie: a false SAFE hides a loss, a false UNSAFE blames a clean run."""
+"""Histories built to make the checker lie: a false SAFE hides a loss, a false UNSAFE blames a clean run.
+
+A history the recorder cannot produce is refused with `CheckerError` rather
+than judged: a malformed history must never come out SAFE.
+"""
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from fencegate.lab.checker import Verdict, check
+from fencegate.lab.errors import CheckerError
 from fencegate.lab.history import Event, History, Meta
-from tests.lab.histories import acquire, op
+from tests.lab.histories import acquire, op, release
 
 META = Meta(scenario="hand", mode="lock-only", lock="single", seed=0)
 
@@ -26,6 +35,17 @@ def two_readers() -> tuple[Event, ...]:
 # -- false SAFE: a loss or an interleaving the checker must not miss ------------------------------------
 
 
+def test_two_writes_acknowledged_with_one_seq_are_refused() -> None:
+    """Both wrote 1 after reading 0: one increment is lost, whatever the shared seq suggests."""
+    with pytest.raises(CheckerError, match="seq 3"):
+        judge(
+            *two_readers(),
+            op(0.4, "c1", "write", "c1/1", "ok", 1, seq=3),
+            op(0.5, "c2", "write", "c2/1", "ok", 1, seq=3),
+            final=1,
+        )
+
+
 def test_a_write_the_store_recorded_but_the_client_never_heard_of_still_counts() -> None:
     """c2's answer was lost (error), yet the store took it: it counts as an increment, so c1's loss shows."""
     verdict = judge(
@@ -41,6 +61,115 @@ def test_a_write_the_store_recorded_but_the_client_never_heard_of_still_counts()
     )
     assert (verdict.acknowledged, verdict.lost_updates) == (3, 1)
     assert not verdict.safe
+
+
+def test_a_counter_that_did_not_start_at_the_recorded_initial_value_is_refused() -> None:
+    """The counter held 5, the header says 0: 6 - 0 would cover both increments and hide c1's loss."""
+    events = (
+        acquire(0.0, "c1", "c1/1"),
+        op(0.1, "c1", "read", "c1/1", "ok", 5),
+        acquire(0.2, "c2", "c2/1"),
+        op(0.3, "c2", "read", "c2/1", "ok", 5),
+        op(0.4, "c1", "write", "c1/1", "ok", 6, seq=1),
+        op(0.5, "c2", "write", "c2/1", "ok", 6, seq=2),
+    )
+    with pytest.raises(CheckerError, match="initial"):
+        judge(*events, final=6)
+    assert judge(*events, final=6, initial=5).lost_updates == 1
+
+
+def test_store_requests_under_a_lease_never_acquired_are_refused() -> None:
+    """c1's acquire is missing: its requests cannot be placed in lease order, so c1, c2, c1 would pass."""
+    events = (
+        op(0.1, "c1", "read", "c1/1", "ok", 0, seq=1),
+        acquire(0.2, "c2", "c2/1"),
+        op(0.3, "c2", "read", "c2/1", "ok", 0, seq=2),
+        op(0.4, "c2", "write", "c2/1", "ok", 1, seq=3),
+        op(0.5, "c1", "read", "c1/1", "ok", 1, seq=4),
+    )
+    with pytest.raises(CheckerError, match="c1/1"):
+        judge(*events, final=1)
+
+
+def test_a_store_request_without_a_lease_is_refused() -> None:
+    with pytest.raises(CheckerError, match="no lease"):
+        judge(Event(0.1, "c1", "write", None, None, "ok", value=1, seq=1), final=1)
+
+
+def test_a_store_request_before_its_acquire_is_refused() -> None:
+    with pytest.raises(CheckerError, match="before"):
+        judge(op(0.1, "c1", "read", "c1/1", "ok", 0, seq=1), acquire(0.2, "c1", "c1/1"), final=0)
+
+
+def test_a_release_before_its_acquire_is_refused() -> None:
+    """A lease ending before it began would drop out of every overlap."""
+    with pytest.raises(CheckerError, match="before"):
+        judge(
+            acquire(0.0, "c2", "c2/1", until=1.0),
+            release(0.1, "c1", "c1/1"),
+            acquire(0.2, "c1", "c1/1", until=1.2),
+            final=0,
+        )
+
+
+def test_a_lease_acquired_twice_is_refused() -> None:
+    """One lease name, two acquisitions (a renewal, or a reused name): which validity holds is unknowable."""
+    with pytest.raises(CheckerError, match="acquired twice"):
+        judge(
+            acquire(0.0, "c1", "c1/1", until=1.0),
+            acquire(0.9, "c1", "c1/1", until=1.9),
+            op(1.5, "c1", "write", "c1/1", "ok", 1, seq=1),
+            final=1,
+        )
+
+
+def test_events_out_of_time_order_are_refused() -> None:
+    """Shuffled, the sent/answer pairs come apart: one zombie request would count twice."""
+    with pytest.raises(CheckerError, match="time order"):
+        judge(
+            acquire(0.0, "c1", "c1/1", until=1.0),
+            op(2.7, "c1", "write", "c1/1", "ok", 1, seq=1),
+            op(2.6, "c1", "write", "c1/1", "sent", 1),
+            final=1,
+        )
+
+
+def test_a_time_that_is_not_a_number_is_refused() -> None:
+    """NaN compares false both ways (JSON allows it): c2 acquired at NaN ranks neither before nor after c1."""
+    with pytest.raises(CheckerError, match="finite"):
+        judge(
+            acquire(0.0, "c1", "c1/1"),
+            op(0.1, "c1", "read", "c1/1", "ok", 0, seq=1),
+            acquire(math.nan, "c2", "c2/1"),
+            op(0.3, "c2", "read", "c2/1", "ok", 0, seq=2),
+            op(0.4, "c2", "write", "c2/1", "ok", 1, seq=3),
+            op(0.5, "c1", "read", "c1/1", "ok", 1, seq=4),
+            final=1,
+        )
+
+
+def test_an_acknowledged_write_without_seq_is_refused() -> None:
+    """c1 read, c2 wrote, c1 wrote: without its place in the store's order, c1's write hides c1, c2, c1."""
+    with pytest.raises(CheckerError, match="seq"):
+        judge(
+            acquire(0.0, "c1", "c1/1"),
+            op(0.1, "c1", "read", "c1/1", "ok", 0, seq=1),
+            acquire(0.2, "c2", "c2/1"),
+            op(0.3, "c2", "write", "c2/1", "ok", 1, seq=2),
+            op(0.4, "c1", "write", "c1/1", "ok", 2),
+            final=2,
+        )
+
+
+def test_a_refused_request_with_a_seq_is_refused() -> None:
+    """A seq says the store accepted it, the outcome says it did not: the history contradicts itself."""
+    with pytest.raises(CheckerError, match="seq"):
+        judge(
+            *two_readers(),
+            op(0.4, "c2", "write", "c2/1", "ok", 1, seq=1),
+            op(0.5, "c1", "write", "c1/1", "refused", 1, seq=2),
+            final=1,
+        )
 
 
 def test_a_later_lease_with_a_lower_token_that_writes_between_another_is_unsafe() -> None:
