@@ -11,7 +11,8 @@ Safety verdict (what fencing promises):
   stale A) is an interleaved request; its lease is an interleaved lease. Every
   break of contiguity yields at least one. "Later" is token order when every
   lease carries a token (ties, which a regressed token source produces, broken
-  by acquisition time), acquisition order otherwise.
+  by acquisition time), acquisition order otherwise; the lease id breaks what
+  is left, so no two leases rank equal.
 
 What explains the verdict:
 - refused requests: store operations refused (stale token);
@@ -169,33 +170,27 @@ def lease_spans(events: Iterable[Event]) -> dict[str, LeaseSpan]:
 
 
 def _interleavings(events: Iterable[Event], spans: dict[str, LeaseSpan]) -> tuple[list[int], set[str]]:
-    accepted: dict[int, Event] = {}
-    for event in events:
-        if event.accepted and event.seq is not None:
-            accepted.setdefault(event.seq, event)  # a store and its client may both record one op
-    by_token = bool(spans) and all(s.token is not None for s in spans.values())
+    # a store and its client may both record one op: one seq, one lease
+    accepted = {e.seq: e.lease for e in events if e.accepted and e.seq is not None and e.lease is not None}
+    by_token = all(s.token is not None for s in spans.values())
 
-    def rank(lease: str | None, event: Event) -> tuple[float, float]:
-        span = spans.get(lease or "")
-        start = span.start if span is not None else event.at
-        token = span.token if span is not None else event.token
-        if by_token and token is not None:
-            return (float(token), start)
-        return (start, 0.0)
+    def rank(lease: str) -> tuple[float, float, str]:
+        """Lease order; the lease id breaks a tie, so two leases never rank equal and every A, B, A shows."""
+        span = spans[lease]
+        if by_token and span.token is not None:
+            return (span.token, span.start, lease)
+        return (span.start, 0.0, lease)
 
-    latest: tuple[float, float] | None = None
-    latest_lease: str | None = None
+    latest: tuple[float, float, str] | None = None
     seqs: list[int] = []
     leases: set[str] = set()
     for seq in sorted(accepted):
-        event = accepted[seq]
-        mine = rank(event.lease, event)
-        if latest is not None and event.lease != latest_lease and mine < latest:
+        mine = rank(accepted[seq])
+        if latest is not None and mine < latest:
             seqs.append(seq)
-            leases.add(event.lease or f"{event.client}@{event.at}")
-            continue
-        if latest is None or mine >= latest:
-            latest, latest_lease = mine, event.lease
+            leases.add(accepted[seq])
+        else:
+            latest = mine
     return seqs, leases
 
 

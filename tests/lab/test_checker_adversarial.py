@@ -78,6 +78,21 @@ def test_a_counter_that_did_not_start_at_the_recorded_initial_value_is_refused()
     assert judge(*events, final=6, initial=5).lost_updates == 1
 
 
+def test_an_interleaving_of_leases_with_one_token_acquired_at_one_instant_counts() -> None:
+    """Equal tokens, equal acquisition times: still two leases, and c1, c2, c1 at the store breaks one."""
+    verdict = judge(
+        acquire(0.0, "c1", "c1/1", token=5),
+        acquire(0.0, "c2", "c2/1", token=5),
+        op(0.1, "c1", "read", "c1/1", "ok", 0, seq=1, token=5),
+        op(0.2, "c2", "read", "c2/1", "ok", 0, seq=2, token=5),
+        op(0.3, "c2", "write", "c2/1", "ok", 1, seq=3, token=5),
+        op(0.4, "c1", "read", "c1/1", "ok", 1, seq=4, token=5),
+        final=1,
+    )
+    assert verdict.interleaved_leases == 1
+    assert not verdict.safe
+
+
 def test_store_requests_under_a_lease_never_acquired_are_refused() -> None:
     """c1's acquire is missing: its requests cannot be placed in lease order, so c1, c2, c1 would pass."""
     events = (
