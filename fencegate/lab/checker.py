@@ -18,6 +18,7 @@ What explains the verdict:
 - refused requests: store operations refused (stale token);
 - zombie requests: store requests sent after the sender's lease had ended by its
   own validity (`until` of its acquire) or by an `expire` event, accepted or not;
+  a request recorded by its client and by the store (one `seq`) is one request;
 - overlapping leases: pairs of leases that were valid at the same instant. The
   history holds one resource, so every pair counts. A lease is valid from its
   acquire until the earliest of its `until`, its `expire` and the moment its
@@ -198,6 +199,8 @@ def _zombies(events: tuple[Event, ...], spans: dict[str, LeaseSpan]) -> list[int
     """Send events of store requests whose lease had already ended when they left the client."""
     open_request: dict[tuple[str, str], int] = {}  # (client, kind) -> index of its "sent" event
     sends: list[int] = []
+    unsent: list[int] = []  # outcomes recorded without a send event
+    counted: set[int] = set()  # seqs of requests already among `sends`
     for index, event in enumerate(events):
         if event.kind not in STORE_KINDS:
             continue
@@ -206,9 +209,17 @@ def _zombies(events: tuple[Event, ...], spans: dict[str, LeaseSpan]) -> list[int
             open_request[key] = index
             sends.append(index)
         elif open_request.pop(key, None) is None:
-            sends.append(index)  # recorded without a send event: the outcome is the send instant
+            unsent.append(index)
+        elif event.seq is not None:
+            counted.add(event.seq)
+    for index in unsent:  # its outcome is its send instant, unless its seq is a request already counted
+        seq = events[index].seq
+        if seq not in counted:
+            sends.append(index)
+        if seq is not None:
+            counted.add(seq)
     zombies = []
-    for index in sends:
+    for index in sorted(sends):
         event = events[index]
         span = spans.get(event.lease or "")
         if span is not None and event.at > span.expires:

@@ -232,6 +232,29 @@ def test_a_refused_stale_write_is_not_an_increment() -> None:
 # -- false UNSAFE or a wrong explanation: legitimate histories the checker must not blame ----------------
 
 
+def test_a_write_recorded_by_client_and_store_is_one_request_for_zombies() -> None:
+    """The write left in time; the store logged it after the lease ran out. No zombie, one increment."""
+    verdict = judge(
+        acquire(0.0, "c1", "c1/1", until=1.0),
+        op(0.5, "c1", "write", "c1/1", "sent", 1),
+        Event(1.1, "store", "write", "c1/1", None, "ok", value=1, seq=1, detail="store log"),
+        op(1.2, "c1", "write", "c1/1", "ok", 1, seq=1),
+        final=1,
+    )
+    assert (verdict.acknowledged, verdict.zombie_requests, verdict.lost_updates) == (1, 0, 0)
+
+
+def test_a_zombie_recorded_by_client_and_store_counts_once() -> None:
+    verdict = judge(
+        acquire(0.0, "c1", "c1/1", until=1.0),
+        op(1.5, "c1", "write", "c1/1", "sent", 1),
+        Event(1.6, "store", "write", "c1/1", None, "ok", value=1, seq=1, detail="store log"),
+        op(1.7, "c1", "write", "c1/1", "ok", 1, seq=1),
+        final=1,
+    )
+    assert verdict.zombie_requests == 1
+
+
 def test_a_retried_write_answered_twice_with_one_seq_is_one_increment() -> None:
     """A retry the store answered from its idempotency record: same lease, value and seq."""
     verdict = judge(
