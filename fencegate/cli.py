@@ -30,12 +30,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
+import os
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from importlib import import_module, metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 if TYPE_CHECKING:
@@ -201,6 +205,92 @@ def settings_from(cls: type[SettingsT], args: argparse.Namespace) -> SettingsT:
     """`cls(field=args.field, ...)` for every field of the dataclass `cls` that the command line has an
     option for (same name); the others keep their defaults."""
     return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
+
+
+# -- argument types: a value the command could not use is refused as it is parsed, before anything starts,
+# in the parser's one line (`fencegate lab run: argument --ops: 0: give 1 or more`) with exit code 2
+
+
+def positive_int(text: str) -> int:
+    """A count of which there must be at least one (clients, workers, resources)."""
+    return _whole_number(text, minimum=1)
+
+
+def count(text: str) -> int:
+    """A count where 0 means none (`cluster up --redis 0`: no Redis)."""
+    return _whole_number(text, minimum=0)
+
+
+def _whole_number(text: str, *, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{value}: give {minimum} or more")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A duration that must be longer than nothing."""
+    return _seconds(text, positive=True)
+
+
+def seconds(text: str) -> float:
+    """A duration where 0 means "skip it"."""
+    return _seconds(text, positive=False)
+
+
+def _seconds(text: str, *, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+        raise argparse.ArgumentTypeError(
+            f"{text}: give a number of seconds {'above 0' if positive else '(0 or more)'}"
+        )
+    return value
+
+
+def output_dir(text: str) -> Path:
+    """A directory a command writes into, made if missing. Checked as it is parsed, so a long run is not
+    lost at its end to a path it cannot write; nothing is created."""
+    path = Path(text)
+    _check_writable_dir(path, given=path)
+    return path
+
+
+def output_file(text: str) -> Path:
+    """A file a command writes, its directory made if missing; checked as `output_dir` is."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{path} is a directory; give a file name, e.g. {path / 'report.html'}"
+        )
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{path} is not writable; give a file you can write")
+    _check_writable_dir(path.parent, given=path)
+    return path
+
+
+def _check_writable_dir(path: Path, *, given: Path) -> None:
+    """Refuse `path` unless it is a directory that can be written, or one that can be made."""
+    existing = next((p for p in (path, *path.parents) if os.path.lexists(p)), Path("."))
+    if not existing.is_dir():
+        if existing == given:
+            raise argparse.ArgumentTypeError(f"{given} is not a directory; give a new or existing directory")
+        raise argparse.ArgumentTypeError(
+            f"{given}: {existing} is not a directory; give a path under a directory"
+        )
+    # Tried for real: root passes every permission check, yet cannot write under /proc or a read-only mount.
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".fencegate-probe-", dir=existing))
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{given}: cannot create files in {existing} ({exc.strerror}); give a path under a directory "
+            "you can write"
+        ) from None
 
 
 def _examples(examples: Sequence[str]) -> str:

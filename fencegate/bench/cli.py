@@ -8,11 +8,10 @@ import json
 import logging
 import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 from fencegate.bench.env import BenchEnv, bench_env
 from fencegate.bench.section import Section
-from fencegate.cli import UNAVAILABLE, describe
+from fencegate.cli import UNAVAILABLE, describe, output_dir
 from fencegate.lab.cluster import TERMINATED, until_terminated
 
 Benchmark = Callable[[BenchEnv], Awaitable[Section]]
@@ -67,7 +66,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print the results as JSON on stdout (progress stays on stderr)"
     )
     parser.add_argument(
-        "--plot", type=Path, metavar="DIR", help="write one PNG chart per benchmark to DIR (default: none)"
+        "--plot",
+        type=output_dir,
+        metavar="DIR",
+        help="write one PNG chart per benchmark to DIR (default: none)",
     )
     parser.set_defaults(func=run)
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from fencegate.cli import INCOMPLETE
+from fencegate.cli import INCOMPLETE, output_dir, output_file, positive_int
 from fencegate.lab.cluster import TERMINATED, until_terminated
 from fencegate.lab.deployments import DESIGNS, ETCD, MODES, Mode
 from fencegate.lab.errors import LabArgumentError, LabError
@@ -37,18 +37,8 @@ from fencegate.lab.timeline import write_html, write_svg
 
 HEADLINE = ("pause", "restart", "token-regress")
 ALL = tuple(name for name in SCENARIOS if name != "none")  # "none" is the fault-free baseline
-DEFAULT_REPORT = Path(".state/lab/report.html")
+DEFAULT_REPORT = ".state/lab/report.html"  # a string: the parser checks it as it checks a given path
 OLD_LOCK_ONLY = "redis-only"  # lock-only's name before the lab had a lock design that is not Redis
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return value
 
 
 def _ttl(text: str) -> float:
@@ -98,8 +88,8 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
         "postgres or etcd (started for the run), incr (redis INCR, unsafe); token-regress always adds "
         "incr; --lock etcd always uses etcd's revisions",
     )
-    parser.add_argument("--clients", type=_positive, default=3, help="client processes per run (>= 2)")
-    parser.add_argument("--ops", type=_positive, default=3, help="increments each client attempts")
+    parser.add_argument("--clients", type=positive_int, default=3, help="client processes per run (>= 2)")
+    parser.add_argument("--ops", type=positive_int, default=3, help="increments each client attempts")
     parser.add_argument(
         "--ttl",
         type=_ttl,
@@ -108,7 +98,7 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
         "the fault eats into the lease: clock-jump, restart, failover, token-regress)",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the clients' jitter")
-    parser.add_argument("--seeds", type=_positive, default=1, help="run seeds SEED..SEED+N-1")
+    parser.add_argument("--seeds", type=positive_int, default=1, help="run seeds SEED..SEED+N-1")
     parser.add_argument(
         "--json",
         action="store_true",
@@ -116,22 +106,23 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
     )
     parser.add_argument(
         "--report",
-        type=Path,
+        type=output_file,
         default=DEFAULT_REPORT,
         metavar="PATH",
         help="HTML timeline report",
     )
     parser.add_argument(
         "--svg",
-        type=Path,
+        type=output_dir,
         metavar="DIR",
         help="also write each run's timeline as DIR/lab-SCENARIO-MODE.svg, for docs (default: none)",
     )
     parser.add_argument(
         "--workdir",
-        type=Path,
+        type=output_dir,
         metavar="DIR",
-        help="keep every run's files here (default: a temporary dir, removed)",
+        help="keep every run's files here, its history as DIR/runs/RUN/history.jsonl for `lab report` "
+        "(default: a temporary dir, removed)",
     )
 
 
@@ -259,9 +250,8 @@ def svg_name(meta: Meta) -> str:
 
 
 def _print(runs: Sequence[RunResult], args: argparse.Namespace, elapsed: float) -> None:
-    report = write_html(runs, _parent(args.report), predicted=True) if runs else None
+    report = write_html(runs, args.report, predicted=True) if runs else None
     if args.svg is not None:
-        args.svg.mkdir(parents=True, exist_ok=True)
         for run in runs:
             write_svg(run, args.svg / svg_name(run.history.meta))
     where = sys.stderr if args.json else sys.stdout
@@ -279,11 +269,6 @@ def _print(runs: Sequence[RunResult], args: argparse.Namespace, elapsed: float) 
     print(f"{predicted_line(runs)}; {elapsed:.0f}s", file=where)
     if report is not None:
         print(f"report: {report.resolve()}", file=where)
-
-
-def _parent(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 __all__ = ["ALL", "HEADLINE", "add_commands", "svg_name"]

@@ -454,8 +454,9 @@ def render_html(runs: Sequence[RunResult], *, title: str = "fencegate lab", pred
 
 
 def write_svg(run: RunResult, path: Path | str) -> Path:
-    """One run's timeline as a standalone .svg file (for docs)."""
+    """One run's timeline as a standalone .svg file (for docs); its directory is made if missing."""
     target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render_run(run, 0, standalone=True), encoding="utf-8")
     return target
 
@@ -463,7 +464,9 @@ def write_svg(run: RunResult, path: Path | str) -> Path:
 def write_html(
     runs: Sequence[RunResult], path: Path | str, *, title: str = "fencegate lab", predicted: bool = False
 ) -> Path:
+    """The report of `runs` as one self-contained HTML file; its directory is made if missing."""
     target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render_html(runs, title=title, predicted=predicted), encoding="utf-8")
     return target
 

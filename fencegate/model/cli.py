@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fencegate.cli import INCOMPLETE, add_action, add_actions, describe
+from fencegate.cli import INCOMPLETE, add_action, add_actions, describe, output_dir, output_file
 from fencegate.lab.history import History
 from fencegate.lab.report import RunResult
 from fencegate.lab.timeline import write_html, write_svg
@@ -66,26 +66,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     checker.add_argument(
         "--history-dir",
-        type=Path,
+        type=output_dir,
         metavar="DIR",
         help="write each counterexample as a lab history file DIR/VARIANT-PROPERTY.jsonl (default: none)",
     )
     checker.add_argument(
         "--report",
-        type=Path,
+        type=output_file,
         metavar="PATH",
         help="write an HTML report drawing each counterexample as the lab's timeline (default: none)",
     )
     checker.add_argument(
         "--svg",
-        type=Path,
+        type=output_dir,
         metavar="DIR",
         help="also write each counterexample's timeline as DIR/model-VARIANT-PROPERTY.svg, for docs "
         "(default: none)",
     )
     checker.add_argument(
         "--keep",
-        type=Path,
+        type=output_dir,
         metavar="DIR",
         help="keep pan.c, pan, its output and trails under DIR (default: a temp dir, removed)",
     )
@@ -185,7 +185,6 @@ def _draw(results: list[CheckResult], report: Path | None, svg: Path | None) -> 
         write_html(runs, report, title="fencegate model: counterexamples")
         print(f"report: {report}", file=sys.stderr)
     if svg is not None:
-        svg.mkdir(parents=True, exist_ok=True)
         for path, run in zip(paths, runs, strict=True):
             write_svg(run, svg / f"model-{path.stem}.svg")
 

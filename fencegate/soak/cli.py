@@ -18,7 +18,16 @@ import sys
 from pathlib import Path
 
 from fencegate.bench.wrk import wrk_available
-from fencegate.cli import describe, settings_from
+from fencegate.cli import (
+    UNAVAILABLE,
+    USAGE,
+    describe,
+    output_dir,
+    positive_int,
+    positive_seconds,
+    seconds,
+    settings_from,
+)
 from fencegate.lab.cluster import TERMINATED, until_terminated
 from fencegate.soak.load import SoakConfig
 from fencegate.soak.run import STATE_DIR, soak
@@ -40,20 +49,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "fencegate soak --duration 60",
         "fencegate soak --duration 300 --clients 16",
     )
-    parser.add_argument("--duration", type=float, default=DEFAULTS.duration, help="seconds of load")
-    parser.add_argument("--clients", type=int, default=DEFAULTS.clients, help="concurrent leased clients")
-    parser.add_argument("--resources", type=int, default=DEFAULTS.resources, help="contended resources")
-    parser.add_argument("--outage", type=float, default=DEFAULTS.outage, help="seconds of each outage")
-    parser.add_argument("--writers", type=int, default=DEFAULTS.writers, help="unleased writers")
+    parser.add_argument(
+        "--duration", type=positive_seconds, default=DEFAULTS.duration, help="seconds of load"
+    )
+    parser.add_argument(
+        "--clients", type=positive_int, default=DEFAULTS.clients, help="concurrent leased clients"
+    )
+    parser.add_argument(
+        "--resources", type=positive_int, default=DEFAULTS.resources, help="contended resources"
+    )
+    parser.add_argument(
+        "--outage", type=positive_seconds, default=DEFAULTS.outage, help="seconds of each outage"
+    )
+    parser.add_argument("--writers", type=positive_int, default=DEFAULTS.writers, help="unleased writers")
     parser.add_argument(
         "--in-flight",
-        type=int,
+        type=positive_int,
         default=DEFAULTS.in_flight,
         help="concurrent requests of each unleased writer",
     )
     parser.add_argument(
         "--bench-seconds",
-        type=float,
+        type=seconds,
         default=DEFAULTS.bench_seconds,
         help="seconds of the unfaulted wrk burst that measures the gateways' rate (0: skip it)",
     )
@@ -61,13 +78,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print the results as JSON on stdout (progress stays on stderr)"
     )
     parser.add_argument(
-        "--schemathesis-examples", type=int, default=50, help="generated cases per API operation"
+        "--schemathesis-examples", type=positive_int, default=50, help="generated cases per API operation"
     )
-    parser.add_argument("--raw-examples", type=int, default=500, help="raw fuzzed requests")
+    parser.add_argument("--raw-examples", type=positive_int, default=500, help="raw fuzzed requests")
     parser.add_argument(
         "--state-dir",
-        type=Path,
-        default=STATE_DIR,
+        type=output_dir,
+        default=str(STATE_DIR),  # a string: the parser checks it as it checks a given path
         help="a new or empty directory, or one an earlier soak made: emptied, then holds the servers' "
         "data and logs",
     )
@@ -83,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             "fencegate soak: wrk is not installed; run `make servers`, or pass --bench-seconds 0",
             file=sys.stderr,
         )
-        return 2
+        return UNAVAILABLE
     config = settings_from(SoakConfig, args)
     state: Path = args.state_dir
     earlier = (state / MARKER).exists() or (state / "cluster").is_dir()  # a soak's, marked or not yet
@@ -93,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             "first: give a new or empty directory",
             file=sys.stderr,
         )
-        return 2
+        return USAGE
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1` shows where a run is
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnects during the ZooKeeper restart are expected
     shutil.rmtree(state, ignore_errors=True)

@@ -8,7 +8,16 @@ import json
 import sys
 from pathlib import Path
 
-from fencegate.cli import add_action, add_actions, describe, settings_from
+from fencegate.cli import (
+    add_action,
+    add_actions,
+    count,
+    describe,
+    output_dir,
+    positive_int,
+    positive_seconds,
+    settings_from,
+)
 from fencegate.lab.cluster.errors import ClusterArgumentError
 from fencegate.lab.cluster.local import ClusterSpec, LocalCluster
 from fencegate.lab.cluster.servers import TLS_MODES
@@ -40,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         description="Start the servers asked for, wait until each answers, and print every endpoint as a "
         "URL, with the PIDs.",
     )
-    up.add_argument("--redis", type=int, default=5, metavar="N", help="independent redis-server masters")
+    up.add_argument("--redis", type=count, default=5, metavar="N", help="independent redis-server masters")
     up.add_argument(
         "--aof",
         action="store_true",
@@ -52,7 +61,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     up.add_argument(
         "--zookeeper-ensemble",
-        type=int,
+        type=count,
         default=0,
         metavar="N",
         help="start a ZooKeeper ensemble of N members instead of one standalone server (default: 0, none)",
@@ -82,7 +91,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     up.add_argument(
         "--etcd",
-        type=int,
+        type=count,
         default=0,
         metavar="N",
         help="also start an etcd cluster of N members (token source; its URL is `etcd` in the endpoints, "
@@ -90,13 +99,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     up.add_argument(
         "--gateways",
-        type=int,
+        type=count,
         default=0,
         metavar="N",
         help="also start N `fencegate serve` replicas (on the PostgreSQL if any, tokens from ZooKeeper) "
         "behind one HAProxy, whose URL is `load_balancer` in the endpoints (default: 0, none)",
     )
-    _state_dir(up, "state dir for data, logs and cluster.json")
+    up.add_argument(
+        "--dir",
+        default=DEFAULT_DIR,
+        type=output_dir,
+        metavar="PATH",
+        help="state dir for data, logs and cluster.json",
+    )
 
     down = add_action(
         actions,
@@ -162,9 +177,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     check.add_argument(
         "--gateway-key", metavar="PATH", help="the client certificate's key (default: in --gateway-cert)"
     )
-    check.add_argument("--seconds", type=float, default=10.0, help="load duration")
-    check.add_argument("--workers", type=int, default=8, help="concurrent clients")
-    check.add_argument("--resources", type=int, default=4, help="resources written")
+    check.add_argument("--seconds", type=positive_seconds, default=10.0, help="load duration")
+    check.add_argument("--workers", type=positive_int, default=8, help="concurrent clients")
+    check.add_argument("--resources", type=positive_int, default=4, help="resources written")
 
 
 def _state_dir(parser: argparse.ArgumentParser, text: str) -> None:
@@ -172,7 +187,7 @@ def _state_dir(parser: argparse.ArgumentParser, text: str) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    _refuse_foreign_files(Path(args.dir))
+    _refuse_foreign_files(args.dir)
     cluster = LocalCluster(args.dir)
     if cluster.nodes or (cluster.dir / "cluster.json").exists():
         raise ClusterArgumentError(
