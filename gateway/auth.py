@@ -95,7 +95,9 @@ def read_keys(path: Path) -> list[ApiKey]:
         return [_parse(entry) for entry in document["keys"]]
     except FileNotFoundError:
         return []
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except OSError as exc:  # the path, not the file's content, is wrong: no format hint
+        raise ConfigurationError(f"cannot read API keys from {path}: {exc.strerror}") from exc
+    except (ValueError, KeyError, TypeError) as exc:
         raise ConfigurationError(
             f"cannot read API keys from {path}: {exc}; expected "
             '{"keys": [{"name": ..., "sha256": ..., "prefixes": [...], "access": ["read", "write"]}]}'
@@ -103,15 +105,25 @@ def read_keys(path: Path) -> list[ApiKey]:
 
 
 def write_keys(path: Path, keys: Iterable[ApiKey]) -> None:
-    """Replace the key file atomically (a gateway reloading it never sees half a file), mode 0600."""
+    """Replace the key file atomically (a gateway reloading it never sees half a file), mode 0600; a path
+    that cannot be written raises `ConfigurationError` and leaves the old file as it was."""
     text = json.dumps({"keys": [key.to_json() for key in keys]}, indent=2) + "\n"
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(text)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)  # a refused write leaves nothing behind
+            raise
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot write API keys to {path}: {exc.strerror}; give a file in a directory you can write"
+        ) from exc
 
 
 class ApiKeys:

@@ -13,6 +13,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 import aiohttp
 from aiohttp import web
@@ -36,11 +37,23 @@ log = logging.getLogger("gateway")
 KEY_RELOAD_INTERVAL = 1.0  # seconds between looks at the key file: a revoked key stops working this fast
 
 
+def make_data_dir(path: Path) -> None:
+    """The directory of the default SQLite file; one that cannot be made is a bad setting, not a crash."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = "it is a file" if path.is_file() else exc.strerror
+        raise ConfigurationError(
+            f"data dir {path} cannot be made ({reason}); give --data-dir a directory you can write, or "
+            "--storage a URL"
+        ) from exc
+
+
 async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
     """The engine (migrated), the store over it, and in proxy mode the upstream session."""
     settings, policy = app[AppKeys.settings], app[AppKeys.policy]
     if settings.storage is None:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        make_data_dir(settings.data_dir)
     engine = open_storage(settings.storage_url, command_timeout=settings.storage_timeout)
     try:
         try:

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import Settings, settings_from
+from gateway.contexts import make_data_dir
 from gateway.errors import CannotListen
 from gateway.eventloop import runner
 from gateway.keys import AppKeys
@@ -39,6 +40,8 @@ CLOSE_GRACE = 1.0  # seconds for handlers still running after the drain, before 
 
 async def _serve(settings: Settings, policy: Policy) -> None:
     tls = server_context(settings)  # before anything opens: a bad certificate is a bad setting
+    if settings.storage is None:  # storage_ctx makes it too, but only after the banner is logged
+        make_data_dir(settings.data_dir)
     tokens = open_token_source(settings.tokens) if settings.tokens else None
     app = create_app(settings, tokens=tokens, policy=policy)
     # Requests are drained first (below); what is left when the runner shuts down gets a short grace.
