@@ -15,7 +15,7 @@ import math
 import sys
 from collections.abc import Sequence
 
-from lockclient.config import DEFAULT_KEY_PREFIX
+from lockclient.config import DEFAULT_KEY_PREFIX, DEFAULT_TTL
 from lockclient.errors import ConfigurationError, QuorumUnavailable
 from lockclient.redlock import Redlock
 from lockclient.state import ForcedUnlock, LockState, MasterLock
@@ -105,8 +105,13 @@ def _masters(given: Sequence[str]) -> list[str]:
 
 
 def _locker(args: argparse.Namespace) -> Redlock[None]:
-    if not (math.isfinite(args.node_timeout) and args.node_timeout > 0):
-        raise ConfigurationError(f"--node-timeout must be a number of seconds > 0, got {args.node_timeout!r}")
+    # The masters are asked as a Redlock with the default TTL asks them, and a node timeout must stay
+    # below that TTL; this command has no TTL option, so the bound is said in terms of --node-timeout.
+    if not (math.isfinite(args.node_timeout) and 0 < args.node_timeout < DEFAULT_TTL):
+        raise ConfigurationError(
+            f"--node-timeout {args.node_timeout:g}: give a number of seconds above 0 and below "
+            f"{DEFAULT_TTL:g}, e.g. {CLI_NODE_TIMEOUT:g}"
+        )
     return Redlock(_masters(args.masters), node_timeout=args.node_timeout, key_prefix=args.key_prefix)
 
 
