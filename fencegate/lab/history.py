@@ -15,7 +15,9 @@ Malformed input raises `HistoryError` and never yields a partial history.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -45,18 +47,28 @@ class Event:
     detail: str = ""
 
     def __post_init__(self) -> None:
-        if isinstance(self.at, bool) or not isinstance(self.at, int | float):
+        # A file may hold any JSON: every field's type is checked here, so the checker and the report
+        # never meet a value they cannot compare or print.
+        if not _is_number(self.at):
             raise HistoryError(f"event time {self.at!r} is not a number: use CLOCK_MONOTONIC seconds")
+        if self.until is not None and not _is_number(self.until):
+            raise HistoryError(f"event until {self.until!r} is not a number or null: use the clock of `at`")
         for name in ("token", "value", "seq"):
             number = getattr(self, name)
-            if number is not None and (isinstance(number, bool) or not isinstance(number, int)):
+            if number is not None and not _is_int(number):
                 raise HistoryError(f"event {name} {number!r} is not an integer or null")
-        if self.kind not in KINDS:
+        if not _is_text(self.kind) or self.kind not in KINDS:
             raise HistoryError(f"event kind {self.kind!r} is not one of {sorted(KINDS)}")
-        if self.outcome not in OUTCOMES:
+        if not _is_text(self.outcome) or self.outcome not in OUTCOMES:
             raise HistoryError(f"event outcome {self.outcome!r} is not one of {sorted(OUTCOMES)}")
+        if not _is_text(self.client):
+            raise HistoryError(f"event client {self.client!r} is not a client's name, e.g. 'c1'")
         if not self.client:
             raise HistoryError("event client is empty: name the client that saw the event, e.g. 'c1'")
+        if self.lease is not None and not _is_text(self.lease):
+            raise HistoryError(f"event lease {self.lease!r} is not a lease's name (e.g. 'c1/1') or null")
+        if not _is_text(self.detail):
+            raise HistoryError(f"event detail {self.detail!r} is not text")
         if self.seq is not None and self.kind not in STORE_KINDS:
             raise HistoryError(f"only read and write events carry a store seq, not {self.kind!r}")
 
@@ -90,6 +102,17 @@ class Meta:
     seed: int
     tokens: str | None = None  # the token source, where the mode draws tokens
     clients: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("scenario", "mode", "lock"):
+            if not _is_text(getattr(self, name)):
+                raise HistoryError(f"{name} {getattr(self, name)!r} is not a name")
+        if not _is_int(self.seed):
+            raise HistoryError(f"seed {self.seed!r} is not an integer")
+        if self.tokens is not None and not _is_text(self.tokens):
+            raise HistoryError(f"tokens {self.tokens!r} is not a token source's name or null")
+        if self.clients is not None and not _is_int(self.clients):
+            raise HistoryError(f"clients {self.clients!r} is not an integer or null")
 
 
 @dataclass(frozen=True)
@@ -130,19 +153,29 @@ class History:
 
     @classmethod
     def load(cls, path: Path | str) -> History:
+        """A file `dump` wrote; anything else raises `HistoryError` naming the file and the line."""
         with Path(path).open() as src:
             lines = list(_lines(src, str(path)))
-        if not lines or "history" not in lines[0]:
+        if not lines or "history" not in lines[0][1]:
             raise HistoryError(f"{path}: no header line; write history files with History.dump")
-        header = lines[0]
+        number, header = lines[0]
         if header["history"] != FORMAT_VERSION:
-            raise HistoryError(f"{path}: format {header['history']!r}, this lab reads {FORMAT_VERSION}")
-        try:
-            meta = Meta(**header["meta"])
-        except TypeError as exc:
-            raise HistoryError(f"{path}: malformed metadata {header['meta']!r}: {exc}") from exc
-        events = tuple(Event.from_json(line) for line in lines[1:])
-        return cls(meta, events, header.get("final"), header.get("initial", 0))
+            raise HistoryError(
+                f"{path}:{number}: format {header['history']!r}, this lab reads {FORMAT_VERSION}"
+            )
+        with _at(path, number):
+            if not isinstance(header.get("meta"), dict):
+                raise HistoryError(f"metadata {header.get('meta')!r} is not a JSON object")
+            try:
+                meta = Meta(**header["meta"])
+            except TypeError as exc:
+                raise HistoryError(f"malformed metadata {header['meta']!r}: {exc}") from exc
+            final, initial = header.get("final"), header.get("initial", 0)
+            for name, number_or_null in (("final", final), ("initial", initial)):
+                if number_or_null is not None and not _is_int(number_or_null):
+                    raise HistoryError(f"{name} {number_or_null!r} is not an integer or null")
+        events = tuple(_event(path, number, data) for number, data in lines[1:])
+        return cls(meta, events, final, initial or 0)
 
     @classmethod
     def merge(
@@ -152,15 +185,31 @@ class History:
         events: list[tuple[float, int, int, Event]] = []
         for file_index, path in enumerate(paths):
             with Path(path).open() as src:
-                for line_index, data in enumerate(_lines(src, str(path), tolerate_torn_tail=True)):
-                    event = Event.from_json(data)
-                    events.append((event.at, file_index, line_index, event))
+                for number, data in _lines(src, str(path), tolerate_torn_tail=True):
+                    event = _event(path, number, data)
+                    events.append((event.at, file_index, number, event))
         events.sort(key=lambda item: item[:3])
         return cls(meta, tuple(item[3] for item in events), final, initial)
 
 
-def _lines(src: TextIO, name: str, *, tolerate_torn_tail: bool = False) -> Iterator[dict[str, Any]]:
-    """Parsed JSON objects; a killed writer may leave a torn last line, which merge skips."""
+@contextlib.contextmanager
+def _at(path: Path | str, number: int) -> Iterator[None]:
+    """A `HistoryError` raised in the block names the file and the line it came from."""
+    try:
+        yield
+    except HistoryError as exc:
+        raise HistoryError(f"{path}:{number}: {exc}") from exc
+
+
+def _event(path: Path | str, number: int, data: Mapping[str, Any]) -> Event:
+    with _at(path, number):
+        return Event.from_json(data)
+
+
+def _lines(
+    src: TextIO, name: str, *, tolerate_torn_tail: bool = False
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, parsed JSON object); a killed writer may leave a torn last line, which merge skips."""
     raw = src.read().split("\n")
     for number, line in enumerate(raw, 1):
         if not line.strip():
@@ -173,7 +222,20 @@ def _lines(src: TextIO, name: str, *, tolerate_torn_tail: bool = False) -> Itera
             raise HistoryError(f"{name}:{number}: not JSON ({exc}); each line must be one event") from exc
         if not isinstance(data, dict):
             raise HistoryError(f"{name}:{number}: expected a JSON object, got {type(data).__name__}")
-        yield data
+        yield number, data
+
+
+# A file may hold any JSON where a field wants a type: these tell, for the checks of Event and Meta.
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str)
 
 
 class EventLog:
@@ -201,7 +263,9 @@ class EventLog:
 def read_events(path: Path | str) -> Sequence[Event]:
     """The events of one per-process file (a torn last line is skipped)."""
     with Path(path).open() as src:
-        return [Event.from_json(data) for data in _lines(src, str(path), tolerate_torn_tail=True)]
+        return [
+            _event(path, number, data) for number, data in _lines(src, str(path), tolerate_torn_tail=True)
+        ]
 
 
 __all__ = ["KINDS", "OUTCOMES", "Event", "EventLog", "History", "Meta", "read_events"]
