@@ -4,7 +4,8 @@
 each cannot run on (`lab.predictions.INAPPLICABLE`); `fencegate lab run`,
 `lab all` and `lab headline` (in `lab.run_cli`) run them.
 `fencegate lab report HISTORY.jsonl...` runs the checker over history files
-(written by `History.dump`, or converted from the spin model's trails), prints
+(written by `History.dump`: each run of `lab run --workdir DIR` keeps one,
+and `model check --history-dir` converts the spin model's trails), prints
 the table, and with `--json` the JSON document instead, with `--html PATH`
 the self-contained timeline report as well. A file that is not a history is
 refused with the reason, before anything is printed.
@@ -17,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from fencegate.cli import add_action, add_actions, describe
+from fencegate.cli import add_action, add_actions, describe, output_file
 from fencegate.lab import run_cli
 from fencegate.lab.errors import HistoryError
 from fencegate.lab.history import History
@@ -34,24 +35,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "fencegate lab headline",
         "fencegate lab run --scenario pause --mode all",
         "fencegate lab all --seeds 5 --json > lab.json",
-        "fencegate lab report .state/lab/*.jsonl --html report.html",
+        "fencegate lab run --scenario pause --seeds 3 --workdir lab-runs",
+        "fencegate lab report lab-runs/runs/*/history.jsonl --summary --html report.html",
     )
     commands = add_actions(parser, dest="lab_command", metavar="LAB_COMMAND")
     report = add_action(
         commands,
         "report",
         run_report,
-        "fencegate lab report run-1.jsonl run-2.jsonl --summary --html report.html",
+        "fencegate lab run --scenario pause --workdir lab-runs",
+        "fencegate lab report lab-runs/runs/*/history.jsonl --html report.html",
         help="check history files and print the table (or JSON), optionally write the HTML report",
-        description="Run the checker over recorded history files (JSON Lines, one run each). Exit 0 when "
-        "every run is safe, 1 when one is not.",
+        description="Run the checker over recorded history files (JSON Lines, one run each): `lab run "
+        "--workdir DIR` keeps each run's as DIR/runs/RUN/history.jsonl, `model check --history-dir DIR` "
+        "writes a counterexample's. Exit 0 when every run is safe, 1 when one is not.",
     )
     report.add_argument("histories", nargs="+", type=Path, metavar="HISTORY.jsonl")
     report.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
     report.add_argument("--no-events", action="store_true", help="with --json: leave the histories out")
     report.add_argument("--summary", action="store_true", help="one row per scenario/mode/lock over seeds")
     report.add_argument(
-        "--html", type=Path, metavar="PATH", help="also write the HTML timeline report here (default: none)"
+        "--html",
+        type=output_file,
+        metavar="PATH",
+        help="also write the HTML timeline report here (default: none)",
     )
     scenarios = add_action(
         commands,

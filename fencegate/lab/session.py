@@ -41,6 +41,7 @@ ETCD_MEMBERS = 3  # the etcd cluster a session starts: a quorum survives one mem
 # longer TTL keeps a loaded machine from closing the challenger's window; these never wait a TTL out.
 LONG_TTL = frozenset({"clock-jump", "restart", "failover", "token-regress"})
 LONG_TTL_FACTOR = 3.0
+HISTORY_FILE = "history.jsonl"  # each run's merged history, in its directory under the session's runs/
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ class LabSession:
         raise LabError(f"unknown token source {kind!r}: use one of {', '.join(TOKEN_KINDS)}")
 
     async def run(self, spec: RunSpec, plan: RunPlan) -> History:
-        """One run: its history, checked by the caller."""
+        """One run: its history, checked by the caller, and kept as RUN_DIR/history.jsonl for `lab report`."""
         run_id = f"{spec.name}-{time.monotonic_ns() % 10**9}"
         deployment = GatewayDeployment(
             mode=spec.mode,
@@ -199,9 +200,11 @@ class LabSession:
             spec.scenario, spec.mode, spec.design, spec.seed, tokens=spec.tokens, clients=plan.clients
         )
         workdir = self.workdir / "runs" / run_id
-        return await run_scenario(
+        history = await run_scenario(
             SCENARIOS[spec.scenario], deployment, plan=run_plan, meta=meta, workdir=workdir
         )
+        history.dump(workdir / HISTORY_FILE)
+        return history
 
 
 def _address(url: str) -> tuple[str, int]:
