@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +112,38 @@ def test_keys_take_the_file_before_or_after_the_action() -> None:
     before = build_parser().parse_args(["keys", "--file", "a.json", "add", "x", "--prefix", "p/"])
     after = build_parser().parse_args(["keys", "add", "x", "--prefix", "p/", "--file", "b.json"])
     assert (before.file, after.file) == ("a.json", "b.json")
+
+
+def help_examples() -> list[tuple[str, list[str]]]:
+    """(the parser's prog, the words after `fencegate`) of every example line of every `--help`."""
+    found = []
+    for parser in ALL:
+        for line in (parser.epilog or "").splitlines():
+            words = shlex.split(line.strip())
+            if words[:1] == ["fencegate"]:
+                cut = next((i for i, w in enumerate(words) if w in (">", "|")), len(words))
+                found.append((parser.prog, words[1:cut]))
+    return found
+
+
+EXAMPLES = help_examples()
+
+
+@pytest.mark.parametrize(("prog", "argv"), EXAMPLES, ids=[" ".join(argv) for _, argv in EXAMPLES])
+def test_every_help_example_parses_as_written(
+    prog: str, argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the output paths of the examples are checked where they would be written
+    try:
+        build_parser().parse_args(argv)
+    except SystemExit as exit:
+        if exit.code == 0:  # an example of --help itself
+            return
+        pytest.fail(f"{prog} --help: `fencegate {' '.join(argv)}` does not parse (exit {exit.code})")
+
+
+def test_the_lab_shows_where_the_histories_its_report_reads_come_from() -> None:
+    lab = [argv for prog, argv in EXAMPLES if prog == "fencegate lab"]
+    workdir = next(argv[argv.index("--workdir") + 1] for argv in lab if "--workdir" in argv)
+    (report,) = [argv for argv in lab if argv[:2] == ["lab", "report"]]
+    assert report[2] == f"{workdir}/runs/*/history.jsonl"

@@ -48,6 +48,33 @@ def test_a_file_that_is_not_a_history_is_refused(tmp_path: Path, capsys: pytest.
     assert captured.out == ""
 
 
+@pytest.mark.parametrize(
+    ("line", "change", "message"),
+    [(1, {"final": "2"}, "final '2' is not an integer or null"),
+     (1, {"meta": {"scenario": "none", "mode": "lock-only", "lock": "single", "seed": "1"}},
+      "seed '1' is not an integer"),
+     (2, {"client": 1}, "event client 1 is not a client's name"),
+     (3, {"until": "later"}, "event until 'later' is not a number or null"),
+     (3, {"lease": 7}, "event lease 7 is not a lease's name"),
+     (4, {"kind": ["read"]}, "event kind ['read'] is not one of"),
+     (4, {"detail": {}}, "event detail {} is not text")],
+)  # fmt: skip
+def test_a_malformed_field_is_one_line_naming_the_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: int, change: dict[str, object], message: str
+) -> None:
+    path = tmp_path / "run.jsonl"
+    paused_holder(Meta("pause", "lock-only", "single", 1), fenced=False).dump(path)
+    lines = path.read_text().splitlines()
+    lines[line - 1] = json.dumps(json.loads(lines[line - 1]) | change)
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["lab", "report", str(path), "--html", str(tmp_path / "r.html")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (err,) = captured.err.splitlines()
+    assert err.startswith(f"fencegate lab report: {path}:{line}: {message}")
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_scenarios_lists_every_fault_schedule(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lab", "scenarios"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
@@ -105,9 +132,10 @@ def test_the_old_name_of_lock_only_is_still_accepted_with_a_note(
 def test_lab_run_on_the_gateway_prints_json_progress_and_the_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    report = tmp_path / "lab.html"
+    report, workdir = tmp_path / "lab.html", tmp_path / "lab-runs"
     argv = ["lab", "run", "--scenario", "pause", "--mode", "fenced", "--clients", "2", "--ops", "1",
-            "--json", "--report", str(report), "--svg", str(tmp_path / "svg")]  # fmt: skip
+            "--json", "--report", str(report), "--svg", str(tmp_path / "svg"),
+            "--workdir", str(workdir)]  # fmt: skip
     assert main(argv) == 0  # the fenced pause run is safe, as predicted
     captured = capsys.readouterr()
     document = json.loads(captured.out)
@@ -122,6 +150,9 @@ def test_lab_run_on_the_gateway_prints_json_progress_and_the_report(
     assert f"report: {report}" in captured.err
     assert report.read_text().startswith("<!doctype html>")
     assert (tmp_path / "svg" / "lab-pause-fenced.svg").read_text().startswith("<svg")
+    (kept,) = workdir.glob("runs/*/history.jsonl")  # what `lab report` reads, as `lab --help` shows
+    assert main(["lab", "report", str(kept), "--json", "--no-events"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["verdict"] == run["verdict"]
 
 
 def test_lab_run_on_etcd_starts_its_cluster_and_prints_the_acceptance_rows(
