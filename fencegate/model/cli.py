@@ -19,6 +19,7 @@ import json
 import logging
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from fencegate.cli import INCOMPLETE, add_action, add_actions, describe, output_dir, output_file
@@ -48,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         actions,
         "check",
         _check,
-        "fencegate model check --variant fenced --property no_stale_accept",
+        "fencegate model check --variant fenced --property lost-update",
         "fencegate model check --trails --report model.html",
         help="search the model and print a verdict per variant",
         description="Generate the verifier (spin -a), compile it (gcc -O2 -DSAFETY), search every "
@@ -109,10 +110,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--variant", default="all", metavar="V", help=f"{', '.join(VARIANTS)}, a comma list, or all"
+        "--variant",
+        default="all",
+        type=_names(VARIANTS, "variant"),
+        metavar="V",
+        help=f"{', '.join(VARIANTS)}, a comma list, or all",
     )
     parser.add_argument(
-        "--property", default="all", metavar="P", help=f"{', '.join(PROPERTIES)}, a comma list, or all"
+        "--property",
+        default="all",
+        type=_names(PROPERTIES, "property"),
+        metavar="P",
+        help=f"{', '.join(PROPERTIES)}, a comma list, or all",
     )
     parser.add_argument("--clients", type=int, default=2, metavar="K", help="clients")
     parser.add_argument("--nodes", type=int, default=3, metavar="N", help="Redis masters")
@@ -127,6 +136,19 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MB",
         help="pan's -DMEMLIM",
     )
+
+
+def _names(table: Mapping[str, object], what: str) -> Callable[[str], str]:
+    """An argument type that refuses unknown names as the command line is parsed, before any search."""
+
+    def parse(text: str) -> str:
+        try:
+            pick(text, table, what)
+        except ModelArgumentError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+        return text
+
+    return parse
 
 
 Cache = dict[tuple[str, str, Sizes, int, int], CheckResult]
