@@ -104,13 +104,14 @@ class DelayProxy:
         A connection whose upstream is still being opened is cut too: a
         partition does not wait for a handshake to finish.
         """
+        openers = [opener for opener in self._opening.values() if opener is not None]
         for writer, opener in self._opening.items():
             writer.close()
             if opener is not None:
                 opener.cancel()
         for task in list(self._tasks):
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*openers, *self._tasks, return_exceptions=True)
 
     async def aclose(self) -> None:
         if self._server is not None:
@@ -134,7 +135,9 @@ class DelayProxy:
         self._opening[writer] = asyncio.current_task()
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._upstream)
-        except OSError:
+        except (OSError, asyncio.CancelledError):
+            # Cancelled only by `drop`, which cuts the link: the handler ends as a cut connection does,
+            # since asyncio's stream server (3.11) logs a handler task that ends cancelled as an error.
             writer.close()
             return
         finally:
