@@ -15,7 +15,6 @@ on. Everything else the client says goes to stderr.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import random
 import sys
@@ -26,27 +25,8 @@ from typing import Any
 
 from fencegate.lab.errors import RunnerError
 from fencegate.lab.history import EventLog
+from fencegate.lab.protocols import Component
 from fencegate.lab.workload import Checkpoint, Workload, WorkloadSettings
-
-
-@dataclass(frozen=True)
-class Component:
-    """A factory by import path ("package.module:function") and its keyword arguments."""
-
-    factory: str
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-    def build(self) -> Any:
-        module_name, _, attr = self.factory.partition(":")
-        if not attr:
-            raise RunnerError(
-                f"factory {self.factory!r} must look like 'package.module:function'", client="lab"
-            )
-        try:
-            factory = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise RunnerError(f"cannot import factory {self.factory!r}: {exc}", client="lab") from exc
-        return factory(**self.kwargs)
 
 
 @dataclass(frozen=True)

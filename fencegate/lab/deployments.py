@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from fencegate.lab.client import Component
 from fencegate.lab.errors import LabError
 from fencegate.lab.gateway_store import UNFENCED_TOKEN, GatewayCounter
 from fencegate.lab.predictions import INCR
+from fencegate.lab.protocols import Component
 from lockclient import open_token_source
 
 Mode = Literal["lock-only", "fenced", "fence-only"]

@@ -1,7 +1,8 @@
 """What the lab's workload needs from a lock and from the store, as small Protocols.
 
 `Deployment` is what a scenario run needs from a mode and lock design: how
-each client process builds its lock and its store.
+each client process builds its lock and its store, each a `Component` (a
+factory named by import path, so it crosses to the client process as JSON).
 
 The workload (acquire, read counter, write counter+1, release) is written
 against these, so every lock design (Redlock, the single-instance lock, the
@@ -13,12 +14,32 @@ the machine shares, so the checker can compare it with other clients' events.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
-if TYPE_CHECKING:  # lab.client imports the workload, which imports this module
-    from fencegate.lab.client import Component
+from fencegate.lab.errors import RunnerError
+
+
+@dataclass(frozen=True)
+class Component:
+    """A factory by import path ("package.module:function") and its keyword arguments."""
+
+    factory: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self) -> Any:
+        module_name, _, attr = self.factory.partition(":")
+        if not attr:
+            raise RunnerError(
+                f"factory {self.factory!r} must look like 'package.module:function'", client="lab"
+            )
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise RunnerError(f"cannot import factory {self.factory!r}: {exc}", client="lab") from exc
+        return factory(**self.kwargs)
 
 
 @dataclass(frozen=True)

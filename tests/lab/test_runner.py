@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from fencegate.lab.checker import check
-from fencegate.lab.client import ClientConfig, Component
+from fencegate.lab.client import ClientConfig
 from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.errors import RunnerError
 from fencegate.lab.history import Event, Meta
+from fencegate.lab.protocols import Component
 from fencegate.lab.runner import Checkpoint, ClientProcess, Runner
 from fencegate.lab.workload import WorkloadSettings
 from tests.lab.counter_store import RedisCounter
