@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.clients import ClientLimiter, Drain, client_middleware
+from gateway.admission import ClientLimiter, Drain
+from gateway.clients import client_middleware
 from gateway.config import Settings
 from gateway.contexts import audit_ctx, auth_ctx, fencer_ctx, storage_ctx
 from gateway.keys import AppKeys

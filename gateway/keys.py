@@ -9,9 +9,9 @@ from aiohttp import web
 from lockclient.protocols import TokenSource
 
 if TYPE_CHECKING:
+    from gateway.admission import ClientLimiter, Drain
     from gateway.audit import AuditLog
     from gateway.auth import ApiKey, ApiKeys
-    from gateway.clients import ClientLimiter, Drain
     from gateway.config import Settings
     from gateway.fencing import Fencer
     from gateway.metrics import Metrics
