@@ -16,14 +16,30 @@ import asyncio
 import contextlib
 import math
 from collections.abc import AsyncIterator, Hashable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Generic, Unpack
+from typing import TYPE_CHECKING, Generic, Protocol, Unpack
 
 from lockclient.errors import ConfigurationError, LockLost, LockNotAcquired
 from lockclient.lease import Lease, TokenT
 from lockclient.options import AcquireOptions, check_options
 
 if TYPE_CHECKING:
-    from lockclient.redlock import Redlock
+    from lockclient.protocols import Clock
+
+
+class Locker(Protocol[TokenT]):
+    """What a group needs from the lock that takes its resources one by one (a `Redlock`)."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    async def acquire(
+        self, resource: str, *, owner: Hashable | None = None, **options: Unpack[AcquireOptions[TokenT]]
+    ) -> Lease[TokenT]: ...
+
+    async def release(self, lease: Lease[TokenT]) -> None: ...
+
+    async def extend(self, lease: Lease[TokenT], *, ttl: float | None = None) -> Lease[TokenT]: ...
+
 
 __all__ = ["MultiLease", "acquire_many", "canonical", "extend_many", "lock_many", "release_many"]
 
@@ -85,7 +101,7 @@ class MultiLease(Mapping[str, Lease[TokenT]], Generic[TokenT]):
 
 
 async def acquire_many(
-    locker: Redlock[TokenT],
+    locker: Locker[TokenT],
     resources: Iterable[str],
     *,
     owner: Hashable | None,
@@ -121,12 +137,12 @@ async def acquire_many(
     return MultiLease(taken)
 
 
-async def _release_quietly(locker: Redlock[TokenT], leases: Sequence[Lease[TokenT]]) -> None:
+async def _release_quietly(locker: Locker[TokenT], leases: Sequence[Lease[TokenT]]) -> None:
     with contextlib.suppress(LockLost):
         await release_many(locker, MultiLease(leases))
 
 
-async def release_many(locker: Redlock[TokenT], multi: MultiLease[TokenT]) -> None:
+async def release_many(locker: Locker[TokenT], multi: MultiLease[TokenT]) -> None:
     """Release every lease at once; `LockLost` (after all were tried) naming each one that was lost."""
     # Every release is a task started now, and the wait for them is shielded: a cancellation of the
     # caller (a timeout firing as the block ends, even before the tasks first ran) ends the wait, not them.
@@ -135,7 +151,7 @@ async def release_many(locker: Redlock[TokenT], multi: MultiLease[TokenT]) -> No
     _raise_first(outcomes)
 
 
-async def extend_many(locker: Redlock[TokenT], multi: MultiLease[TokenT], *, ttl: float | None) -> None:
+async def extend_many(locker: Locker[TokenT], multi: MultiLease[TokenT], *, ttl: float | None) -> None:
     """Extend every lease at once; the first error (after all were tried), `LockLost` naming each lost one."""
     outcomes = await asyncio.gather(
         *(locker.extend(lease, ttl=ttl) for lease in multi.values()), return_exceptions=True
@@ -161,7 +177,7 @@ def _raise_first(outcomes: Sequence[object]) -> None:
 
 @contextlib.asynccontextmanager
 async def lock_many(
-    locker: Redlock[TokenT],
+    locker: Locker[TokenT],
     resources: Iterable[str],
     *,
     owner: Hashable | None,
