@@ -174,7 +174,7 @@ class GroupCommitStore(QueuedStore):
     ) -> None:
         """Answer every request of a committed batch, or fail them all; then the next batch."""
         if error is None:
-            self.batches += 1
+            self._committed()
             for op, (ok, value) in zip(batch, outcomes, strict=True):
                 settle(op.future, ok, value)
         else:
@@ -185,6 +185,7 @@ class GroupCommitStore(QueuedStore):
             self._next_batch()
 
     def _fail(self, batch: list[Op], exc: BaseException) -> None:
+        self._failed += 1
         log.error(
             "a group commit of %d requests was not committed; each is answered 503", len(batch), exc_info=exc
         )

@@ -345,6 +345,7 @@ class PgGroupCommitStore(QueuedStore):
         try:
             outcomes = await self._commit(lane, batch)
         except Exception as exc:
+            self._failed += 1
             log.error(
                 "a group commit of %d requests was not committed; each is answered 503",
                 len(batch),
@@ -356,7 +357,7 @@ class PgGroupCommitStore(QueuedStore):
                 failure.__cause__ = exc
                 settle(op.future, False, failure)
             return
-        self.batches += 1
+        self._committed()
         for op, outcome in zip(batch, outcomes, strict=True):
             settle(op.future, not isinstance(outcome, StorageError), outcome)
 

@@ -9,6 +9,7 @@ to the per-request store underneath, which they never wait behind.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from typing import Any
 
 from storage.protocols import FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
 from storage.sql import SqlObjectStore
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BATCH = 256  # requests per transaction; bounds how long one batch holds its locks
 
@@ -48,6 +51,14 @@ class QueuedStore(ObjectStore):
         self._pending: deque[Op] = deque()  # submitted, not yet in a batch
         self._running = False  # taking requests
         self.batches = 0  # committed batches (tests read it to see that batching happened)
+        self._failed = 0  # batches not committed since the last one that was
+
+    def _committed(self) -> None:
+        """Count a committed batch; the first after failures says so, or the log ends on the errors."""
+        self.batches += 1
+        if self._failed:
+            log.info("group commit works again: a batch committed after %d that were not", self._failed)
+            self._failed = 0
 
     async def start(self) -> None:
         """Start the writer; requests are taken from then on."""

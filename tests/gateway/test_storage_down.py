@@ -62,8 +62,13 @@ async def wait_ready(client: AppClient) -> None:
 
 
 async def test_invariant_4_postgres_stopped_is_503_nothing_written_and_recovers(
-    make_client: MakeClient, cluster_factory: Callable[[ClusterSpec], LocalCluster]
+    make_client: MakeClient,
+    cluster_factory: Callable[[ClusterSpec], LocalCluster],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The log tells the operator both ends of the outage: the batches that failed, and the first
+    commit after them."""
+    caplog.set_level("INFO", logger="storage")
     cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
     client = await make_client(storage=cluster.postgres_dsn, storage_timeout=2.0)
     assert (await client.put("/v1/objects/doc", data=b"before", headers={"Fencing-Token": "5"})).status == 201
@@ -84,6 +89,10 @@ async def test_invariant_4_postgres_stopped_is_503_nothing_written_and_recovers(
     assert (await (await client.get("/v1/fences/doc")).json())["highest"] == 5
     after = await client.put("/v1/objects/doc", data=b"after", headers={"Fencing-Token": "6"})
     assert (after.status, (await after.json())["version"]) == (200, 2)
+    failed = [r for r in caplog.records if "was not committed" in r.getMessage()]
+    assert {r.levelname for r in failed} == {"ERROR"}
+    back = [r for r in caplog.records if "group commit works again" in r.getMessage()]
+    assert [(r.levelname, r.created > failed[-1].created) for r in back] == [("INFO", True)]
 
 
 async def test_invariant_4_postgres_hung_past_the_deadline_is_503_never_2xx(
