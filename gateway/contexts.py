@@ -125,6 +125,7 @@ async def fencer_ctx(app: web.Application) -> AsyncIterator[None]:
     else:
         try:
             await check_token_source(tokens)
+            log.info("token source %r: the token-from-the-future guard is on", tokens)
         except Unavailable as exc:
             log.warning(
                 "%s; serving anyway, but /readyz answers 503 and a write whose token is above the cached "

@@ -6,8 +6,11 @@ in-memory source stands in for the real ones here.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from lockclient import open_token_source
 from lockclient.errors import TokenSourceError
 from tests.gateway.conftest import MakeClient
 
@@ -125,3 +128,13 @@ async def test_without_a_source_the_start_log_says_the_guard_is_off(
     assert any("guard is OFF" in r.getMessage() for r in caplog.records)
     resp = await client.put("/v1/objects/f", data=b"x", headers={"Fencing-Token": str(2**62)})
     assert resp.status == 201
+
+
+async def test_with_a_source_the_start_log_names_it_and_says_the_guard_is_on(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    source = open_token_source(f"sqlite:///{tmp_path / 'tokens.db'}")
+    with caplog.at_level("INFO", logger="gateway"):
+        await make_client(tokens=source)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "guard is on" in r.getMessage()]
+    assert said == [("INFO", f"token source {source!r}: the token-from-the-future guard is on")]
