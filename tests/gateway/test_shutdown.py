@@ -9,6 +9,7 @@ refused meanwhile; the process must exit 0.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -91,7 +92,11 @@ async def test_sigterm_finishes_requests_in_flight_and_loses_nothing_acknowledge
         gateway.stop()
 
 
-async def test_draining_app_refuses_new_requests_503_and_waits_for_admitted_ones(client: AppClient) -> None:
+async def test_draining_app_refuses_new_requests_503_and_waits_for_admitted_ones(
+    client: AppClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The refusals are logged at WARNING: a planned shutdown is no error to page anyone over."""
+    caplog.set_level("INFO", logger="gateway")
     assert client.server.port is not None
     reader, writer = await asyncio.open_connection("127.0.0.1", client.server.port)
     writer.write(b"PUT /v1/objects/dr HTTP/1.1\r\nHost: t\r\nFencing-Token: 3\r\nContent-Length: 4\r\n\r\nab")
@@ -103,6 +108,12 @@ async def test_draining_app_refuses_new_requests_503_and_waits_for_admitted_ones
     refused = await client.put("/v1/objects/dr2", data=b"x", headers={"Fencing-Token": "3"})
     assert (refused.status, (await refused.json())["error"]) == (503, "shutting_down")
     assert (await client.get("/readyz")).status == 503
+    refusals = [
+        (r.levelname, json.loads(r.getMessage().removeprefix("refused "))["path"])
+        for r in caplog.records
+        if "shutting_down" in r.getMessage()
+    ]
+    assert refusals == [("WARNING", "/v1/objects/dr2"), ("WARNING", "/readyz")]
     assert not drained.done()
     writer.write(b"cd")
     await writer.drain()
