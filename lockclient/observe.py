@@ -5,7 +5,7 @@ logged on the `lockclient` logger with `resource` and `token` as record
 attributes (`extra`), so a formatter can print them (`%(resource)s`) and a
 structured handler can index them. Routine changes (acquired, released,
 renewed) are DEBUG; trouble (a renewal that failed and is retried, a lost
-lease, an unreachable quorum) is WARNING.
+lease, an unreachable quorum or token source) is WARNING.
 
 An `Observer` (for metrics) gets the same events with numbers: acquire
 latency and attempts, retries and their reason, which masters failed. It is

@@ -63,6 +63,7 @@ from lockclient.errors import (
     LockLost,
     LockNotAcquired,
     QuorumUnavailable,
+    TokenSourceError,
 )
 from lockclient.lease import Lease, TokenT, lock_value
 from lockclient.multi import MultiLease
@@ -280,21 +281,26 @@ class Redlock(Generic[TokenT]):
         """The next token, within what is left of the acquire's `timeout`: the draw is part of it."""
         if self._tokens is None:
             return cast(TokenT, None)
-        if deadline == math.inf:
-            return cast(TokenT, await self._tokens.next_token(resource))
+        scope = asyncio.timeout(None if deadline == math.inf else max(0.0, deadline - self._clock()))
         try:
-            async with asyncio.timeout(max(0.0, deadline - self._clock())) as scope:
+            async with scope:
                 return cast(TokenT, await self._tokens.next_token(resource))
+        except TokenSourceError as exc:  # no lease can be had while the source fails: an outage
+            self._events.not_acquired(resource, began, attempts, unreachable=False)
+            self._events.unavailable(exc, resource)
+            raise
         except TimeoutError as exc:
-            if not scope.expired():
+            if not scope.expired():  # the source's own timeout, not the acquire's
                 raise
             self._events.not_acquired(resource, began, attempts, unreachable=False)
-            raise LockNotAcquired(
+            error = LockNotAcquired(
                 f"could not lock {resource!r} within the timeout: the token source "
                 f"({type(self._tokens).__name__}) had not issued a token for attempt {attempts} when it "
                 "ran out; check the source, or raise timeout",
                 resource=resource,
-            ) from exc
+            )
+            self._events.unavailable(error, resource)
+            raise error from exc
 
     def _not_acquired(
         self, resource: str, result: NotGranted, began: float, attempts: int

@@ -8,6 +8,8 @@ are killed (-9) or paused (SIGSTOP) on private clusters.
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
 from collections.abc import Callable
 
 import pytest
@@ -19,7 +21,9 @@ from lockclient import (
     QuorumUnavailable,
     Redlock,
     RetryPolicy,
+    TokenSourceError,
     ZooKeeperTokens,
+    open_token_source,
 )
 from tests.lockclient._recorder import Recorder
 from tests.waiting import eventually
@@ -103,7 +107,9 @@ async def test_an_outage_shorter_than_the_window_is_waited_out(cluster_factory: 
         await locker.release(lease)
 
 
-async def test_timeout_bounds_the_token_draw_when_zookeeper_is_down(cluster_factory: Factory) -> None:
+async def test_timeout_bounds_the_token_draw_when_zookeeper_is_down(
+    cluster_factory: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
     cluster = await start(cluster_factory, ClusterSpec(redis=5, zookeeper=True))
     # the source alone would keep trying for 20 s; the acquire's timeout must cut it short
     tokens = ZooKeeperTokens(cluster.zookeeper, timeout=20.0, connect_timeout=20.0)
@@ -121,6 +127,30 @@ async def test_timeout_bounds_the_token_draw_when_zookeeper_is_down(cluster_fact
     assert not isinstance(caught.value, QuorumUnavailable)  # the masters are fine: it is the source
     gave_up = recorder.named("not_acquired")  # observers (metrics) count this give-up too
     assert [(e["resource"], e["unreachable"]) for e in gave_up] == [("drawn", False)]
+    assert [(r.levelname, r.resource) for r in _warnings(caplog, "the token source")] == [
+        ("WARNING", "drawn")
+    ]
+
+
+def _warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "lockclient" and text in r.getMessage()]
+
+
+async def test_a_token_source_that_is_down_fails_the_acquire_with_a_warning(
+    urls: list[str], resource: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing listens where the source should be: the acquire fails at once, and the log says why."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    recorder = Recorder()
+    tokens = open_token_source(f"postgresql://postgres@127.0.0.1:{port}/postgres")
+    async with Redlock(urls, tokens=tokens, observer=recorder) as locker:
+        with pytest.raises(TokenSourceError, match="could not issue a token"):
+            await locker.acquire(resource, ttl=5.0)
+    (warning,) = _warnings(caplog, "could not issue a token")
+    assert (warning.levelname, warning.resource, warning.token) == ("WARNING", resource, None)
+    assert [e["resource"] for e in recorder.named("not_acquired")] == [resource]
 
 
 async def test_a_non_blocking_acquire_says_outage_at_once(cluster_factory: Factory) -> None:
