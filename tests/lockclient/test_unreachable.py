@@ -127,7 +127,7 @@ async def test_timeout_bounds_the_token_draw_when_zookeeper_is_down(
     assert not isinstance(caught.value, QuorumUnavailable)  # the masters are fine: it is the source
     gave_up = recorder.named("not_acquired")  # observers (metrics) count this give-up too
     assert [(e["resource"], e["unreachable"]) for e in gave_up] == [("drawn", False)]
-    assert [(r.levelname, r.resource) for r in _warnings(caplog, "the token source")] == [
+    assert [(r.levelname, r.__dict__["resource"]) for r in _warnings(caplog, "the token source")] == [
         ("WARNING", "drawn")
     ]
 
@@ -149,7 +149,11 @@ async def test_a_token_source_that_is_down_fails_the_acquire_with_a_warning(
         with pytest.raises(TokenSourceError, match="could not issue a token"):
             await locker.acquire(resource, ttl=5.0)
     (warning,) = _warnings(caplog, "could not issue a token")
-    assert (warning.levelname, warning.resource, warning.token) == ("WARNING", resource, None)
+    assert (warning.levelname, warning.__dict__["resource"], warning.__dict__["token"]) == (
+        "WARNING",
+        resource,
+        None,
+    )
     assert [e["resource"] for e in recorder.named("not_acquired")] == [resource]
 
 
