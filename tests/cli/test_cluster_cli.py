@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fencegate.bench.servers import http_server
 from fencegate.cli import NO, main
 from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.cluster.servers import free_port
@@ -32,3 +33,19 @@ def test_a_failed_check_says_why_on_stderr(
     assert json.loads(captured.out)["acknowledged"] == 0
     assert "fencegate cluster check: no write was acknowledged in 1 s" in captured.err
     assert "is the gateway up" in captured.err
+
+
+def test_a_gateway_that_accepts_stale_tokens_fails_the_check(
+    redis_cluster: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Honest leases never send a stale token, so the check sends one itself: the fence-off yardstick
+    (every token accepted) must fail it, whatever else its marks show."""
+    argv = ["fencegate.bench.fenceoff", "--log-level", "WARNING", "serve", "--data-dir", str(tmp_path / "gw")]
+    with http_server(argv, tmp_path / "fenceoff.log") as (url, _pid):
+        code = main(["--log-level", "WARNING", "cluster", "check", "--gateway", url,
+                     "--redis", *redis_cluster.redis_urls, "--tokens", f"sqlite:///{tmp_path / 'tokens.db'}",
+                     "--seconds", "1", "--workers", "2", "--resources", "1"])  # fmt: skip
+    assert code == NO
+    err = capsys.readouterr().err
+    assert "was accepted" in err, err
+    assert "a stale writer gets through" in err

@@ -11,7 +11,10 @@ the gateway's promises, whichever replica served each request:
 - no acknowledged write was lost: acknowledged versions are distinct, the
   final object is the newest acknowledged write (or a newer write whose
   answer was lost, 5xx, of which there must be enough), and the mark is at
-  least the highest acknowledged token.
+  least the highest acknowledged token;
+- the fence refuses: a write with a token below the newest acknowledged
+  one is answered 409 and changes nothing (load under honest leases never
+  sends one, so a gateway that accepts every token would pass without it).
 
 `fencegate cluster check` runs it against the native topology (`--dir`) or
 against any deployment by URL (compose's `lab` service).
@@ -30,6 +33,7 @@ from typing import Any
 
 from fencegate.lab.cluster.errors import ClusterError
 from lockclient import (
+    FetchedObject,
     GatewayClient,
     GatewayError,
     LockLost,
@@ -43,6 +47,7 @@ from lockclient.protocols import TokenSource
 LEASE_TTL = 5.0  # seconds; far above one PUT on loopback, so a lease lapses only under a fault
 ACQUIRE_TIMEOUT = 3.0  # seconds a worker waits for a busy resource before counting a miss
 BACKOFF = 0.05  # seconds a worker waits after an error before its next attempt
+STALE_PROBE = b"stale probe: the fence must refuse this"
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,9 +162,31 @@ async def verify(gateway: GatewayClient, ledger: Ledger, resources: Sequence[str
                 f"{ledger.unknown[resource]} unknown writes: a write came from nowhere"
             )
         mark = await gateway.fence(resource)
-        if mark < max(a.token for a in acks):
-            problems.append(f"{resource}: mark {mark} is below the acknowledged token {newest.token}")
+        top = max(a.token for a in acks)
+        if mark < top:
+            problems.append(f"{resource}: mark {mark} is below the acknowledged token {top}")
+        if top > 1:
+            problems += await _stale_probe(gateway, resource, top - 1, final)
     return problems
+
+
+async def _stale_probe(gateway: GatewayClient, resource: str, token: int, final: FetchedObject) -> list[str]:
+    """Write with `token`, below an acknowledged one: the fence must answer 409 and change nothing."""
+    try:
+        info = await gateway.put(resource, STALE_PROBE, token=token, resource=resource)
+    except StaleToken:
+        pass
+    except GatewayError as exc:
+        return [f"{resource}: a write with the stale token {token} got {exc.status}, not 409 stale_token"]
+    else:
+        return [f"{resource}: a write with the stale token {token} was accepted as v{info.version}: "
+                "a stale writer gets through"]  # fmt: skip
+    after = await gateway.get(resource)
+    if (after.version, after.data) != (final.version, final.data):
+        return [
+            f"{resource}: a refused stale write changed the object (v{final.version} -> v{after.version})"
+        ]
+    return []
 
 
 async def check_deployment(
