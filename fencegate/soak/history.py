@@ -89,7 +89,7 @@ class Verdict:
 
     requests: int
     rate: float
-    fault_rate: float  # answered requests per second from the first fault to the last one's end
+    fault_rate: float  # definite answers (below 500) per second from the first fault to the last one's end
     unleased_acked: int
     retries: Retries
     p50_ms: float
@@ -256,7 +256,11 @@ def check(
     fault_rate = 0.0
     if fault_window is not None and fault_window[1] > fault_window[0]:
         start, end = fault_window
-        answered = sum(1 for c in everything if c.status is not None and start <= c.end < end)
+        # A 503 is the gateway giving up, not load it held: counted, it would pass a gateway that
+        # fails fast under faults (the burst it is compared with had no non-2xx).
+        answered = sum(
+            1 for c in everything if c.status is not None and c.status < 500 and start <= c.end < end
+        )
         fault_rate = answered / (end - start)
     return Verdict(
         requests=len(everything),

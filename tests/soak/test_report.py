@@ -60,3 +60,12 @@ def test_a_run_where_no_write_was_acknowledged_fails() -> None:
         "load: no leased write was acknowledged",
         "load: no unleased write was acknowledged",
     ]
+
+
+def test_503s_under_faults_are_not_load_held() -> None:
+    """A gateway that answers 503 fast while the faults hit holds no load, however many it sends."""
+    failed = [put(f"soak-w0-k{i}", 503, i / 100) for i in range(900)]
+    run = report([put("soak-r0", 201, 0.5, version=1)], [*failed, put("soak-w0-k9999", 201, 9.0, version=1)],
+                 bench_rate=10.0)  # fmt: skip
+    assert run.verdict.fault_rate == 0.2
+    assert not run.ok
