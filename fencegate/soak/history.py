@@ -8,6 +8,7 @@ so in commit order (the object's version) the counter must equal its
 version. The checker turns that and DESIGN.md's invariants into counts:
 
 - invariant 1: per key, accepted PUTs ordered by version carry non-decreasing tokens;
+  per resource, a PUT first sent after another was acknowledged carries no lower token;
 - invariant 2: every accepted PUT wrote exactly version = value (a refused
   write that had changed something would break the chain), and the final
   bytes of each key were sent by an accepted or unknown-outcome request,
@@ -51,6 +52,7 @@ class Call:
     version: int | None = None
     idempotency_key: str = ""  # the same on every attempt of one write
     answer: bytes = b""  # the body of a 2xx (a PUT's is compared across its retries)
+    resource: str = ""  # the Fencing-Resource sent ("": the key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +157,7 @@ def check_unleased(
             violations.append(
                 f"lost: {c.key}: acknowledged version {c.version}, stored {stored and stored[1]}"
             )
+    violations += stale_accepted(calls, acked)
     acked_keys = {c.key for c in acked}
     refused = {
         c.key for c in calls if c.status is not None and 400 <= c.status < 500 and c.key not in acked_keys
@@ -163,6 +166,34 @@ def check_unleased(
         f"invariant 2: {key}: its write was refused, yet the key exists" for key in refused & set(objects)
     ]
     return len(acked), lost, violations
+
+
+def stale_accepted(calls: list[Call], acked: list[Call]) -> list[str]:
+    """Invariant 1 seen from the clients, per resource: a write first sent after another was
+    acknowledged commits after it, so its token may not be lower. Needs no audit trail, so a gateway
+    that accepts stale tokens is caught even if it keeps its marks and its trail in order."""
+    first_sent: dict[str, float] = {}
+    for c in calls:
+        first_sent.setdefault(c.idempotency_key, c.start)  # its commit may come from any attempt
+    by_resource: dict[str, list[Call]] = defaultdict(list)
+    for c in acked:
+        by_resource[c.resource or c.key].append(c)
+    found = []
+    for resource, writes in by_resource.items():
+        done = sorted(writes, key=lambda c: c.end)
+        newest: Call | None = None  # the highest token acknowledged so far
+        i = 0
+        for c in sorted(writes, key=lambda c: first_sent.get(c.idempotency_key, c.start)):
+            while i < len(done) and done[i].end < first_sent.get(c.idempotency_key, c.start):
+                if newest is None or done[i].token > newest.token:
+                    newest = done[i]
+                i += 1
+            if newest is not None and c.token < newest.token:
+                found.append(
+                    f"invariant 1: {resource}: {c.key} with token {c.token} accepted after "
+                    f"{newest.key} with token {newest.token} was acknowledged"
+                )
+    return found
 
 
 def check(

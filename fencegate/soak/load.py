@@ -215,7 +215,7 @@ class Soak:
             status = None
         call = Call(
             client, gateway, method, key, token, body, start, self.now(), status, version,
-            idempotency_key, data if status in (200, 201) else b"",
+            idempotency_key, data if status in (200, 201) else b"", resource or "",
         )  # fmt: skip
         (self.history.calls if into is None else into).append(call)
         return call

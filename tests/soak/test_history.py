@@ -66,3 +66,28 @@ def test_check_fails_a_run_whose_retried_write_was_applied_twice() -> None:
     verdict = check(history, {}, Counter({("a", 1): 2}), 1.0, objects={"a": (history.unleased[0].body, 1)})
     assert verdict.lost == 0
     assert any("applied 2 times" in v for v in verdict.violations)
+
+
+def at(key: str, token: int, status: int | None, start: float, end: float) -> Call:
+    """An unleased write of `key` under the resource "r", sent at `start`, answered at `end`."""
+    body = f"w0 {key} t{token}".encode()
+    version = 1 if status == 201 else None
+    return Call(0, 0, "PUT", key, token, body, start, end, status, version, f"c0-{key}-{token}", b"", "r")
+
+
+def test_an_unleased_write_with_a_lower_token_accepted_after_a_newer_one_is_a_violation() -> None:
+    """A fence that accepts every token but keeps its marks and audit trail: the clients' order shows it."""
+    newer, stale = at("k1", 5, 201, 0.0, 1.0), at("k2", 4, 201, 2.0, 3.0)
+    objects = {c.key: (c.body, 1) for c in (newer, stale)}
+    _, lost, violations = check_unleased([newer, stale], objects, Counter({("k1", 5): 1, ("k2", 4): 1}))
+    assert lost == 0
+    assert violations == ["invariant 1: r: k2 with token 4 accepted after k1 with token 5 was acknowledged"]
+
+
+def test_a_lower_token_first_sent_before_the_newer_was_acknowledged_may_commit_first() -> None:
+    """Its answer was lost and its retry came late, but its first attempt may have committed first."""
+    newer = at("k1", 5, 201, 0.5, 1.0)
+    first, retry = at("k2", 4, None, 0.0, 0.9), at("k2", 4, 201, 2.0, 3.0)
+    objects = {"k1": (newer.body, 1), "k2": (retry.body, 1)}
+    audited = Counter({("k1", 5): 1, ("k2", 4): 1})
+    assert check_unleased([newer, first, retry], objects, audited) == (2, 0, [])
