@@ -72,6 +72,7 @@ class SoakConfig:
     writers: int = 4  # unleased writers (writers.py)
     in_flight: int = 8  # concurrent requests of each unleased writer
     bench_seconds: float = 3.0  # the unfaulted wrk burst that measures the gateways' rate; 0: none
+    rate_goal: float = 1 / 3  # the least rate under faults, over the burst's, that passes; 0: not held
     seed: int = 1
 
 

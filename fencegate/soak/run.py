@@ -7,7 +7,7 @@ what was held, injected and tried, and what was lost or violated. The exit
 code is 0 only if nothing acknowledged was lost, no invariant was violated,
 no client error got a 5xx, no refused request changed storage, and the load
 did what it claims: writes acknowledged, the rate under faults at least
-GOAL_RATIO of the burst's.
+`rate_goal` of the burst's.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from fencegate.soak.history import Verdict, check
 from fencegate.soak.load import PAUSE_TTLS, SPEC, LoadResult, Soak, SoakConfig
 
 STATE_DIR = Path(".state/soak")
-GOAL_RATIO = 1 / 3  # the least rate held under faults, against the unfaulted burst's, that passes
 log = logging.getLogger(__name__)
 
 
@@ -53,7 +52,7 @@ class SoakReport:
     @property
     def shortfalls(self) -> list[str]:
         """Why the load proves less than it claims: no write acknowledged, or the rate under faults
-        below GOAL_RATIO of the burst's. Nothing lost out of nothing written is not a pass."""
+        below `rate_goal` of the burst's. Nothing lost out of nothing written is not a pass."""
         found = []
         leased = sum(1 for c in self.load.history.calls if c.method == "PUT" and c.status in (200, 201))
         if not leased:
@@ -61,10 +60,10 @@ class SoakReport:
         if not self.verdict.unleased_acked:
             found.append("load: no unleased write was acknowledged")
         ratio = self.load_ratio
-        if ratio is not None and ratio < GOAL_RATIO:
+        if ratio is not None and ratio < self.config.rate_goal:
             found.append(
                 f"load: {self.verdict.fault_rate:.0f} req/s under faults is {ratio:.2f} of the burst's "
-                f"{self.load.bench_rate:.0f} req/s, below the goal {GOAL_RATIO:.2f}"
+                f"{self.load.bench_rate:.0f} req/s, below the goal {self.config.rate_goal:.2f}"
             )
         return found
 
@@ -75,7 +74,7 @@ class SoakReport:
 
     @property
     def load_ratio(self) -> float | None:
-        """The rate held while the faults hit, over the unfaulted wrk burst's (goal: >= GOAL_RATIO)."""
+        """The rate held while the faults hit, over the unfaulted wrk burst's (goal: >= `rate_goal`)."""
         rate = self.load.bench_rate
         return self.verdict.fault_rate / rate if rate else None
 
@@ -85,7 +84,8 @@ class SoakReport:
         held = f"{v.fault_rate:.0f} req/s"
         if ratio is None:
             return f"under faults {held}; unfaulted wrk burst {bench}"
-        return f"under faults {held}; unfaulted wrk burst {bench}; ratio {ratio:.2f}, goal {GOAL_RATIO:.2f}"
+        goal = self.config.rate_goal
+        return f"under faults {held}; unfaulted wrk burst {bench}; ratio {ratio:.2f}, goal {goal:.2f}"
 
     def json(self) -> dict[str, Any]:
         """The table's numbers for machines (`fencegate soak --json`)."""
@@ -101,7 +101,7 @@ class SoakReport:
             "bench_rate_per_s": None if load.bench_rate is None else round(load.bench_rate, 1),
             "bench_non_2xx": load.bench_refused,
             "fault_to_bench_ratio": None if self.load_ratio is None else round(self.load_ratio, 3),
-            "goal_ratio": round(GOAL_RATIO, 3),
+            "goal_ratio": round(self.config.rate_goal, 3),
             "p50_ms": round(v.p50_ms, 1),
             "p99_ms": round(v.p99_ms, 1),
             "refusals": {str(s): n for s, n in sorted(v.refusals.items())},

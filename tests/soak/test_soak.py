@@ -5,8 +5,8 @@ well under a minute of load and fuzzing and asserts what the full run's
 table prints: every PostgreSQL process paused by the pause fault, the leased
 clients and the unleased writers both making progress, writes retried and
 each applied once with one answer, nothing acknowledged lost, no invariant
-violated, no 5xx on bad input, no refused request that changed storage, and
-(through the verdict) the rate under faults at a third of the burst's.
+violated, no 5xx on bad input, no refused request that changed storage. The
+rates are printed, not held to the goal.
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ from fencegate.cli import main
 from fencegate.soak.load import SoakConfig
 from fencegate.soak.run import soak
 
-SHORT = SoakConfig(duration=14.0, clients=4, resources=3, ttl=3.0, outage=1.5, bench_seconds=2.0)
+# Five faults in 14 s leave little unfaulted time: the rate goal is the full run's (`make soak`), and
+# here the ratio would measure how busy the machine is, not the code (tests/soak/test_report.py holds
+# the goal to the verdict).
+SHORT = SoakConfig(
+    duration=14.0, clients=4, resources=3, ttl=3.0, outage=1.5, bench_seconds=2.0, rate_goal=0.0
+)
 
 
 async def test_short_soak_loses_nothing_and_violates_nothing(
