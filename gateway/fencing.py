@@ -24,7 +24,7 @@ from gateway.errors import TokenFromTheFuture, Unavailable
 from gateway.metrics import Metrics
 from lockclient.errors import LockClientError
 from lockclient.protocols import TokenSource
-from storage.errors import StaleToken
+from storage.errors import ResourceMismatch, StaleToken
 from storage.protocols import FencedOps, FencedRequest, ObjectData, ObjectMeta, ObjectStore
 
 log = logging.getLogger(__name__)
@@ -108,13 +108,19 @@ class Fencer(FencedOps):
         await self._guard.admit(request.resource, request.token)
         start = time.perf_counter()
         try:
-            return await self._store.fenced(request)
+            outcome = await self._store.fenced(request)
         except StaleToken as exc:
             await self._guard.explain(exc)
             self._metrics.stale_refusals.inc()
             raise
+        except ResourceMismatch:
+            self._metrics.resource_mismatches.inc()
+            raise
         finally:
             self._metrics.fence_check_seconds.observe(time.perf_counter() - start)
+        if isinstance(outcome, ObjectMeta) and outcome.replayed:
+            self._metrics.idempotent_replays.inc()
+        return outcome
 
     async def read(self, key: str, *, resource: str) -> ObjectData:
         return await self._store.read(key, resource=resource)

@@ -31,6 +31,16 @@ class Metrics:
         self.stale_refusals = Counter(
             "fencegate_stale_refusals", "requests refused 409: token below the mark", registry=self.registry
         )
+        self.resource_mismatches = Counter(
+            "fencegate_resource_mismatches",
+            "requests refused 409: the key belongs to another resource",
+            registry=self.registry,
+        )
+        self.idempotent_replays = Counter(
+            "fencegate_idempotent_replays",
+            "retries answered from their Idempotency-Key's first outcome, applying nothing",
+            registry=self.registry,
+        )
         self.future_refusals = Counter(
             "fencegate_future_refusals",
             "requests refused 422: token above the source's upper bound",

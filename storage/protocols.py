@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
@@ -23,7 +23,9 @@ class ObjectMeta:
 
     `token` is the token that wrote the object; `version` counts its writes.
     Either is None when an upstream service holds the bytes and the gateway
-    cannot know (proxy mode).
+    cannot know (proxy mode). `replayed` says the answer is an Idempotency-Key
+    retry's first outcome, applied once before; it is how the answer came,
+    not part of what it says, so it takes no part in equality.
     """
 
     key: str
@@ -33,6 +35,7 @@ class ObjectMeta:
     size: int
     digest: str | None
     created: bool = False
+    replayed: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,6 +104,7 @@ def replay(caller: Caller, record: Mapping[str, Any]) -> ObjectMeta:
         size=record["size"],
         digest=record["digest"],
         created=bool(record["created"]),
+        replayed=True,
     )
 
 

@@ -246,6 +246,22 @@ async def test_metrics_count_requests_refusals_latency_and_marks(client: AppClie
     assert "fencegate_token_source_regressed_total 0.0" in text
 
 
+async def test_metrics_count_resource_mismatches_and_idempotent_replays(
+    engine_client: AppClient, unique: str
+) -> None:
+    """An operator tells a retry answered from its record, and a key named under another resource, apart."""
+    key = f"{unique}/obj"
+    headers = {"Fencing-Token": "3", "Fencing-Resource": f"{unique}/a", "Idempotency-Key": f"{unique}-1"}
+    assert (await engine_client.put(f"/v1/objects/{key}", data=b"x", headers=headers)).status == 201
+    assert (await engine_client.put(f"/v1/objects/{key}", data=b"x", headers=headers)).status == 201
+    other = {"Fencing-Token": "4", "Fencing-Resource": f"{unique}/b"}
+    assert (await engine_client.put(f"/v1/objects/{key}", data=b"y", headers=other)).status == 409
+    text = await (await engine_client.get("/metrics")).text()
+    assert "fencegate_idempotent_replays_total 1.0" in text
+    assert "fencegate_resource_mismatches_total 1.0" in text
+    assert "fencegate_stale_refusals_total 0.0" in text  # a mismatch is not a stale token
+
+
 async def test_openapi_lists_exactly_the_routes(client: AppClient) -> None:
     served = await (await client.get("/v1/openapi.json")).json()
     assert served == json.loads(json.dumps(document(max_body=DEFAULT_MAX_BODY)))
