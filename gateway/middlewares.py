@@ -170,9 +170,13 @@ def _log_refusal(request: web.Request, status: int, body: dict[str, object], exc
     # came from elsewhere (a driver, a socket, a deadline, a bug), the traceback with its causes.
     record |= {"request_id": body["request_id"], "exception": f"{type(exc).__name__}: {exc}"}
     foreign = exc.__cause__ is not None or not isinstance(exc, Refusal)
-    # A planned shutdown refuses new requests by design: nothing failed, nobody should be paged.
-    level = logging.WARNING if body["error"] == "shutting_down" else logging.ERROR
-    log.log(level, "refused %s", json.dumps(record), exc_info=exc if foreign else None)
+    # A planned shutdown refuses new requests by design: nothing failed, nobody should be paged. A
+    # readiness probe asks every few seconds while a part is down: it says what is down each time,
+    # and the requests that fail log the cause with its traceback.
+    if body["error"] == "shutting_down" or request.match_info.route.name == "readyz":
+        log.warning("refused %s", json.dumps(record))
+        return
+    log.error("refused %s", json.dumps(record), exc_info=exc if foreign else None)
 
 
 async def _route_of(request: web.Request) -> str:

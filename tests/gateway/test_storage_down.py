@@ -81,6 +81,10 @@ async def test_invariant_4_postgres_stopped_is_503_nothing_written_and_recovers(
         assert (resp.status, body["error"]) == (503, "storage_unavailable"), (method, body)
     ready = await client.get("/readyz")
     assert (ready.status, (await ready.json())["error"]) == (503, "storage_unavailable")
+    # a probe says what is down at WARNING; the failed requests above carry the traceback at ERROR
+    probes = [r for r in caplog.records if '"path": "/readyz"' in r.getMessage()]
+    assert [(r.levelname, r.exc_info) for r in probes] == [("WARNING", None)]
+    assert any(r.levelname == "ERROR" and r.exc_info for r in caplog.records if r.name == "gateway.refusals")
 
     await asyncio.to_thread(cluster.restart, PG)
     await wait_ready(client)
