@@ -11,6 +11,7 @@ from gateway.contexts import audit_ctx, auth_ctx, fencer_ctx, storage_ctx
 from gateway.keys import AppKeys
 from gateway.metrics import Metrics
 from gateway.middlewares import deadline_middleware, error_middleware
+from gateway.readiness import Readiness
 from gateway.routes import setup_routes
 from lockclient.protocols import TokenSource
 from storage.fenced import FENCED, Policy
@@ -47,6 +48,7 @@ def create_app(
     app[AppKeys.tokens] = tokens
     app[AppKeys.limiter] = ClientLimiter(limit=settings.max_client_requests)
     app[AppKeys.drain] = Drain()
+    app[AppKeys.readiness] = Readiness()
     app.cleanup_ctx.append(auth_ctx)
     app.cleanup_ctx.append(storage_ctx)
     app.cleanup_ctx.append(audit_ctx)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from gateway.config import Settings
     from gateway.fencing import Fencer
     from gateway.metrics import Metrics
+    from gateway.readiness import Readiness
     from storage.fenced import Policy
     from storage.protocols import ObjectStore
 
@@ -31,6 +32,7 @@ class AppKeys:
     fencer: web.AppKey[Fencer] = web.AppKey("fencer")
     limiter: web.AppKey[ClientLimiter] = web.AppKey("limiter")
     drain: web.AppKey[Drain] = web.AppKey("drain")
+    readiness: web.AppKey[Readiness] = web.AppKey("readiness")
     audit: web.AppKey[AuditLog] = web.AppKey("audit")
 
 

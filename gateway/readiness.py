@@ -5,11 +5,16 @@ with the source unreachable, such a write waits for the source's own timeout
 and is answered 503. So the gateway is not ready while the source does not
 answer a read (`upper_bound` of a fixed name: no side effect on any source)
 within `READY_DEADLINE`, and a load balancer sends the writes elsewhere.
+
+`Readiness` remembers what the last probe found, so the log says once when
+the gateway is ready again; each failing probe is logged as a refusal.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 
 from gateway.errors import Unavailable
 from lockclient.errors import LockClientError
@@ -17,6 +22,24 @@ from lockclient.protocols import TokenSource
 
 READY_DEADLINE = 2.0  # seconds the source has to answer a readiness read; probes run every few seconds
 PROBE_RESOURCE = "fencegate-readiness"  # read, never drawn: asking for its bound changes nothing
+
+log = logging.getLogger(__name__)
+
+
+class Readiness:
+    """Since when the probes have found the gateway not ready (None: the last one found it ready)."""
+
+    def __init__(self) -> None:
+        self.down_since: float | None = None
+
+    def failed(self) -> None:
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+
+    def passed(self) -> None:
+        if self.down_since is not None:
+            log.info("ready again after %.1f s of failing probes", time.monotonic() - self.down_since)
+            self.down_since = None
 
 
 async def check_token_source(tokens: TokenSource) -> None:

@@ -191,10 +191,16 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     if request.app[AppKeys.drain].draining:
         raise Unavailable("the gateway is shutting down", code="shutting_down")
-    await request.app[AppKeys.store].ping()
-    tokens = request.app[AppKeys.tokens]
-    if tokens is not None:
-        await check_token_source(tokens)
+    readiness = request.app[AppKeys.readiness]
+    try:
+        await request.app[AppKeys.store].ping()
+        tokens = request.app[AppKeys.tokens]
+        if tokens is not None:
+            await check_token_source(tokens)
+    except Exception:
+        readiness.failed()
+        raise
+    readiness.passed()
     return web.json_response({"status": "ready"})
 
 

@@ -66,9 +66,10 @@ async def test_invariant_4_postgres_stopped_is_503_nothing_written_and_recovers(
     cluster_factory: Callable[[ClusterSpec], LocalCluster],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The log tells the operator both ends of the outage: the batches that failed, and the first
-    commit after them."""
+    """The log tells the operator both ends of the outage: the batches that failed and the first
+    commit after them, the probes that failed and the first that passed."""
     caplog.set_level("INFO", logger="storage")
+    caplog.set_level("INFO", logger="gateway.readiness")
     cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
     client = await make_client(storage=cluster.postgres_dsn, storage_timeout=2.0)
     assert (await client.put("/v1/objects/doc", data=b"before", headers={"Fencing-Token": "5"})).status == 201
@@ -93,10 +94,12 @@ async def test_invariant_4_postgres_stopped_is_503_nothing_written_and_recovers(
     assert (await (await client.get("/v1/fences/doc")).json())["highest"] == 5
     after = await client.put("/v1/objects/doc", data=b"after", headers={"Fencing-Token": "6"})
     assert (after.status, (await after.json())["version"]) == (200, 2)
-    failed = [r for r in caplog.records if "was not committed" in r.getMessage()]
+    failed = [r for r in caplog.records if r.getMessage().startswith("a group commit of")]
     assert {r.levelname for r in failed} == {"ERROR"}
     back = [r for r in caplog.records if "group commit works again" in r.getMessage()]
     assert [(r.levelname, r.created > failed[-1].created) for r in back] == [("INFO", True)]
+    ready_again = [r.levelname for r in caplog.records if r.getMessage().startswith("ready again after")]
+    assert ready_again == ["INFO"]  # once, however many probes passed since
 
 
 async def test_invariant_4_postgres_hung_past_the_deadline_is_503_never_2xx(
