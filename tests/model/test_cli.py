@@ -109,6 +109,17 @@ def test_exit_status_is_1_when_a_shipped_design_breaks_a_promise_and_4_when_a_se
     assert exit_code([_result("fenced", "mark", "incomplete")]) == 4
 
 
+def test_a_search_cut_by_the_depth_bound_is_reported_incomplete_never_a_proof(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["model", "check", "--variant", "fence-only", "--property", "mark", "--max-depth", "50"])
+    out = capsys.readouterr().out
+    assert code == 4
+    assert "fence-only: incomplete" in out
+    assert "depth bound reached: raise --max-depth" in out
+    assert " 49 " in out  # the depth reached is printed, so the cut is visible
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
