@@ -4,7 +4,8 @@ The lab samples real runs; this package checks every interleaving of a small
 system: clients taking Redlock leases over N Redis masters with TTL expiry,
 the token source, the gateway's fence and a read-modify-write counter,
 against an adversary that pauses clients past their TTL, delays messages,
-restarts nodes without their keys and jumps node clocks. `fencegate model
+restarts nodes without their keys, jumps node clocks and (in one variant)
+restarts the token source without its counter. `fencegate model
 check` runs it; a counterexample comes back as the lab's history events.
 """
 

@@ -127,7 +127,12 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3, metavar="N", help="Redis masters")
     parser.add_argument("--ops", type=int, default=1, help="acquisitions per client")
     parser.add_argument("--pauses", type=int, default=1, help="times a whole TTL may pass")
-    parser.add_argument("--node-faults", type=int, default=1, help="node restarts or clock jumps")
+    parser.add_argument(
+        "--node-faults",
+        type=int,
+        default=1,
+        help="node restarts or clock jumps (token-regress: also token source restarts)",
+    )
     parser.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH, metavar="D", help="pan -m")
     parser.add_argument(
         "--memory",

@@ -12,6 +12,8 @@
  *   -DUNFENCED_READS  like FENCED, but reads carry no token (only writes are fenced)
  *   -DFENCE_ONLY    token and fence, no lock
  *   -DTOKEN_AFTER   like FENCED, but the token is drawn after the quorum
+ *   -DTOKEN_REGRESS like FENCED, but the token source may restart without its
+ *                   counter and issue tokens from 1 again (a node fault's budget)
  *   -DANY_RESOURCE  like FENCED, but each request names one of two resources for the
  *                   one key (the lock's name or the key itself) and the gateway checks
  *                   only that resource's mark; a client that reads the counter as 0
@@ -23,13 +25,15 @@
  *                   binds it (a fenced read of the absent key binds nothing)
  *   -DBOUND_UNTIL_DELETE  like BOUND_RESOURCE, but a DELETE frees the key (no tombstone)
  * Sizes: -DK=clients -DN=nodes -DOPS=acquisitions per client
- *        -DMAXT=TTL expiries -DMAXF=node faults (restart or clock jump).
+ *        -DMAXT=TTL expiries -DMAXF=node faults (restart or clock jump; with
+ *        TOKEN_REGRESS also the token source's restart).
  * -DMAXT=0 lets no TTL pass (no pause, no delay); -DMAXF=0 leaves the nodes alone.
  * Properties are the ltl blocks at the end, one per pan run (./pan -N name), so
  * one property's counterexample never ends the search for another:
  *   interleave     the store never accepts a request from lease A after one from
  *                  a later lease B ("later": token order where leases carry
- *                  tokens, acquisition order otherwise: the lab checker's rule)
+ *                  tokens, acquisition order otherwise: the lab checker's rule;
+ *                  where two leases can share a token, any A, B, A)
  *   lost_update    once every client is done, counter == acknowledged increments
  *   mark_monotone  the fence's high-water mark never decreases
  *   grant_order    the store accepts requests in the lock's grant order, even
@@ -97,6 +101,11 @@
 #define LOCK 1
 #define FENCE 1
 #define TOKEN_BEFORE 0
+#elif defined(TOKEN_REGRESS)
+#define LOCK 1
+#define FENCE 1
+#define TOKEN_BEFORE 1
+#define REGRESS 1
 #elif defined(ANY_RESOURCE)
 #define LOCK 1
 #define FENCE 1
@@ -124,7 +133,7 @@
 #define BIND_FIRST 1
 #define UNBIND 1
 #else
-#error "pick a variant: REDIS_ONLY FENCED FENCED_LATE_CLOCK SPLIT_FENCE UNFENCED_READS FENCE_ONLY TOKEN_AFTER ANY_RESOURCE BOUND_RESOURCE BOUND_ON_CREATE BOUND_UNTIL_DELETE"
+#error "pick a variant: REDIS_ONLY FENCED FENCED_LATE_CLOCK SPLIT_FENCE UNFENCED_READS FENCE_ONLY TOKEN_AFTER TOKEN_REGRESS ANY_RESOURCE BOUND_RESOURCE BOUND_ON_CREATE BOUND_UNTIL_DELETE"
 #endif
 #ifndef LATE_CLOCK
 #define LATE_CLOCK 0
@@ -134,6 +143,9 @@
 #endif
 #ifndef BARE_READS
 #define BARE_READS 0
+#endif
+#ifndef REGRESS
+#define REGRESS 0       /* the token source may restart without its counter and issue tokens again */
 #endif
 #ifndef NAMES
 #define NAMES 1         /* resources a request may name for the one key */
@@ -184,6 +196,10 @@ bool live[LEASES + 1];  /* granted, and neither expired nor released */
 byte phase[K];          /* 0 idle or done, 1 in an attempt or a lease, 2 with a request in flight */
 byte bad;               /* properties broken so far: 1 lab order, 2 grant order, 4 mark decreased */
 byte done;              /* clients finished */
+#if REGRESS
+byte last;              /* the lease of the last request the store accepted */
+bool gone[LEASES + 1];  /* the store accepted another lease's request after one of this lease */
+#endif
 
 /* The store accepted a request of lease l: note any break of the two orders. */
 inline accepted(l) {
@@ -192,6 +208,19 @@ inline accepted(l) {
     :: rank[l] < maxrank -> bad = bad | 1
     :: else -> maxrank = rank[l]
     fi;
+#if REGRESS
+    /* Two leases may carry one token here, and token order alone then lets A, B, A
+       through; elsewhere every lease has its own token, and token order implies this. */
+    if
+    :: gone[l] -> bad = bad | 1
+    :: else
+    fi;
+    if
+    :: last != 0 && last != l -> gone[last] = true
+    :: else
+    fi;
+    last = l;
+#endif
     if
     :: grank[l] < maxgrank -> bad = bad | 2
     :: else -> maxgrank = grank[l]
@@ -499,7 +528,8 @@ next:
     }
 }
 
-/* The adversary: TTLs passing (pauses, delays), node restarts and clock jumps. */
+/* The adversary: TTLs passing (pauses, delays), node restarts and clock jumps,
+   and with REGRESS the token source's restart. */
 active proctype Adversary() {
     byte i;
     byte l;
@@ -553,6 +583,14 @@ end:
             node[i] = 0;
             printf("EV fault -1 0 0 ok -1 0 clock-jump %d\n", i);
             i = 0
+        }
+#endif
+#if REGRESS
+    :: atomic {
+        faults < MAXF && done < K ->
+            faults++;
+            tokens = 0;
+            printf("EV fault -1 0 0 ok -1 0 token-reset -1\n")
         }
 #endif
     od

@@ -221,6 +221,8 @@ def _fault_detail(detail: str, arg: int) -> str:
         return f"redis-{arg} restarted without its keys"
     if detail == "clock-jump":
         return f"redis-{arg}'s clock jumped forward: its key expired early"
+    if detail == "token-reset":
+        return "the token source restarted without its counter: it issues tokens from 1 again"
     raise TrailError(f"unknown fault {detail!r}: fencegate.pml and model/trail.py disagree")
 
 

@@ -4,7 +4,7 @@ The variants mirror the lab's modes, plus designs that DESIGN.md and
 STYLE.md reject, so the model can show what each allows: the token drawn
 after the quorum, the validity clock started after the token is drawn, a
 fence that compares and raises the mark in two steps, reads that skip the
-fence, and a key fenced by whichever resource a request names (then the key
+fence, a token source that goes back, and a key fenced by whichever resource a request names (then the key
 bound to one resource, as fencegate does, and that binding made only by the
 write creating the key, or dropped by a delete). Each property is searched in
 a run of its own: pan stops at the first error, and one property's
@@ -67,6 +67,14 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant("fence-only", "FENCE_ONLY", False, True, "token and fence, no lock", shipped=True),
         Variant("token-after", "TOKEN_AFTER", True, True, "like fenced, token drawn after the quorum"),
+        Variant(
+            "token-regress",
+            "TOKEN_REGRESS",
+            True,
+            True,
+            "like fenced, but the token source may restart without its counter and issue "
+            "tokens from 1 again (the lab's Redis INCR source)",
+        ),
         Variant(
             "any-resource",
             "ANY_RESOURCE",
@@ -138,7 +146,7 @@ class Sizes:
     nodes: int = 3
     ops: int = 1  # acquisitions per client
     pauses: int = 1  # times a whole TTL may pass (pauses, delays)
-    node_faults: int = 1  # node restarts or clock jumps, in total
+    node_faults: int = 1  # node restarts or clock jumps (token-regress: token source restarts), in total
 
     def __post_init__(self) -> None:
         if not 1 <= self.clients <= 3:

@@ -91,6 +91,7 @@ def test_mark_never_decreases_where_the_fence_is_one_transaction(
         "unfenced-reads": "holds",
         "fence-only": "holds",
         "token-after": "holds",
+        "token-regress": "holds",
         "any-resource": "holds",  # each resource's mark rises; the key is fenced by the wrong one
         "bound-resource": "holds",
         "bound-on-create": "holds",
@@ -128,6 +129,27 @@ def test_token_after_keeps_the_fence_but_a_pause_alone_breaks_grant_order(search
     assert stale
     zombie = stale[0]["lease"]
     assert any(e["kind"] == "expire" and e["lease"] == zombie for e in events)
+
+
+def test_a_token_source_that_goes_back_lets_two_leases_share_a_token_and_loses_an_update(
+    by_key: dict[tuple[str, str], CheckResult],
+) -> None:
+    assert by_key[("token-regress", "mark")].verdict == "holds"  # the fence itself stays one transaction
+    trail = counterexample(by_key[("token-regress", "lost-update")])
+    assert trail.final < trail.acknowledged
+    assert any(e["client"] == "lab" and "token source restarted" in e["detail"] for e in trail.events)
+    accepted = trail.accepted()
+    # the zombie and the new holder passed the fence with one token: equal to the mark is accepted
+    assert len({e["lease"] for e in accepted}) == 2
+    assert len({e["token"] for e in accepted}) == 1
+
+
+def test_interleave_catches_a_b_a_between_two_leases_that_share_a_token(
+    by_key: dict[tuple[str, str], CheckResult],
+) -> None:
+    leases = [e["lease"] for e in counterexample(by_key[("token-regress", "interleave")]).accepted()]
+    runs = [lease for i, lease in enumerate(leases) if i == 0 or leases[i - 1] != lease]
+    assert len(runs) > len(set(runs)), leases  # a lease served again after another one's request
 
 
 @pytest.mark.parametrize("nodes", ["1", "5"])
