@@ -7,7 +7,8 @@ the key's new mod revision: a later write gets a larger one, across leader
 changes and member restarts (the counter is in every member's log), so
 tokens strictly increase, and the key's current mod revision bounds every
 token issued for it. A cluster wiped of its data starts again low, which the
-gateway reports as `token_source_regressed`.
+gateway reports as `token_source_regressed` only while its tokens are below
+the marks (docs/operations.md: move it past the highest mark first).
 
 No quorum, no token. A write needs a majority of members; while there is
 none, every member refuses or times out, and the draw raises

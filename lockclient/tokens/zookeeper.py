@@ -10,7 +10,10 @@ resource. A read would not do: a member's reads may lag the leader, and
 `sync` does not make them current across a leader change (ZOOKEEPER-1675),
 which would refuse an honest token as one from the future. Tokens survive a ZooKeeper restart as long
 as its data directory (the transaction log) survives; a wiped ensemble starts
-again low, which the gateway reports as `token_source_regressed`.
+again low, which the gateway reports as `token_source_regressed` only while
+its tokens are below the marks: one that climbs back to a mark is accepted
+beside the old holder's, so move a wiped source past the highest mark before
+clients draw again (docs/operations.md).
 
 Draws waiting at the same moment share one multi-op transaction (`Batcher`),
 one `set` per resource. Every op of a multi gets the same zxid, so a multi
