@@ -31,6 +31,7 @@ from storage import SqlObjectStore, StorageError, migrate
 from storage.batch import GroupCommitStore
 from storage.chain import read_head
 from storage.queued import QueuedStore
+from storage.schema import MIGRATION_TIMEOUT
 
 log = logging.getLogger("gateway")
 
@@ -49,6 +50,16 @@ def make_data_dir(path: Path) -> None:
         ) from exc
 
 
+async def _migrate(url: str) -> int:
+    """Migrate on an engine of its own: a step over a large old store is not one request, so
+    `--storage-timeout` does not cut it (it would, at every start, on every replica)."""
+    engine = open_storage(url, command_timeout=MIGRATION_TIMEOUT)
+    try:
+        return await migrate(engine)
+    finally:
+        await engine.dispose()
+
+
 async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
     """The engine (migrated), the store over it, and in proxy mode the upstream session."""
     settings, policy = app[AppKeys.settings], app[AppKeys.policy]
@@ -57,7 +68,7 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
     engine = open_storage(settings.storage_url, command_timeout=settings.storage_timeout)
     try:
         try:
-            version = await migrate(engine)
+            version = await _migrate(settings.storage_url)
         except StorageError as exc:  # the one line on stderr says the fix; the log keeps what the driver said
             log.error("storage %s not ready: %s", engine.url.render_as_string(), exc.__cause__ or exc)
             raise

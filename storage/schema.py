@@ -31,6 +31,8 @@ from storage.models import (
 from storage.statements import HEAD_ROW
 
 MIGRATION_LOCK = 0x66656E6365  # "fence": the PostgreSQL advisory lock key for migrations
+MIGRATION_TIMEOUT = 3600.0  # seconds one command of a migration may take: rewriting a large store is slow
+CHAIN_BATCH = 10_000  # audit entries read and stamped per statement when step 4 chains an old trail
 
 
 def _v1_tables(conn: Connection) -> None:
@@ -95,17 +97,22 @@ def _v4_audit_chain(conn: Connection) -> None:
     Base.metadata.tables[AuditHead.__tablename__].create(conn)
     head = GENESIS_HEAD
     fields = [getattr(AuditEntry, name) for name in HASHED]
-    hashes: list[dict[str, object]] = []
-    for row in conn.execute(select(*fields).order_by(AuditEntry.id)):
-        head = Head(row.id, entry_hash(head.hash, row._mapping))
-        hashes.append({"row": row.id, "chain": head.hash})
-    if hashes:
-        stamp = (
-            update(AuditEntry)
-            .where(AuditEntry.id == bindparam("row"))
-            .values(chain=bindparam("chain"))
-            .execution_options(synchronize_session=False)
-        )
+    stamp = (
+        update(AuditEntry)
+        .where(AuditEntry.id == bindparam("row"))
+        .values(chain=bindparam("chain"))
+        .execution_options(synchronize_session=False)
+    )
+    while True:  # a page at a time, so memory stays bounded however long the trail
+        page = conn.execute(
+            select(*fields).where(AuditEntry.id > head.last_id).order_by(AuditEntry.id).limit(CHAIN_BATCH)
+        ).all()
+        if not page:
+            break
+        hashes: list[dict[str, object]] = []
+        for row in page:
+            head = Head(row.id, entry_hash(head.hash, row._mapping))
+            hashes.append({"row": row.id, "chain": head.hash})
         conn.execute(stamp, hashes)
     conn.execute(insert(AuditHead).values(id=HEAD_ROW, last_id=head.last_id, hash=head.hash))
 

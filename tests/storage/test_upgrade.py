@@ -15,19 +15,24 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 from sqlalchemy import select
 
 from fencegate.lab.cluster import LocalCluster
+from gateway import Settings, create_app
 from storage import SCHEMA_VERSION, ResourceMismatch, SqlObjectStore, migrate, open_engine, verify_audit
 from storage.models import Binding, SchemaVersion
 from storage.protocols import Caller
 from tests.databases import fresh_database
 
 DATA = Path(__file__).with_name("data")
+LONG_TRAIL = 100_000  # entries of an old trail: stamping them in one statement takes seconds
+SHORT_TIMEOUT = 0.25  # seconds one request's database command may take; the migration takes longer
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -87,3 +92,40 @@ async def test_an_upgraded_database_binds_every_key_it_knows_and_keeps_its_data(
         assert after.rows == chained.rows + 2
     finally:
         await engine.dispose()
+
+
+async def test_a_gateway_migrates_a_long_old_trail_with_a_short_storage_timeout(
+    postgres_cluster: LocalCluster, aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """Chaining an old trail takes longer than `--storage-timeout`, which bounds a request, not a
+    migration: cut by it, the migration would fail every start of every gateway on the store."""
+    async with fresh_database(postgres_cluster, "longtrail") as url:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute((DATA / "v2-postgresql.sql").read_text())
+            at = datetime.now(UTC)
+            entries = [
+                (at, "c", "PUT", f"long/{n}", "long", n, n, 201, "accepted") for n in range(LONG_TRAIL)
+            ]
+            columns = ["at", "client", "method", "key", "resource", "token", "mark", "status", "outcome"]
+            await conn.copy_records_to_table(
+                "fencegate_audit", records=entries, columns=columns, schema_name="public"
+            )
+            fence = [("long", LONG_TRAIL, at)]
+            await conn.copy_records_to_table("fencegate_fences", records=fence, schema_name="public")
+        finally:
+            await conn.close()
+        settings = Settings(data_dir=tmp_path, storage=url, storage_timeout=SHORT_TIMEOUT)
+        client = await aiohttp_client(create_app(settings))
+        answer = await client.put(
+            "/v1/objects/long/new", data=b"x", headers={"Fencing-Token": str(LONG_TRAIL)}
+        )
+        assert answer.status == 201, await answer.text()
+        await client.close()
+        engine = open_engine(url)
+        try:
+            report = await verify_audit(engine)
+        finally:
+            await engine.dispose()
+    assert report.ok, report.violations
+    assert report.rows > LONG_TRAIL
