@@ -133,6 +133,13 @@ def _migrate(conn: Connection) -> int:
     Base.metadata.tables[SchemaVersion.__tablename__].create(conn, checkfirst=True)
     current = conn.execute(select(SchemaVersion.version).where(SchemaVersion.id == 1)).scalar()
     current = current or 0
+    ours = set(Base.metadata.tables) - {SchemaVersion.__tablename__}
+    if current == 0 and (found := sorted(ours & set(inspect(conn).get_table_names()))):
+        raise SchemaError(  # creating the rest beside them would guess at what they hold
+            f"the database has tables named as fencegate's ({', '.join(found)}) but no schema version: "
+            "they are not fencegate's, or fencegate_schema was lost; restore it with the rest of the "
+            "backup, or give fencegate a database of its own"
+        )
     if current > SCHEMA_VERSION:
         raise SchemaError(
             f"the database is at schema version {current}, this fencegate knows up to "

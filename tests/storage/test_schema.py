@@ -111,3 +111,41 @@ async def test_gateways_starting_at_once_on_a_fresh_postgres_migrate_once(
     finally:
         for engine in engines:
             await engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "tables",
+    [
+        ["CREATE TABLE fencegate_objects (id INTEGER PRIMARY KEY, name TEXT)"],  # another program's
+        ["CREATE TABLE fencegate_fences (resource TEXT PRIMARY KEY, token BIGINT, updated_at TEXT)"],
+    ],
+)
+async def test_tables_of_our_names_without_a_schema_version_are_refused_and_left_alone(
+    tmp_path: Path, tables: list[str]
+) -> None:
+    """Without the version row nothing says what those tables hold; migrating them as new guessed."""
+    path = tmp_path / "foreign.db"
+    with closing(sqlite3.connect(path)) as db:
+        for statement in [*tables, "CREATE TABLE users (id INTEGER)"]:
+            db.execute(statement)
+        db.commit()
+        before = db.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+    engine = open_engine(f"sqlite:///{path}")
+    try:
+        with pytest.raises(SchemaError, match="no schema version"):
+            await migrate(engine)
+    finally:
+        await engine.dispose()
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall() == before
+
+
+async def test_a_database_of_other_tables_gets_fencegates_beside_them(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE users (id INTEGER)")
+    engine = open_engine(f"sqlite:///{path}")
+    try:
+        assert await migrate(engine) == SCHEMA_VERSION
+    finally:
+        await engine.dispose()
