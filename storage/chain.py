@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from storage.errors import StorageUnavailable, map_storage_errors
 from storage.models import AuditHead
+from storage.statements import HEAD_ROW
 
 log = logging.getLogger(__name__)
 
@@ -123,5 +124,6 @@ async def read_head(engine: AsyncEngine) -> Head:
     """The head row of the database behind `engine`."""
     with map_storage_errors("audit chain head lookup"):
         async with engine.connect() as conn:
-            found = (await conn.execute(select(AuditHead.last_id, AuditHead.hash))).first()
+            head_row = select(AuditHead.last_id, AuditHead.hash).where(AuditHead.id == HEAD_ROW)
+            found = (await conn.execute(head_row)).first()
     return head_of(None if found is None else found._mapping)

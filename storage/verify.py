@@ -35,6 +35,7 @@ from storage.chain import GENESIS_HEAD, HASHED, Head, entry_hash
 from storage.errors import map_storage_errors
 from storage.models import AuditEntry, AuditHead, Fence
 from storage.records import FENCE_PASSED
+from storage.statements import HEAD_ROW
 
 READ_BATCH = 10_000  # audit rows fetched per round trip
 
@@ -119,7 +120,8 @@ async def verify_audit(engine: AsyncEngine, *, heads: Sequence[Head] = ()) -> Au
                 after = page[-1].id
             rows = (await conn.execute(select(Fence.resource, Fence.token))).all()
             marks: dict[str, int] = {resource: token for resource, token in rows}
-            stored = (await conn.execute(select(AuditHead.last_id, AuditHead.hash))).first()
+            head_row = select(AuditHead.last_id, AuditHead.hash).where(AuditHead.id == HEAD_ROW)
+            stored = (await conn.execute(head_row)).first()  # the row appends lock; any other is not it
     report.stored_head = None if stored is None else Head(stored.last_id, stored.hash)
     _ends(report, heads)
     for resource, token in report.highest.items():
@@ -168,8 +170,14 @@ def _ends(report: AuditReport, heads: Sequence[Head]) -> None:
     for head in heads:
         found = report._hashes.get(head.last_id) or None
         if head.last_id <= report.archived:
-            if head.last_id < report.archived:
+            if head.last_id < report.archived and report.archived in report._hashes:
                 report.notes.append(f"exported head {head}: archived, not checked")
+            elif head.last_id < report.archived:  # no head vouches for the cut: anyone may have made it
+                report.violations.append(
+                    f"exported head {head}: entry {head.last_id} is not in the trail, which starts after "
+                    f"entry {report.archived}: entries were removed from its start (if they were archived, "
+                    f"give the head exported then too: --head HASH@{report.archived})"
+                )
         elif found is None:
             report.violations.append(
                 f"exported head {head}: entry {head.last_id} is not in the trail: the tail was truncated"

@@ -321,3 +321,30 @@ async def test_postgresql_appends_in_the_server_exactly_as_entry_hash_chains(
     assert stored == [row["chain"] for row in [*rows, *again]]
     assert report.ok, report.violations  # the chain holds as `audit verify` reads it
     assert report.chain == report.stored_head == end
+
+
+async def test_a_second_head_row_does_not_hide_a_truncated_tail(trail: Trail) -> None:
+    """The head is the row every append locks (id 1); a row added beside it naming the shorter chain
+    is not it, and does not make the cut tail look whole."""
+    async with trail.engine.begin() as conn:
+        await conn.execute(delete(AuditEntry).where(AuditEntry.id > ENTRIES - 2))
+    shorter = (await check(trail.engine)).chain
+    async with trail.engine.begin() as conn:
+        await conn.execute(insert(AuditHead).values(id=0, last_id=shorter.last_id, hash=shorter.hash))
+    report = await check(trail.engine)
+    assert not report.ok
+    assert "entries were removed from the tail" in report.violations[0]
+
+
+async def test_an_exported_head_cut_off_with_the_start_of_the_trail_is_found(trail: Trail) -> None:
+    """Entries up to and past an exported head deleted from the start: without the head of an archive
+    at the cut, nothing vouches for it."""
+    exported = Head(2, str((await entry(trail.engine, 2))["chain"]))
+    cut = await entry(trail.engine, 4)
+    async with trail.engine.begin() as conn:
+        await conn.execute(delete(AuditEntry).where(AuditEntry.id <= 4))
+    report = await check(trail.engine, exported)
+    assert not report.ok
+    assert "entries were removed from its start" in report.violations[0]
+    archive = Head(4, str(cut["chain"]))  # archived: the head exported at the archive anchors the rest
+    assert (await check(trail.engine, exported, archive)).ok
