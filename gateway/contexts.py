@@ -67,11 +67,12 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         make_data_dir(settings.data_dir)
     engine = open_storage(settings.storage_url, command_timeout=settings.storage_timeout)
     try:
-        try:
-            version = await _migrate(settings.storage_url)
-        except StorageError as exc:  # the one line on stderr says the fix; the log keeps what the driver said
-            log.error("storage %s not ready: %s", engine.url.render_as_string(), exc.__cause__ or exc)
-            raise
+        version = await _migrate(settings.storage_url)
+    except StorageError as exc:  # the one line on stderr says the fix; the log keeps what the driver said
+        log.error("storage %s not ready: %s", engine.url.render_as_string(), exc.__cause__ or exc)
+        await engine.dispose()
+        raise
+    try:  # from here on the store served, so its chain head is logged at the end
         log.info("storage %s ready (schema version %d)", engine.url.render_as_string(), version)
         if not policy.fence:
             log.warning("THE FENCE IS OFF: a benchmark yardstick; every token is accepted")

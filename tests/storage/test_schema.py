@@ -11,9 +11,11 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from aiohttp.test_utils import TestServer
 from sqlalchemy import select, update
 
 from fencegate.lab.cluster import LocalCluster
+from gateway import Settings, create_app
 from storage import SCHEMA_VERSION, BadStorageURL, SchemaError, migrate, open_engine
 from storage.models import SchemaVersion
 from storage.writer import BatchWriter
@@ -38,6 +40,27 @@ async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
             await migrate(engine)
     finally:
         await engine.dispose()
+
+
+async def test_a_gateway_refused_at_start_says_why_and_nothing_about_a_chain_it_never_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The head is logged at shutdown to be kept apart: a gateway that never served has none to give."""
+    engine = open_engine(f"sqlite:///{tmp_path / 'fencegate.db'}")
+    try:
+        await migrate(engine)
+        async with engine.begin() as conn:
+            await conn.execute(update(SchemaVersion).values(version=SCHEMA_VERSION + 1))
+    finally:
+        await engine.dispose()
+    server = TestServer(create_app(Settings(data_dir=tmp_path)))
+    try:
+        with caplog.at_level("INFO", logger="gateway"), pytest.raises(SchemaError, match="upgrade fencegate"):
+            await server.start_server()
+    finally:
+        await server.close()
+    assert "not ready" in caplog.text
+    assert "chain head" not in caplog.text
 
 
 async def test_sqlite_runs_wal_with_full_sync(tmp_path: Path) -> None:
