@@ -154,6 +154,33 @@ def _migrate(conn: Connection) -> int:
     return SCHEMA_VERSION
 
 
+def _stored_version(conn: Connection) -> int:
+    if not inspect(conn).has_table(SchemaVersion.__tablename__):
+        return 0
+    return conn.execute(select(SchemaVersion.version).where(SchemaVersion.id == 1)).scalar() or 0
+
+
+async def require_current(engine: AsyncEngine) -> None:
+    """Raise `SchemaError` with the fix unless the database is at `SCHEMA_VERSION`; changes nothing.
+
+    For readers that must not migrate (`audit verify` reads a store offline, maybe a copy).
+    """
+    with map_storage_errors("schema check"):
+        async with engine.connect() as conn:
+            version = await conn.run_sync(_stored_version)
+    if version < SCHEMA_VERSION:
+        raise SchemaError(
+            f"the database is at schema version {version}, this fencegate reads version {SCHEMA_VERSION}: "
+            "start a gateway of this version on it once (it migrates the store at start-up), then run "
+            "this again"
+        )
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"the database is at schema version {version}, this fencegate knows up to {SCHEMA_VERSION}: "
+            "use the fencegate that wrote it"
+        )
+
+
 async def migrate(engine: AsyncEngine) -> int:
     """Bring the schema to `SCHEMA_VERSION`; returns the version now stored."""
     with map_storage_errors("schema migration"):

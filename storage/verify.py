@@ -35,6 +35,7 @@ from storage.chain import GENESIS_HEAD, HASHED, Head, entry_hash
 from storage.errors import map_storage_errors
 from storage.models import AuditEntry, AuditHead, Fence
 from storage.records import FENCE_PASSED
+from storage.schema import require_current
 from storage.statements import HEAD_ROW
 
 READ_BATCH = 10_000  # audit rows fetched per round trip
@@ -91,6 +92,7 @@ class AuditReport:
 
 async def verify_audit(engine: AsyncEngine, *, heads: Sequence[Head] = ()) -> AuditReport:
     """Check the audit trail and the marks of the database behind `engine`, and any exported `heads`."""
+    await require_current(engine)
     report = AuditReport(_hashes={head.last_id: "" for head in heads})
     anchors = {head.last_id: head for head in heads}  # an archived trail's first entry links to one
     columns = (*(getattr(AuditEntry, name) for name in HASHED), AuditEntry.chain)

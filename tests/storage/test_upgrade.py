@@ -25,7 +25,15 @@ from sqlalchemy import select
 
 from fencegate.lab.cluster import LocalCluster
 from gateway import Settings, create_app
-from storage import SCHEMA_VERSION, ResourceMismatch, SqlObjectStore, migrate, open_engine, verify_audit
+from storage import (
+    SCHEMA_VERSION,
+    ResourceMismatch,
+    SchemaError,
+    SqlObjectStore,
+    migrate,
+    open_engine,
+    verify_audit,
+)
 from storage.models import Binding, SchemaVersion
 from storage.protocols import Caller
 from tests.databases import fresh_database
@@ -49,6 +57,19 @@ async def old_database(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         finally:
             await conn.close()
         yield url
+
+
+async def test_audit_verify_of_a_store_not_yet_migrated_says_how_and_changes_nothing(
+    old_database: str,
+) -> None:
+    engine = open_engine(old_database)
+    try:
+        with pytest.raises(SchemaError, match="start a gateway of this version on it once"):
+            await verify_audit(engine)
+        with pytest.raises(SchemaError, match="start a gateway"):  # still the old store: nothing migrated
+            await verify_audit(engine)
+    finally:
+        await engine.dispose()
 
 
 async def test_an_upgraded_database_binds_every_key_it_knows_and_keeps_its_data(old_database: str) -> None:
