@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -25,10 +27,27 @@ from storage.verify import AuditReport, verify_audit
 ENV_STORAGE = env_name("storage")
 
 
+PROGRESS_EVERY = 100_000  # entries between two progress lines on stderr
+
+
+def progress_printer() -> Callable[[int], None]:
+    """A `verify_audit` progress callback: a line on stderr each time another `PROGRESS_EVERY`
+    entries were checked (a trail of millions takes a minute or more)."""
+    shown = 0
+
+    def show(checked: int) -> None:
+        nonlocal shown
+        if checked // PROGRESS_EVERY > shown:
+            shown = checked // PROGRESS_EVERY
+            print(f"fencegate audit verify: {checked} entries checked", file=sys.stderr, flush=True)
+
+    return show
+
+
 async def _verify(url: str, heads: list[Head]) -> AuditReport:
     engine = open_storage(url)
     try:
-        return await verify_audit(engine, heads=heads)
+        return await verify_audit(engine, heads=heads, progress=progress_printer())
     finally:
         await engine.dispose()
 

@@ -24,7 +24,7 @@ gateway, and says what it read.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,8 +90,14 @@ class AuditReport:
         self.violations.append(f"entry {row_id}: {why}")
 
 
-async def verify_audit(engine: AsyncEngine, *, heads: Sequence[Head] = ()) -> AuditReport:
-    """Check the audit trail and the marks of the database behind `engine`, and any exported `heads`."""
+async def verify_audit(
+    engine: AsyncEngine, *, heads: Sequence[Head] = (), progress: Callable[[int], None] | None = None
+) -> AuditReport:
+    """Check the audit trail and the marks of the database behind `engine`, and any exported `heads`.
+
+    `progress` is called with the count of entries checked after each page read (a long trail takes
+    minutes).
+    """
     await require_current(engine)
     report = AuditReport(_hashes={head.last_id: "" for head in heads})
     anchors = {head.last_id: head for head in heads}  # an archived trail's first entry links to one
@@ -120,6 +126,8 @@ async def verify_audit(engine: AsyncEngine, *, heads: Sequence[Head] = ()) -> Au
                     _link(report, row._mapping, linked=linked)
                     _check(report, row.id, row.resource, row.token, row.mark, row.outcome)
                 after = page[-1].id
+                if progress is not None:
+                    progress(report.rows)
             rows = (await conn.execute(select(Fence.resource, Fence.token))).all()
             marks: dict[str, int] = {resource: token for resource, token in rows}
             head_row = select(AuditHead.last_id, AuditHead.hash).where(AuditHead.id == HEAD_ROW)

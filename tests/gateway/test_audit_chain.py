@@ -14,6 +14,7 @@ from sqlalchemy import delete
 from fencegate.cli import main
 from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.cluster.gateway import GatewayProcess
+from gateway.audit_cli import progress_printer
 from storage import open_engine
 from storage.models import AuditEntry
 from tests.databases import fresh_database
@@ -91,3 +92,15 @@ def test_verify_of_a_sqlite_file_that_is_not_there_is_a_usage_error_and_creates_
     assert main(["audit", "verify", "--storage", f"sqlite:///{typo}"]) == 2
     assert "there is no SQLite database at" in capsys.readouterr().err
     assert not typo.exists()
+
+
+def test_a_long_verify_prints_a_progress_line_per_hundred_thousand_entries(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    show = progress_printer()
+    for checked in (10_000, 99_999, 100_000, 150_000, 210_000, 210_000):  # as pages come in
+        show(checked)
+    assert capsys.readouterr().err.splitlines() == [
+        "fencegate audit verify: 100000 entries checked",
+        "fencegate audit verify: 210000 entries checked",
+    ]

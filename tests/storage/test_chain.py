@@ -127,6 +127,13 @@ async def test_an_untouched_trail_verifies_and_its_head_is_the_last_entry(trail:
     assert (await check(trail.engine, report.chain)).ok  # its own head, exported
 
 
+async def test_progress_is_told_the_entries_checked_after_each_page(trail: Trail) -> None:
+    seen: list[int] = []
+    report = await verify_audit(trail.engine, progress=seen.append)
+    assert report.ok
+    assert seen == [ENTRIES]  # one page here
+
+
 async def test_an_edited_entry_is_found_even_when_its_hash_was_recomputed(trail: Trail) -> None:
     async with trail.engine.begin() as conn:
         await conn.execute(update(AuditEntry).where(AuditEntry.id == 3).values(client="someone-else"))
