@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -70,5 +71,5 @@ def run(args: argparse.Namespace) -> int:
             "(fencegate.db in its --data-dir)"
         )
     report = asyncio.run(_verify(args.storage, heads))
-    print("\n".join(report.lines()))
+    print(json.dumps(report.as_dict(), indent=2) if args.json else "\n".join(report.lines()))
     return 0 if report.ok else 1

@@ -99,6 +99,9 @@ def audit(parser: argparse.ArgumentParser) -> None:
         help="an exported chain head that must still be in the trail; repeatable (default: none)",
     )
     verify.add_argument(
+        "--json", action="store_true", help="print the report as one JSON object (exit codes unchanged)"
+    )
+    verify.add_argument(
         "--storage",
         default=os.environ.get(env_name("storage")) or None,
         metavar="URL",

@@ -83,6 +83,22 @@ class AuditReport:
             out.append("ok: the chain holds, accepted tokens never went back, and no mark is below them")
         return out
 
+    def as_dict(self) -> dict[str, object]:
+        """The report for machines (`audit verify --json`): the same facts as `lines`, every violation."""
+        return {
+            "ok": self.ok,
+            "entries": self.rows,
+            "first_id": self.first_id,
+            "last_id": self.last_id,
+            "archived_before": self.archived or None,
+            "resources": len(self.highest),
+            "outcomes": dict(sorted(self.outcomes.items())),
+            "head": str(self.chain),
+            "first_break": self.first_break,
+            "violations": list(self.violations),
+            "notes": list(self.notes),
+        }
+
     def broken(self, row_id: int, why: str) -> None:
         """Record a break of the chain at entry `row_id`."""
         if self.first_break is None:

@@ -4,18 +4,21 @@ fork; each logs the chain's head at shutdown, and `fencegate audit verify --head
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 import pytest
 from sqlalchemy import delete
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from fencegate.cli import main
 from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.cluster.gateway import GatewayProcess
 from gateway.audit_cli import progress_printer
-from storage import open_engine
+from storage import SqlObjectStore, migrate, open_engine
 from storage.models import AuditEntry
 from tests.databases import fresh_database
 
@@ -104,3 +107,40 @@ def test_a_long_verify_prints_a_progress_line_per_hundred_thousand_entries(
         "fencegate audit verify: 100000 entries checked",
         "fencegate audit verify: 210000 entries checked",
     ]
+
+
+def test_verify_json_states_the_same_report_for_machines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'json.db'}"
+
+    async def write_then(change: Callable[[AsyncEngine], Awaitable[None]] | None = None) -> None:
+        engine = open_engine(url)
+        try:
+            if change is None:
+                await migrate(engine)
+                for token in (1, 2, 3):
+                    await SqlObjectStore(engine).put("j/a", b"x", resource="j", token=token)
+            else:
+                await change(engine)
+        finally:
+            await engine.dispose()
+
+    async def remove_entry_2(engine: AsyncEngine) -> None:
+        async with engine.begin() as conn:
+            await conn.execute(delete(AuditEntry).where(AuditEntry.id == 2))
+
+    asyncio.run(write_then())
+    assert main(["audit", "verify", "--storage", url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["ok"], report["entries"], report["outcomes"], report["violations"]) == (
+        True, 3, {"accepted": 3}, []
+    )  # fmt: skip
+    assert main(["audit", "verify", "--storage", url]) == 0
+    assert f"chain head: {report['head']} " in capsys.readouterr().out  # the same head as the text says
+
+    asyncio.run(write_then(remove_entry_2))
+    assert main(["audit", "verify", "--storage", url, "--json"]) == 1
+    broken = json.loads(capsys.readouterr().out)
+    assert (broken["ok"], broken["first_break"]) == (False, 3)
+    assert broken["violations"]
