@@ -131,8 +131,7 @@ def _migrate(conn: Connection) -> int:
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
     Base.metadata.tables[SchemaVersion.__tablename__].create(conn, checkfirst=True)
-    current = conn.execute(select(SchemaVersion.version).where(SchemaVersion.id == 1)).scalar()
-    current = current or 0
+    current = _stored_version(conn)
     ours = set(Base.metadata.tables) - {SchemaVersion.__tablename__}
     if current == 0 and (found := sorted(ours & set(inspect(conn).get_table_names()))):
         raise SchemaError(  # creating the rest beside them would guess at what they hold
@@ -140,11 +139,7 @@ def _migrate(conn: Connection) -> int:
             "they are not fencegate's, or fencegate_schema was lost; restore it with the rest of the "
             "backup, or give fencegate a database of its own"
         )
-    if current > SCHEMA_VERSION:
-        raise SchemaError(
-            f"the database is at schema version {current}, this fencegate knows up to "
-            f"{SCHEMA_VERSION}: upgrade fencegate instead of pointing an older one at it"
-        )
+    _refuse_newer(current)
     for version in range(current + 1, SCHEMA_VERSION + 1):
         MIGRATIONS[version - 1](conn)
     if current == 0:
@@ -152,6 +147,14 @@ def _migrate(conn: Connection) -> int:
     elif current < SCHEMA_VERSION:
         conn.execute(update(SchemaVersion).where(SchemaVersion.id == 1).values(version=SCHEMA_VERSION))
     return SCHEMA_VERSION
+
+
+def _refuse_newer(version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"the database is at schema version {version}, this fencegate knows up to "
+            f"{SCHEMA_VERSION}: upgrade fencegate instead of pointing an older one at it"
+        )
 
 
 def _stored_version(conn: Connection) -> int:
@@ -174,11 +177,7 @@ async def require_current(engine: AsyncEngine) -> None:
             "start a gateway of this version on it once (it migrates the store at start-up), then run "
             "this again"
         )
-    if version > SCHEMA_VERSION:
-        raise SchemaError(
-            f"the database is at schema version {version}, this fencegate knows up to {SCHEMA_VERSION}: "
-            "use the fencegate that wrote it"
-        )
+    _refuse_newer(version)
 
 
 async def migrate(engine: AsyncEngine) -> int:
