@@ -172,9 +172,10 @@ def stale_accepted(calls: list[Call], acked: list[Call]) -> list[str]:
     """Invariant 1 seen from the clients, per resource: a write first sent after another was
     acknowledged commits after it, so its token may not be lower. Needs no audit trail, so a gateway
     that accepts stale tokens is caught even if it keeps its marks and its trail in order."""
-    first_sent: dict[str, float] = {}
+    first_sent: dict[str, float] = {}  # per write with a key: its first attempt's start
     for c in calls:
-        first_sent.setdefault(c.idempotency_key, c.start)  # its commit may come from any attempt
+        if c.idempotency_key:  # its commit may come from any attempt; a call without a key is its own
+            first_sent[c.idempotency_key] = min(c.start, first_sent.get(c.idempotency_key, c.start))
     by_resource: dict[str, list[Call]] = defaultdict(list)
     for c in acked:
         by_resource[c.resource or c.key].append(c)

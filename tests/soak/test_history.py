@@ -4,6 +4,7 @@ an acknowledged unleased write missing or changed, a refused one stored. Histori
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from fencegate.soak.history import Call, History, check, check_unleased, retries
 
@@ -91,3 +92,13 @@ def test_a_lower_token_first_sent_before_the_newer_was_acknowledged_may_commit_f
     objects = {"k1": (newer.body, 1), "k2": (retry.body, 1)}
     audited = Counter({("k1", 5): 1, ("k2", 4): 1})
     assert check_unleased([newer, first, retry], objects, audited) == (2, 0, [])
+
+
+def test_writes_without_an_idempotency_key_are_each_timed_by_their_own_send() -> None:
+    """Keyless writes are not attempts of one write: an early one must not move a later one's send back."""
+    early, newer = replace(at("k0", 1, 201, 0.0, 0.2), idempotency_key=""), at("k1", 5, 201, 0.5, 1.0)
+    stale = replace(at("k2", 4, 201, 2.0, 3.0), idempotency_key="")
+    objects = {c.key: (c.body, 1) for c in (early, newer, stale)}
+    audited = Counter({("k0", 1): 1, ("k1", 5): 1, ("k2", 4): 1})
+    _, _, violations = check_unleased([early, newer, stale], objects, audited)
+    assert violations == ["invariant 1: r: k2 with token 4 accepted after k1 with token 5 was acknowledged"]
