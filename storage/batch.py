@@ -162,7 +162,7 @@ class GroupCommitStore(QueuedStore):
                 outcomes = writer.apply(batch)
                 self._jobs.put((writer.commit, lambda _none, error: self._finish(batch, outcomes, error)))
                 return
-        except Exception as exc:  # noqa: BLE001 - the writer outlives any one batch; _fail logs it, 503s
+        except Exception as exc:  # noqa: BLE001 - the writer outlives any one batch; _not_committed logs it, 503s
             self._finish(batch, None, exc, later=True)
             return
         self._jobs.put(
@@ -178,21 +178,11 @@ class GroupCommitStore(QueuedStore):
             for op, (ok, value) in zip(batch, outcomes, strict=True):
                 settle(op.future, ok, value)
         else:
-            self._fail(batch, error)
+            self._not_committed(batch, error)
         if later:  # a failure on the loop: do not recurse batch after failing batch
             asyncio.get_running_loop().call_soon(self._next_batch)
         else:
             self._next_batch()
-
-    def _fail(self, batch: list[Op], exc: BaseException) -> None:
-        self._failed += 1
-        log.error(
-            "a group commit of %d requests was not committed; each is answered 503", len(batch), exc_info=exc
-        )
-        for op in batch:
-            failure = StorageUnavailable("the batch holding this request was not committed; retry")
-            failure.__cause__ = exc
-            settle(op.future, False, failure)
 
     async def ping(self) -> None:
         await self._store.ping()

@@ -344,18 +344,9 @@ class PgGroupCommitStore(QueuedStore):
     async def _run(self, lane: _Lane, batch: list[Op]) -> None:
         try:
             outcomes = await self._commit(lane, batch)
-        except Exception as exc:
-            self._failed += 1
-            log.error(
-                "a group commit of %d requests was not committed; each is answered 503",
-                len(batch),
-                exc_info=exc,
-            )
+        except Exception as exc:  # noqa: BLE001 - the lane outlives any one batch; logged, every request 503
             await lane.close()
-            for op in batch:
-                failure = StorageUnavailable("the batch holding this request was not committed; retry")
-                failure.__cause__ = exc
-                settle(op.future, False, failure)
+            self._not_committed(batch, exc)
             return
         self._committed()
         for op, outcome in zip(batch, outcomes, strict=True):

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from storage.errors import StorageUnavailable
 from storage.protocols import FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
 from storage.sql import SqlObjectStore
 
@@ -52,6 +53,17 @@ class QueuedStore(ObjectStore):
         self._running = False  # taking requests
         self.batches = 0  # committed batches (tests read it to see that batching happened)
         self._failed = 0  # batches not committed since the last one that was
+
+    def _not_committed(self, batch: list[Op], exc: BaseException) -> None:
+        """Answer every request of a batch that was not committed 503, its cause in the log only."""
+        self._failed += 1
+        log.error(
+            "a group commit of %d requests was not committed; each is answered 503", len(batch), exc_info=exc
+        )
+        for op in batch:
+            failure = StorageUnavailable("the batch holding this request was not committed; retry")
+            failure.__cause__ = exc
+            settle(op.future, False, failure)
 
     def _committed(self) -> None:
         """Count a committed batch; the first after failures says so, or the log ends on the errors."""
