@@ -8,6 +8,7 @@ StorageError
  ├── StorageUnavailable        the database failed or did not answer: the outcome is unknown,
  │                             so a caller must never report success (invariant 4)
  ├── SchemaError               the database holds a schema this code cannot use
+ ├── MalformedRow              a stored value is of a type or form fencegate never writes (an edited row)
  └── BadStorageURL (ValueError) the storage URL is malformed or names an engine this code does not support
 """
 
@@ -69,6 +70,14 @@ class StorageUnavailable(StorageError):
 
 class SchemaError(StorageError):
     """The stored schema version is not one this code can migrate from."""
+
+
+class MalformedRow(StorageError):
+    """A stored value fencegate never writes: the row was edited by hand (`storage/rows.py`)."""
+
+    def __init__(self, message: str, *, column: str) -> None:
+        super().__init__(message)
+        self.column = column
 
 
 class BadStorageURL(StorageError, ValueError):

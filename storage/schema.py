@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import aliased
 
 from storage.chain import GENESIS_HEAD, HASHED, Head, entry_hash
-from storage.errors import SchemaError, map_storage_errors
+from storage.errors import MalformedRow, SchemaError, map_storage_errors
 from storage.models import (
     DEFAULT_CONTENT_TYPE,
     AuditEntry,
@@ -28,6 +28,7 @@ from storage.models import (
     SchemaVersion,
     StoredObject,
 )
+from storage.rows import Decoder
 from storage.statements import HEAD_ROW
 
 MIGRATION_LOCK = 0x66656E6365  # "fence": the PostgreSQL advisory lock key for migrations
@@ -158,9 +159,17 @@ def _refuse_newer(version: int) -> None:
 
 
 def _stored_version(conn: Connection) -> int:
+    """The version stored; `MalformedRow` if the row holds what no migration writes (it was edited)."""
     if not inspect(conn).has_table(SchemaVersion.__tablename__):
         return 0
-    return conn.execute(select(SchemaVersion.version).where(SchemaVersion.id == 1)).scalar() or 0
+    stored = Decoder(SchemaVersion, ("version",), conn.dialect)
+    found = conn.execute(select(*stored.stored).where(SchemaVersion.id == 1)).first()
+    if found is None:
+        return 0
+    version: int = stored(found._mapping)["version"]
+    if version < 1:  # migrating from it would run steps that do not exist, or the last one first
+        raise MalformedRow(f"version holds {version}, not a schema version", column="version")
+    return version
 
 
 async def require_current(engine: AsyncEngine) -> None:

@@ -28,13 +28,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from storage.chain import GENESIS_HEAD, HASHED, Head, entry_hash
-from storage.errors import map_storage_errors
-from storage.models import AuditEntry, AuditHead, Fence
+from storage.errors import MalformedRow, map_storage_errors
+from storage.models import AuditEntry, AuditHead, Fence, SchemaVersion
 from storage.records import FENCE_PASSED
+from storage.rows import Decoder
 from storage.schema import require_current
 from storage.statements import HEAD_ROW
 
@@ -54,6 +55,7 @@ class AuditReport:
     notes: list[str] = field(default_factory=list)
     chain: Head = GENESIS_HEAD  # the last entry read, as the chain links it
     first_break: int | None = None  # the id of the first entry the chain does not lead to
+    malformed: list[int] = field(default_factory=list)  # ids of entries holding values fencegate never writes
     stored_head: Head | None = None  # the head row
     archived: int = 0  # entries before the first one read (archived): its link is checked only against
     # an exported head of the entry just before it
@@ -95,6 +97,7 @@ class AuditReport:
             "outcomes": dict(sorted(self.outcomes.items())),
             "head": str(self.chain),
             "first_break": self.first_break,
+            "malformed": list(self.malformed),
             "violations": list(self.violations),
             "notes": list(self.notes),
         }
@@ -114,49 +117,92 @@ async def verify_audit(
     `progress` is called with the count of entries checked after each page read (a long trail takes
     minutes).
     """
-    await require_current(engine)
     report = AuditReport(_hashes={head.last_id: "" for head in heads})
+    try:
+        await require_current(engine)
+    except MalformedRow as exc:  # read as this version's tables: the rest says what else was edited
+        report.violations.append(
+            f"the schema version row ({SchemaVersion.__tablename__}) is malformed: {exc}"
+        )
     anchors = {head.last_id: head for head in heads}  # an archived trail's first entry links to one
-    columns = (*(getattr(AuditEntry, name) for name in HASHED), AuditEntry.chain)
+    dialect = engine.dialect
+    entries = Decoder(AuditEntry, (*HASHED, "chain"), dialect)
+    fences = Decoder(Fence, ("resource", "token"), dialect)
+    head = Decoder(AuditHead, ("last_id", "hash"), dialect)
     with map_storage_errors("audit verification"):
         async with engine.connect() as conn:
-            after = 0
+            after: int | None = None  # the first page has no lower bound: an id below 1 is malformed too
             while True:
+                query = select(*entries.stored).order_by(AuditEntry.id).limit(READ_BATCH)
                 page = (
-                    await conn.execute(
-                        select(*columns)
-                        .where(AuditEntry.id > after)
-                        .order_by(AuditEntry.id)
-                        .limit(READ_BATCH)
-                    )
+                    await conn.execute(query if after is None else query.where(AuditEntry.id > after))
                 ).all()
                 if not page:
                     break
-                for row in page:
-                    linked = True
-                    if report.rows == 0 and row.id > 1:  # entries before it were archived
-                        report.archived = row.id - 1
-                        anchor = anchors.get(report.archived)
-                        linked = anchor is not None
-                        report.chain = anchor or report.chain
-                    _link(report, row._mapping, linked=linked)
-                    _check(report, row.id, row.resource, row.token, row.mark, row.outcome)
+                for raw in page:
+                    _entry(report, raw._mapping, entries, anchors)
                 after = page[-1].id
                 if progress is not None:
                     progress(report.rows)
-            rows = (await conn.execute(select(Fence.resource, Fence.token))).all()
-            marks: dict[str, int] = {resource: token for resource, token in rows}
-            head_row = select(AuditHead.last_id, AuditHead.hash).where(AuditHead.id == HEAD_ROW)
-            stored = (await conn.execute(head_row)).first()  # the row appends lock; any other is not it
-    report.stored_head = None if stored is None else Head(stored.last_id, stored.hash)
-    _ends(report, heads)
+            marks = _marks(report, (await conn.execute(select(*fences.stored))).all(), fences)
+            head_row = select(*head.stored).where(AuditHead.id == HEAD_ROW)
+            stored_head = (await conn.execute(head_row)).first()  # the row appends lock; any other is not it
+    head_readable = True
+    if stored_head is not None:
+        try:
+            report.stored_head = Head(**head(stored_head._mapping))
+        except MalformedRow as exc:
+            head_readable = False
+            report.violations.append(f"the chain's head row ({AuditHead.__tablename__}) is malformed: {exc}")
+    _ends(report, heads, head_readable=head_readable)
     for resource, token in report.highest.items():
         mark = marks.get(resource)
+        if resource in marks and mark is None:  # malformed, and said so
+            continue
         if mark is None or mark < token:
             report.violations.append(
                 f"resource {resource!r}: the mark is {mark} but the trail accepted token {token}"
             )
     return report
+
+
+def _entry(report: AuditReport, raw: Mapping[Any, Any], decode: Decoder, anchors: Mapping[int, Head]) -> None:
+    """Check one entry as stored: decoded, linked to the entry before it, its tokens in order."""
+    row_id: int = raw["id"]
+    linked = True
+    if report.rows == 0 and row_id > 1:  # entries before it were archived
+        report.archived = row_id - 1
+        anchor = anchors.get(report.archived)
+        linked = anchor is not None
+        report.chain = anchor or report.chain
+    try:
+        if row_id < 1:
+            raise MalformedRow(f"id {row_id} is below 1, where fencegate numbers entries from", column="id")
+        row = decode(raw)
+    except MalformedRow as exc:  # nothing of it can be trusted; the chain goes on from its stored hash
+        _count(report, row_id)
+        report.malformed.append(row_id)
+        report.broken(row_id, f"malformed entry: {exc}")
+        _go_on(report, row_id, raw["chain"] if isinstance(raw["chain"], str) else None)
+        return
+    _link(report, row, linked=linked)
+    _check(report, row_id, row["resource"], row["token"], row["mark"], row["outcome"])
+
+
+def _marks(report: AuditReport, rows: Sequence[Row[Any, Any]], decode: Decoder) -> dict[str, int | None]:
+    """The marks by resource; a malformed one is a violation, and None here."""
+    marks: dict[str, int | None] = {}
+    for raw in rows:
+        try:
+            fence = decode(raw._mapping)
+        except MalformedRow as exc:
+            resource = raw.resource
+            report.violations.append(f"the mark of resource {resource!r} is malformed: {exc}")
+            if isinstance(resource, str):
+                marks[resource] = None
+            continue
+        marks[fence["resource"]] = fence["token"]
+    return marks
 
 
 def _link(report: AuditReport, row: Mapping[Any, Any], *, linked: bool = True) -> None:
@@ -174,15 +220,22 @@ def _link(report: AuditReport, row: Mapping[Any, Any], *, linked: bool = True) -
             f"its hash does not follow from {after}{gap}: this entry was changed, or an entry before it "
             "was changed, removed or inserted out of order",
         )
+    _go_on(report, row_id, stored)
+
+
+def _go_on(report: AuditReport, row_id: int, stored: str | None) -> None:
+    """The next entry links to this one's stored hash (so one edit is one break); note an exported one."""
     report.chain = Head(row_id, stored or "")
     if row_id in report._hashes:
         report._hashes[row_id] = stored or ""
 
 
-def _ends(report: AuditReport, heads: Sequence[Head]) -> None:
+def _ends(report: AuditReport, heads: Sequence[Head], *, head_readable: bool = True) -> None:
     """The trail ends where the head row says, and holds every exported head."""
     stored, last = report.stored_head, report.chain
-    if stored is None:
+    if not head_readable:
+        pass  # malformed, and said so
+    elif stored is None:
         report.violations.append("the chain's head row (fencegate_audit_head) is missing")
     elif stored != last:
         report.violations.append(
@@ -215,12 +268,16 @@ def _ends(report: AuditReport, heads: Sequence[Head]) -> None:
             )
 
 
-def _check(
-    report: AuditReport, row_id: int, resource: str | None, token: int | None, mark: int | None, outcome: str
-) -> None:
+def _count(report: AuditReport, row_id: int) -> None:
     report.rows += 1
     report.first_id = row_id if report.first_id is None else report.first_id
     report.last_id = row_id
+
+
+def _check(
+    report: AuditReport, row_id: int, resource: str | None, token: int | None, mark: int | None, outcome: str
+) -> None:
+    _count(report, row_id)
     report.outcomes[outcome] += 1
     if outcome in FENCE_PASSED and resource is not None and token is not None:
         before = report.highest.get(resource)
