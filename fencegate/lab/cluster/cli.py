@@ -98,6 +98,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "etcd://127.0.0.1:PORT,...) (default: %(default)s, none)",
     )
     up.add_argument(
+        "--etcd-tls",
+        choices=TLS_MODES,
+        metavar="MODE",
+        help="etcd members serve clients over https only (implies --etcd 1 unless --etcd N): `server` (the "
+        "members' certificates) or `mutual` (a client certificate required too); `etcd` in the endpoints "
+        "carries use_ssl and ca (mutual: certfile and keyfile too) (default: plaintext)",
+    )
+    up.add_argument(
         "--gateways",
         type=count,
         default=0,

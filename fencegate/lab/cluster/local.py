@@ -11,7 +11,7 @@ restarted on the same port: the lab's faults are built from these.
 Every server runs in its own session, so a signal reaches its whole process
 group (PostgreSQL's backends die with their postmaster).
 
-PostgreSQL and ZooKeeper can run TLS only (`tls="server"`, or `"mutual"` to
+PostgreSQL, ZooKeeper and etcd can run TLS only (`tls="server"`, or `"mutual"` to
 require a client certificate), with certificates from one throwaway CA per
 cluster in DIR/tls; their URLs then carry the TLS parameters a client needs.
 """
@@ -63,7 +63,7 @@ START_ATTEMPTS = 3  # a free port can be taken between probe and bind
 TLS_USER = "fencegate"  # the ACL user of TLS masters started with `ClusterSpec(redis_tls=True)`
 TLS_DIR = "tls"
 # the client certificate's name per kind: PostgreSQL's clientcert=verify-full wants the role's name
-CLIENT_NAMES = {"postgres": "postgres", "zookeeper": "fencegate-client"}
+CLIENT_NAMES = {"postgres": "postgres", "zookeeper": "fencegate-client", "etcd": "fencegate-client"}
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,8 @@ class ClusterSpec:
     With `redis_tls` the masters are set up as a careful deployment runs them:
     TLS only, a client certificate required, and one ACL user (the default
     user off); each URL carries what a client needs (`rediss://user:pass@...
-    ?ssl_ca_certs=...&ssl_certfile=...&ssl_keyfile=...`). With `zookeeper_tls`
-    or `postgres_tls` ("server" or "mutual") those run over TLS only too.
+    ?ssl_ca_certs=...&ssl_certfile=...&ssl_keyfile=...`). With `zookeeper_tls`,
+    `postgres_tls` or `etcd_tls` ("server" or "mutual") those run over TLS only too.
     """
 
     redis: int = 5
@@ -88,6 +88,9 @@ class ClusterSpec:
     gateways: int = 0  # > 0: this many `fencegate serve` replicas behind one HAProxy, started last
     postgres_tls: str | None = None  # "server" | "mutual": PostgreSQL over TLS only (implies postgres)
     zookeeper_tls: str | None = None  # "server" | "mutual": ZooKeeper's secure client port only
+    etcd_tls: str | None = (
+        None  # "server" | "mutual": etcd's client URLs https only (implies etcd=1 at least)
+    )
 
 
 def _tail(path: str, lines: int = 20) -> str:
@@ -197,9 +200,11 @@ class LocalCluster:
 
     @property
     def etcd(self) -> str:
-        """The etcd token source URL: `etcd://` and every member's client address, comma-separated."""
+        """The etcd token source URL: `etcd://`, every member's client address, and the TLS parameters if
+        any."""
         self._one("etcd")
-        return "etcd://" + ",".join(n.address for n in self.nodes.values() if n.kind == "etcd")
+        members = [n for n in self.nodes.values() if n.kind == "etcd"]
+        return "etcd://" + ",".join(n.address for n in members) + members[0].query
 
     def etcd_leader(self) -> str:
         """The name of the etcd member that is the leader now (a running one that says so)."""
@@ -260,8 +265,9 @@ class LocalCluster:
             names.append(self.add_zookeeper(tls=zookeeper_tls, wait=False).name)
         if spec.postgres or spec.postgres_tls:
             names.append(self.add_postgres(tls=spec.postgres_tls, wait=False).name)
-        if spec.etcd:
-            names += [n.name for n in self.add_etcd_cluster(spec.etcd, wait=False)]
+        if spec.etcd or spec.etcd_tls:
+            members = self.add_etcd_cluster(spec.etcd or 1, tls=spec.etcd_tls, wait=False)
+            names += [n.name for n in members]
         for name in names:
             self.wait_ready(name)
         if spec.gateways:
@@ -333,14 +339,21 @@ class LocalCluster:
             nodes.append(node)
         return self._launch_members(nodes, wait)
 
-    def add_etcd_cluster(self, size: int = 3, *, wait: bool = True) -> list[Node]:
-        """Start `size` etcd members that form one cluster (ready once each is part of a quorum)."""
+    def add_etcd_cluster(self, size: int = 3, *, tls: str | None = None, wait: bool = True) -> list[Node]:
+        """Start `size` etcd members that form one cluster (ready once each is part of a quorum); with
+        `tls` ("server" or "mutual"), clients reach them over TLS only."""
         if size < 1:
             raise ClusterError(f"an etcd cluster needs at least 1 member, not {size}")
         first = sum(1 for n in self.nodes.values() if n.kind == "etcd")
         peers = tuple(EtcdPeer(f"etcd-{first + i}", free_port(), free_port()) for i in range(size))
         token = f"fencegate-{os.getpid()}-{peers[0].peer_port}"  # one cluster's members never join another
-        nodes = [etcd_node(p.name, self._node_dir(p.name), peers=peers, me=p, token=token) for p in peers]
+        nodes = [
+            etcd_node(
+                p.name, self._node_dir(p.name), peers=peers, me=p, token=token,
+                tls=self._server_tls(p.name, "etcd", tls),
+            )
+            for p in peers
+        ]  # fmt: skip
         return self._launch_members(nodes, wait)
 
     def add_postgres(self, *, tls: str | None = None, wait: bool = True) -> Node:

@@ -4,11 +4,11 @@ Everything here is about one server process; `LocalCluster` owns the set.
 Probes are plain sockets (or pg_isready) so readiness never depends on the
 client libraries under test.
 
-PostgreSQL and ZooKeeper can also run TLS only (`ServerTLS`): PostgreSQL with
-`ssl=on` and `hostssl` lines alone in its pg_hba.conf, ZooKeeper with a
-secure client port and no plaintext one. Their certificates name 127.0.0.1
-only, so `localhost` is a host name the certificate does not list (tests use
-it for the wrong-host case). A TLS node records what a client needs in
+PostgreSQL, ZooKeeper and etcd can also run TLS only (`ServerTLS`): PostgreSQL
+with `ssl=on` and `hostssl` lines alone in its pg_hba.conf, ZooKeeper with a
+secure client port and no plaintext one, etcd with `https://` client URLs.
+Their certificates name 127.0.0.1 only, so `localhost` is a host name the
+certificate does not list (tests use it for the wrong-host case). A TLS node records what a client needs in
 `Node.tls`, in its URL's own parameter names.
 """
 
@@ -83,7 +83,7 @@ class Node:
         if self.kind == "postgres":
             return f"postgresql://postgres@{HOST}:{self.port}/postgres{self.query}"
         if self.kind == "etcd":
-            return f"etcd://{HOST}:{self.port}"
+            return f"etcd://{HOST}:{self.port}{self.query}"
         if self.kind == "zookeeper":
             return f"zookeeper://{HOST}:{self.port}{self.query}"
         if self.kind in HTTP_PROBES:
@@ -304,14 +304,29 @@ class EtcdPeer:
         return f"http://{HOST}:{self.peer_port}"
 
 
-def etcd_node(name: str, data_dir: Path, *, peers: tuple[EtcdPeer, ...], me: EtcdPeer, token: str) -> Node:
-    """One etcd member of the cluster `peers` (plain HTTP on loopback); its data survives a restart.
+def etcd_node(
+    name: str, data_dir: Path, *, peers: tuple[EtcdPeer, ...], me: EtcdPeer, token: str,
+    tls: ServerTLS | None = None,
+) -> Node:  # fmt: skip
+    """One etcd member of the cluster `peers` on loopback; its data survives a restart.
 
     `--initial-cluster*` only matter for the first start: a member that finds
-    its data dir again rejoins from its own write-ahead log.
+    its data dir again rejoins from its own write-ahead log. With `tls`, its
+    clients reach it over TLS only (`https://`); the members' peer traffic
+    stays plaintext on loopback. `mutual`: clients must show a certificate
+    signed by the cluster's CA (`--client-cert-auth`).
     """
     binary = _require("etcd", "etcd-server")
-    client = f"http://{HOST}:{me.client_port}"
+    client = f"{'https' if tls else 'http'}://{HOST}:{me.client_port}"
+    client_tls: dict[str, str] = {}
+    flags: list[str] = []
+    if tls is not None:
+        flags = ["--cert-file", str(tls.server.cert), "--key-file", str(tls.server.key)]
+        if tls.mutual:
+            flags += ["--trusted-ca-file", str(tls.ca), "--client-cert-auth"]
+        client_tls = {"use_ssl": "true", "ca": str(tls.ca)}
+        if tls.mutual:
+            client_tls |= {"certfile": str(tls.client.cert), "keyfile": str(tls.client.key)}
     argv = [
         binary, "--name", me.name, "--data-dir", str(data_dir / "data"),
         "--listen-client-urls", client, "--advertise-client-urls", client,
@@ -320,14 +335,16 @@ def etcd_node(name: str, data_dir: Path, *, peers: tuple[EtcdPeer, ...], me: Etc
         "--initial-cluster-state", "new", "--initial-cluster-token", token,
         "--heartbeat-interval", str(ETCD_HEARTBEAT_MS), "--election-timeout", str(ETCD_ELECTION_MS),
         "--auto-compaction-mode", "revision", "--auto-compaction-retention", str(ETCD_COMPACTION_RETENTION),
-        "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
+        "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn", *flags,
     ]  # fmt: skip
-    return Node(name, "etcd", me.client_port, argv, str(data_dir), str(data_dir / "server.log"))
+    node = Node(name, "etcd", me.client_port, argv, str(data_dir), str(data_dir / "server.log"))
+    node.tls = client_tls
+    return node
 
 
 def etcd_is_leader(node: Node) -> bool:
     """True if this member says it is the leader (its `etcd_server_is_leader` metric)."""
-    return b"\netcd_server_is_leader 1" in _http_get(node.port, "/metrics", limit=1 << 20)[1]
+    return b"\netcd_server_is_leader 1" in _http_get(node, "/metrics", limit=1 << 20)[1]
 
 
 def _postgres_tls(data_dir: Path, user: str | None, tls: ServerTLS) -> tuple[list[str], dict[str, str]]:
@@ -387,9 +404,9 @@ def probe(node: Node) -> bool:
         )
         return result.returncode == 0
     if node.kind in HTTP_PROBES:
-        return _http_get(node.port, HTTP_PROBES[node.kind])[0] == 200
+        return _http_get(node, HTTP_PROBES[node.kind])[0] == 200
     if node.kind == "etcd":
-        return _http_get(node.port, ETCD_HEALTH)[0] == 200
+        return _http_get(node, ETCD_HEALTH)[0] == 200
     question, answers = {
         "redis": (b"PING\r\n", (b"+PONG", b"-NOAUTH")),  # an ACL-only master answers, asking for a login
         "zookeeper": (b"srvr", (b"Mode: ",)),
@@ -410,7 +427,7 @@ def probe(node: Node) -> bool:
 
 
 def _probe_socket(node: Node) -> socket.socket:
-    """A connection to `node`, over TLS for a TLS-only Redis or ZooKeeper.
+    """A connection to `node`, over TLS for a TLS-only Redis, ZooKeeper or etcd.
 
     The probe asks whether the server answers, not whether its certificate is
     good: it checks no certificate (tests start servers with bad ones on
@@ -432,12 +449,13 @@ def _probe_socket(node: Node) -> socket.socket:
         raise
 
 
-def _http_get(port: int, path: str, *, limit: int = 64) -> tuple[int, bytes]:
-    """(status, up to `limit` bytes of the response) of one GET; (0, b"") if nothing answered."""
+def _http_get(node: Node, path: str, *, limit: int = 64) -> tuple[int, bytes]:
+    """(status, up to `limit` bytes of the response) of one GET (HTTPS to a TLS node); (0, b"") if
+    nothing answered."""
     request = f"GET {path} HTTP/1.0\r\nHost: {HOST}\r\n\r\n".encode()
     reply = b""
     try:
-        with socket.create_connection((HOST, port), timeout=PROBE_TIMEOUT) as sock:
+        with _probe_socket(node) as sock:
             sock.sendall(request)
             while len(reply) < limit and (chunk := sock.recv(65536)):
                 reply += chunk
