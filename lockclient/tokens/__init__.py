@@ -100,8 +100,10 @@ def open_token_source(url: str, *, allow_unsafe: bool = False) -> TokenSource:
         return ZooKeeperTokens(parts.netloc, chroot=parts.path.rstrip("/"), **url_options(parts.query))
     if scheme == "etcd":
         from lockclient.tokens.etcd import EtcdTokens
+        from lockclient.tokens.etcd import url_options as etcd_options
 
-        return EtcdTokens(url[len("etcd://") :])
+        parts = urlsplit(url)  # a path is not an endpoint: parse_endpoints refuses it
+        return EtcdTokens(parts.netloc + parts.path, **etcd_options(parts.query))
     if scheme in ("redis", "rediss"):
         from lockclient.tokens.redis_incr import RedisIncrTokens
 

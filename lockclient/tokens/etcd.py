@@ -23,6 +23,19 @@ Draws waiting at the same moment share one transaction (`Batcher`), one put
 per resource. Every put of a transaction gets the same revision, so a
 transaction never holds two draws for one resource: the later one goes in
 the next. Up to IN_FLIGHT transactions are out at once (gRPC multiplexes them).
+
+TLS (members whose client URLs are `https://`): the ZooKeeper source's
+settings, as keywords or in the URL (`etcd://etcd1:2379,etcd2:2379?use_ssl=true
+&ca=ca.pem&certfile=client.crt&keyfile=client.key`). Each member's certificate
+is always verified: signed by `ca` (gRPC's bundled roots without it) and valid
+for the host name or address connected to; there is no setting to skip that.
+`certfile` and `keyfile` are shown to members that require a client
+certificate (`--client-cert-auth`). The files are read and checked when the
+source is made (a `ConfigurationError` names the bad one), so a renewed
+certificate is used by a source made after it. A failed handshake is a
+`TokenSourceError` naming the member and the reason, at once when every
+member's certificate was refused, never a plaintext retry. aetcd 1.0 opens
+only plaintext channels, so `_SecureClient` opens gRPC's TLS one.
 """
 
 from __future__ import annotations
@@ -30,18 +43,29 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl
 
-from lockclient.errors import ConfigurationError, TokenSourceError
+from lockclient._tls import client_context, explain_hang_up
+from lockclient.errors import ConfigurationError, TLSError, TokenSourceError
 from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors, missing_extra
 from lockclient.tokens._batch import Batcher
 
 try:
     import aetcd
+    import grpc
+    from aetcd import rpc
     from aetcd.exceptions import ClientError, InvalidArgumentError, UnauthenticatedError
 except ImportError as exc:
     raise missing_extra("etcd", "etcd", exc) from exc
 
-__all__ = ["DEFAULT_PREFIX", "DEFAULT_REQUEST_TIMEOUT", "DEFAULT_TIMEOUT", "EtcdTokens", "parse_endpoints"]
+__all__ = [
+    "DEFAULT_PREFIX",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "EtcdTokens",
+    "parse_endpoints",
+    "url_options",
+]
 
 T = TypeVar("T")
 
@@ -51,9 +75,130 @@ DEFAULT_REQUEST_TIMEOUT = 2.0  # seconds one member gets to answer before the ne
 RETRY_DELAY = 0.05  # seconds between rounds over the members (an election takes about one election timeout)
 IN_FLIGHT = 8  # transactions out at once; the rest of the draws wait to share the next ones
 MAX_BATCH = 64  # resources in one transaction at most (etcd's default --max-txn-ops is 128)
-FIX = "check that a majority of the etcd members is running and reachable at the given endpoints"
+FIX = (
+    "check that a majority of the etcd members is running and reachable at the given endpoints "
+    "(members with https client URLs need use_ssl=true)"
+)
+TLS_FIX = "check ca, certfile and keyfile against the members' https client URLs"
+# URL query parameters: the ZooKeeper source's names for the same settings; no switch turns verification off
+FLAGS = ("use_ssl",)
+FILES = ("ca", "certfile", "keyfile")
+BOOLEANS = {"true": True, "1": True, "yes": True, "on": True}
+BOOLEANS |= {"false": False, "0": False, "no": False, "off": False}
+PEER = "member"
+UNTRUSTED = (
+    f"the {PEER}'s certificate is not signed by the CA this client trusts: ca must hold the CA that signed it"
+)
+# gRPC reports a failed handshake only in words, inside an UNAVAILABLE status: (words, reason, final);
+# final means retrying cannot help (a certificate was refused), so the draw fails at once
+TLS_FAILURES = (
+    (
+        "Hostname Verification Check failed",
+        f"the {PEER}'s certificate is not valid for the name connected to: connect by a host name or "
+        "address the certificate lists",
+        True,
+    ),
+    (
+        "certificate has expired",
+        f"the {PEER}'s certificate has expired: renew it, or check this machine's clock",
+        True,
+    ),
+    ("CERTIFICATE_VERIFY_FAILED", UNTRUSTED, True),
+    ("BAD_SIGNATURE", UNTRUSTED, True),  # a CA of the same name did not sign it
+    (
+        "TSI_DATA_CORRUPTED",
+        "",
+        True,
+    ),  # TLS 1.3: the member hung up right after the handshake (client certificate)
+    (
+        "Handshake read failed",
+        f"the {PEER} closed the connection during the TLS handshake: does it serve TLS (https) on this port?",
+        False,
+    ),
+    ("andshake failed", "the TLS handshake failed", True),
+)
 # errors that are about the request, not the member: asking another member would not help
 FINAL = (InvalidArgumentError, UnauthenticatedError)
+
+
+def url_options(query: str) -> dict[str, Any]:
+    """The TLS keywords of `EtcdTokens` from an `etcd://` URL's query."""
+    options: dict[str, Any] = {}
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name in options:
+            raise ConfigurationError(f"the URL sets {name} twice")
+        if name in FLAGS:
+            if value.lower() not in BOOLEANS:
+                raise ConfigurationError(f"{name}={value!r} is not a boolean: use true or false")
+            options[name] = BOOLEANS[value.lower()]
+        elif name in FILES:
+            options[name] = value
+        else:
+            raise ConfigurationError(
+                f"{name!r} is not an etcd:// URL parameter: use {', '.join(FLAGS + FILES)} (the members' "
+                "certificates are always verified)"
+            )
+    return options
+
+
+def _read(setting: str, path: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise ConfigurationError(f"TLS: cannot use {setting} {path!r}: {exc.strerror or exc}") from exc
+
+
+def _credentials(ca: str | None, certfile: str | None, keyfile: str | None) -> grpc.ChannelCredentials:
+    """gRPC's TLS credentials from the files, checked first: unreadable, not PEM, a key that does not fit
+    its certificate, or an encrypted key (gRPC takes no password) is a `ConfigurationError` saying which."""
+    if (certfile is None) != (keyfile is None):
+        raise ConfigurationError("certfile and keyfile go together: give the certificate and its key")
+    key = _read("keyfile", keyfile) if keyfile is not None else None
+    if key is not None and b"ENCRYPTED" in key:
+        raise ConfigurationError(
+            f"TLS: keyfile {keyfile!r} is encrypted and gRPC takes no password: give an unencrypted key "
+            "(e.g. openssl pkey -in KEY -out PLAIN.key), readable by this user only"
+        )
+    client_context(ca=ca, cert=certfile, key=keyfile)  # the same checks and messages as the other sources
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read("ca", ca) if ca is not None else None,
+        private_key=key,
+        certificate_chain=_read("certfile", certfile) if certfile is not None else None,
+    )
+
+
+def tls_failure(detail: str, *, gave_certificate: bool) -> tuple[str, bool] | None:
+    """Why gRPC's handshake with a member failed (from its words), and whether that is final; None if
+    `detail` is not about TLS."""
+    for words, reason, final in TLS_FAILURES:
+        if words in detail:
+            if not reason:
+                reason = explain_hang_up(
+                    gave_certificate=gave_certificate, peer=PEER, client="certfile and keyfile"
+                )
+            return reason, final
+    return None
+
+
+class _SecureClient(aetcd.Client):  # type: ignore[misc] # aetcd is untyped
+    """aetcd's client over gRPC's TLS channel (aetcd 1.0's `connect` opens only plaintext ones).
+
+    It sets up only the KV stub, the one this source calls; there is no
+    await between the check and the set, so concurrent first calls open one
+    channel.
+    """
+
+    def __init__(self, *, host: str, port: int, timeout: float, credentials: grpc.ChannelCredentials) -> None:
+        super().__init__(host=host, port=port, timeout=timeout)
+        self._credentials = credentials
+
+    async def connect(self) -> None:
+        if self._connected.is_set():
+            return
+        self.channel = grpc.aio.secure_channel(f"{self._host}:{self._port}", self._credentials)
+        self.kvstub = rpc.KVStub(self.channel)
+        self._connected.set()
 
 
 def parse_endpoints(hosts: str) -> list[tuple[str, int]]:
@@ -80,7 +225,12 @@ class EtcdTokens(ClosingSource):
         prefix: str = DEFAULT_PREFIX,
         timeout: float = DEFAULT_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        use_ssl: bool = False,
+        ca: str | None = None,
+        certfile: str | None = None,
+        keyfile: str | None = None,
     ) -> None:
+        """`use_ssl`, `ca`, `certfile`, `keyfile`: TLS to the members; see the module docstring."""
         self.endpoints = parse_endpoints(hosts)
         if not prefix:
             raise ConfigurationError("prefix must not be empty: use e.g. /fencegate/tokens/")
@@ -88,9 +238,23 @@ class EtcdTokens(ClosingSource):
         self.prefix = prefix
         self.timeout = timeout
         self.request_timeout = request_timeout
-        self._clients = [
-            aetcd.Client(host=host, port=port, timeout=request_timeout) for host, port in self.endpoints
-        ]
+        self.use_ssl = use_ssl
+        self._gives_certificate = certfile is not None
+        if use_ssl:
+            credentials = _credentials(ca, certfile, keyfile)
+            self._clients = [
+                _SecureClient(host=host, port=port, timeout=request_timeout, credentials=credentials)
+                for host, port in self.endpoints
+            ]
+        else:
+            given = [n for n, v in zip(FILES, (ca, certfile, keyfile), strict=True) if v]
+            if given:
+                raise ConfigurationError(
+                    f"{', '.join(given)} given but use_ssl is off: add use_ssl=true, or drop them"
+                )
+            self._clients = [
+                aetcd.Client(host=host, port=port, timeout=request_timeout) for host, port in self.endpoints
+            ]
         self._current = 0  # the member that answered last
         self._batch = Batcher(self._issue, max_batch=MAX_BATCH, in_flight=IN_FLIGHT, distinct=True)
 
@@ -100,10 +264,12 @@ class EtcdTokens(ClosingSource):
     async def _request(self, doing: str, call: Callable[[Any], Awaitable[T]]) -> T:
         """`call(client)` on the member that answered last, then on the others, until `timeout`."""
         failure: ClientError | None = None
+        refused: TLSError | None = None  # the last failed handshake, said when the draw gives up
         with map_errors("etcd", doing, ClientError, OSError, fix=FIX):
             try:
                 async with asyncio.timeout(self.timeout):
                     while True:
+                        final = 0  # members whose certificate, or ours, was refused in this round
                         for _ in self._clients:
                             index = self._current
                             try:
@@ -112,16 +278,41 @@ class EtcdTokens(ClosingSource):
                                 raise
                             except ClientError as exc:  # down, no leader, no answer in time: the next one
                                 failure = exc
+                                handshake = self._handshake_failure(index, exc)
+                                if handshake is not None:
+                                    refused, is_final = handshake
+                                    final += is_final
                                 if self._current == index:
                                     self._current = (index + 1) % len(self._clients)
+                        if refused is not None and final == len(self._clients):
+                            raise self._tls_error(doing, refused) from refused
                         await asyncio.sleep(RETRY_DELAY)
             except TimeoutError as exc:
+                if refused is not None:
+                    raise self._tls_error(doing, refused) from refused
                 last = f"{type(failure).__name__}: {failure}" if failure else "no member answered"
                 raise TokenSourceError(
                     f"etcd token source could not {doing} within {self.timeout:g} s "
                     f"(no quorum, or no member reachable; last: {last}); {FIX}",
                     source="etcd",
                 ) from exc
+
+    def _handshake_failure(self, index: int, exc: ClientError) -> tuple[TLSError, bool] | None:
+        """The member's failed TLS handshake as a `TLSError` (and whether it is final), or None."""
+        if not self.use_ssl:
+            return None
+        found = tls_failure(str(exc), gave_certificate=self._gives_certificate)
+        if found is None:
+            return None
+        reason, final = found
+        host, port = self.endpoints[index]
+        member = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return TLSError(f"{member}: {reason} (gRPC: {exc})", server=member), final
+
+    def _tls_error(self, doing: str, refused: TLSError) -> TokenSourceError:
+        return TokenSourceError(
+            f"etcd token source could not {doing}: no TLS connection to {refused}; {TLS_FIX}", source="etcd"
+        )
 
     async def _issue(self, resources: Sequence[str]) -> list[int]:
         async def put_all(client: Any) -> list[int]:
@@ -153,4 +344,5 @@ class EtcdTokens(ClosingSource):
             await client.close()
 
     def __repr__(self) -> str:
-        return f"EtcdTokens({','.join(f'{h}:{p}' for h, p in self.endpoints)!r})"
+        tls = ", use_ssl=True" if self.use_ssl else ""
+        return f"EtcdTokens({','.join(f'{h}:{p}' for h, p in self.endpoints)!r}{tls})"
