@@ -63,6 +63,24 @@ def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def etcd_tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A 3-member etcd cluster serving clients over https only and requiring a client certificate;
+    `cluster.etcd` carries use_ssl, ca, certfile and keyfile. Shared by the session."""
+    spec = ClusterSpec(redis=0, etcd=3, etcd_tls="mutual")
+    with LocalCluster.running(spec, tmp_path_factory.mktemp("etcd-tls")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def etcd_server_tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One etcd member over https only that requires no client certificate (`cluster.etcd` carries
+    use_ssl and ca). Shared by the session."""
+    spec = ClusterSpec(redis=0, etcd=1, etcd_tls="server")
+    with LocalCluster.running(spec, tmp_path_factory.mktemp("etcd-server-tls")) as cluster:
+        yield cluster
+
+
 @pytest.fixture
 def cluster_factory(
     tmp_path_factory: pytest.TempPathFactory,

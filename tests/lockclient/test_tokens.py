@@ -84,7 +84,16 @@ def assert_issue_order(recorded: list[list[list[int]]]) -> list[int]:
 
 
 @pytest.fixture(
-    params=["sqlite", "postgres", "postgres-tls", "zookeeper", "zookeeper-tls", "etcd", "redis-incr"]
+    params=[
+        "sqlite",
+        "postgres",
+        "postgres-tls",
+        "zookeeper",
+        "zookeeper-tls",
+        "etcd",
+        "etcd-tls",
+        "redis-incr",
+    ]
 )
 def source_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Each source's URL; the -tls ones reach a TLS-only server with a client certificate."""
@@ -101,6 +110,8 @@ def source_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return urlunsplit(urlsplit(cluster.zookeeper_url)._replace(path="/fencegate-tests"))
     if request.param == "etcd":
         return str(request.getfixturevalue("etcd_cluster").etcd)
+    if request.param == "etcd-tls":
+        return str(request.getfixturevalue("etcd_tls_cluster").etcd)
     return f"{request.getfixturevalue('redis_cluster').redis_urls[0]}?unsafe=1"
 
 
