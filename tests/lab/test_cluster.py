@@ -209,6 +209,30 @@ def test_etcd_cluster_elects_a_leader_survives_its_kill_and_restarts_with_its_da
     assert int(kv["mod_revision"]) == written
 
 
+def test_cli_up_with_etcd_tls_serves_https_only(tmp_path: Path) -> None:
+    """`--etcd-tls mutual` implies one member; its URL carries what a client needs; plaintext gets nothing,
+    and the helper's own probes (health, leader) speak TLS with the client certificate."""
+    state = tmp_path / "state"
+    cli = [sys.executable, "-m", "fencegate.cli", "cluster"]
+    up = subprocess.run([*cli, "up", "--redis", "0", "--etcd-tls", "mutual", "--dir", str(state)],
+                        capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    cluster = LocalCluster.attach(state)
+    try:
+        (node,) = cluster.nodes.values()
+        tls = node.tls
+        assert json.loads(up.stdout)["etcd"] == cluster.etcd == f"etcd://127.0.0.1:{node.port}" + node.query
+        assert tls == {"use_ssl": "true", "ca": str(state / "tls" / "ca.pem")} | {
+            "certfile": str(state / "tls" / "fencegate-client.crt"),
+            "keyfile": str(state / "tls" / "fencegate-client.key"),
+        }
+        with pytest.raises(OSError):  # noqa: PT011 (the connection is closed or reset, either will do)
+            _etcd(node.port, "range", key="k")
+        assert cluster.etcd_leader() == node.name
+        assert probe(node)
+    finally:
+        subprocess.run([*cli, "down", "--dir", str(state)], capture_output=True, check=True, timeout=120)
+
+
 def test_cli_up_with_etcd_prints_its_url_and_down_stops_it(tmp_path: Path) -> None:
     state = tmp_path / "state"
     cli = [sys.executable, "-m", "fencegate.cli", "cluster"]
