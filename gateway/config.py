@@ -65,7 +65,8 @@ class Settings:
         default=None,
         metadata={
             "help": "token source URL for the guard against tokens from the future: sqlite:///PATH, "
-            "postgresql://..., zookeeper://HOST:PORT[,HOST:PORT...], etcd://HOST:PORT[,HOST:PORT...] "
+            "postgresql://..., zookeeper://HOST:PORT[,HOST:PORT...], etcd://HOST:PORT[,HOST:PORT...]"
+            "[?use_ssl=true&ca=CA&certfile=CRT&keyfile=KEY] "
             "(the source the clients draw from); unset, the guard is off"
         },
     )

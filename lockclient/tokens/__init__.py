@@ -5,7 +5,7 @@
 | `sqlite:///relative.db`, `sqlite:////abs/path.db` | `SQLiteTokens` | one file, one machine, fsynced |
 | `postgresql://user@host:port/db[?sslmode=...]` | `PostgresTokens` | a `CACHE 1` sequence on one primary |
 | `zookeeper://host:port[,host:port...][/chroot][?use_ssl=...]` | `ZooKeeperTokens` | zxids are ordered |
-| `etcd://host:port[,host:port...]` | `EtcdTokens` | revisions are ordered by Raft |
+| `etcd://host:port[,host:port...][?use_ssl=...]` | `EtcdTokens` | revisions are ordered by Raft |
 | `redis://host:port?unsafe=1` | `RedisIncrTokens` | it is NOT: lab only |
 
 Each source's module, and its driver, is imported on first use (`open_token_source`
@@ -15,7 +15,9 @@ A driver that is not installed is a `MissingExtra` naming the extra to install
 
 TLS: PostgreSQL URLs take libpq's `sslmode`, `sslrootcert`, `sslcert`, `sslkey`
 (`lockclient.postgres_tls`); ZooKeeper URLs take kazoo's `use_ssl`, `ca`,
-`certfile`, `keyfile`, `verify_certs`, `check_hostname` (`ZooKeeperTokens`).
+`certfile`, `keyfile`, `verify_certs`, `check_hostname` (`ZooKeeperTokens`);
+etcd URLs take `use_ssl`, `ca`, `certfile`, `keyfile` (`EtcdTokens`: the
+members' certificates are always verified, there is no switch to skip it).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ SOURCES = {
 
 SUPPORTED = (
     "sqlite:///path/to/file.db, postgresql://user@host:port/db, "
-    "zookeeper://host:port[,host:port][/chroot], etcd://host:port[,host:port], "
+    "zookeeper://host:port[,host:port][/chroot], etcd://host:port[,host:port][?use_ssl=true&ca=...], "
     "redis://host:port?unsafe=1 (unsafe, lab only)"
 )
 
