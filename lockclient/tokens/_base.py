@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
+from urllib.parse import parse_qsl
 
 from lockclient.errors import ConfigurationError, MissingExtra, TokenSourceError
 
-__all__ = ["ClosingSource", "check_resource", "check_seconds", "map_errors", "missing_extra"]
+__all__ = ["ClosingSource", "check_resource", "check_seconds", "map_errors", "missing_extra", "query_options"]
+
+BOOLEANS = {"true": True, "1": True, "yes": True, "on": True}
+BOOLEANS |= {"false": False, "0": False, "no": False, "off": False}
 
 
 def missing_extra(source: str, extra: str, exc: ImportError) -> MissingExtra:
@@ -21,6 +25,30 @@ def missing_extra(source: str, extra: str, exc: ImportError) -> MissingExtra:
         extra=extra,
         package=package,
     )
+
+
+def query_options(
+    query: str, *, scheme: str, flags: Sequence[str], files: Sequence[str], note: str = ""
+) -> dict[str, Any]:
+    """A source URL's query as its keywords: `flags` are booleans, `files` paths; anything else, or a
+    name given twice, is a `ConfigurationError` listing the names there are (and `note`)."""
+    options: dict[str, Any] = {}
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name in options:
+            raise ConfigurationError(f"the URL sets {name} twice")
+        if name in flags:
+            if value.lower() not in BOOLEANS:
+                raise ConfigurationError(f"{name}={value!r} is not a boolean: use true or false")
+            options[name] = BOOLEANS[value.lower()]
+        elif name in files:
+            options[name] = value
+        else:
+            article = "an" if scheme[0] in "aeiou" else "a"
+            names = ", ".join([*flags, *files])
+            raise ConfigurationError(
+                f"{name!r} is not {article} {scheme}:// URL parameter: use {names}{note}"
+            )
+    return options
 
 
 def check_resource(resource: str) -> str:

@@ -43,11 +43,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl
 
 from lockclient._tls import client_context, explain_hang_up
 from lockclient.errors import ConfigurationError, TLSError, TokenSourceError
-from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors, missing_extra
+from lockclient.tokens._base import (
+    ClosingSource,
+    check_resource,
+    check_seconds,
+    map_errors,
+    missing_extra,
+    query_options,
+)
 from lockclient.tokens._batch import Batcher
 
 try:
@@ -83,8 +89,6 @@ TLS_FIX = "check ca, certfile and keyfile against the members' https client URLs
 # URL query parameters: the ZooKeeper source's names for the same settings; no switch turns verification off
 FLAGS = ("use_ssl",)
 FILES = ("ca", "certfile", "keyfile")
-BOOLEANS = {"true": True, "1": True, "yes": True, "on": True}
-BOOLEANS |= {"false": False, "0": False, "no": False, "off": False}
 PEER = "member"
 UNTRUSTED = (
     f"the {PEER}'s certificate is not signed by the CA this client trusts: ca must hold the CA that signed it"
@@ -105,11 +109,8 @@ TLS_FAILURES = (
     ),
     ("CERTIFICATE_VERIFY_FAILED", UNTRUSTED, True),
     ("BAD_SIGNATURE", UNTRUSTED, True),  # a CA of the same name did not sign it
-    (
-        "TSI_DATA_CORRUPTED",
-        "",
-        True,
-    ),  # TLS 1.3: the member hung up right after the handshake (client certificate)
+    # TLS 1.3: the member hung up right after the handshake, over the client certificate (reason: below)
+    ("TSI_DATA_CORRUPTED", "", True),
     (
         "Handshake read failed",
         f"the {PEER} closed the connection during the TLS handshake: does it serve TLS (https) on this port?",
@@ -123,22 +124,8 @@ FINAL = (InvalidArgumentError, UnauthenticatedError)
 
 def url_options(query: str) -> dict[str, Any]:
     """The TLS keywords of `EtcdTokens` from an `etcd://` URL's query."""
-    options: dict[str, Any] = {}
-    for name, value in parse_qsl(query, keep_blank_values=True):
-        if name in options:
-            raise ConfigurationError(f"the URL sets {name} twice")
-        if name in FLAGS:
-            if value.lower() not in BOOLEANS:
-                raise ConfigurationError(f"{name}={value!r} is not a boolean: use true or false")
-            options[name] = BOOLEANS[value.lower()]
-        elif name in FILES:
-            options[name] = value
-        else:
-            raise ConfigurationError(
-                f"{name!r} is not an etcd:// URL parameter: use {', '.join(FLAGS + FILES)} (the members' "
-                "certificates are always verified)"
-            )
-    return options
+    note = " (the members' certificates are always verified)"
+    return query_options(query, scheme="etcd", flags=FLAGS, files=FILES, note=note)
 
 
 def _read(setting: str, path: str) -> bytes:

@@ -53,11 +53,18 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, quote
+from urllib.parse import quote
 
 from lockclient._tls import client_context, explain
 from lockclient.errors import ConfigurationError, TLSError, TokenSourceError
-from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors, missing_extra
+from lockclient.tokens._base import (
+    ClosingSource,
+    check_resource,
+    check_seconds,
+    map_errors,
+    missing_extra,
+    query_options,
+)
 from lockclient.tokens._batch import Batcher
 
 try:
@@ -92,8 +99,6 @@ TLS_FIX = "check ca, certfile and keyfile against the server's secure client por
 # URL query parameters: kazoo's names for its TLS settings
 FLAGS = ("use_ssl", "verify_certs", "check_hostname")
 FILES = ("ca", "certfile", "keyfile", "keyfile_password")
-BOOLEANS = {"true": True, "1": True, "yes": True, "on": True}
-BOOLEANS |= {"false": False, "0": False, "no": False, "off": False}
 
 KAZOO_LOG = logging.getLogger(__name__ + ".kazoo")
 if KAZOO_LOG.level == logging.NOTSET:  # an application that set a level keeps it
@@ -108,21 +113,7 @@ def znode_name(resource: str) -> str:
 
 def url_options(query: str) -> dict[str, Any]:
     """The TLS keywords of `ZooKeeperTokens` from a `zookeeper://` URL's query."""
-    options: dict[str, Any] = {}
-    for name, value in parse_qsl(query, keep_blank_values=True):
-        if name in options:
-            raise ConfigurationError(f"the URL sets {name} twice")
-        if name in FLAGS:
-            if value.lower() not in BOOLEANS:
-                raise ConfigurationError(f"{name}={value!r} is not a boolean: use true or false")
-            options[name] = BOOLEANS[value.lower()]
-        elif name in FILES:
-            options[name] = value
-        else:
-            raise ConfigurationError(
-                f"{name!r} is not a zookeeper:// URL parameter: use {', '.join(FLAGS + FILES)}"
-            )
-    return options
+    return query_options(query, scheme="zookeeper", flags=FLAGS, files=FILES)
 
 
 class _TLSHandler(SequentialThreadingHandler):  # type: ignore[misc] # kazoo is untyped
