@@ -1,15 +1,18 @@
 """Tokens from the future (422) and a token source that went back (503 token_source_regressed).
 
 The guard is pure decision logic over the `TokenSource` Protocol, so a small
-in-memory source stands in for the real ones here.
+in-memory source stands in for the real ones here; the last test runs the guard
+on etcd over mutual TLS, as `serve --tokens` opens it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
+from fencegate.lab.cluster import LocalCluster
 from lockclient import open_token_source
 from lockclient.errors import TokenSourceError
 from tests.gateway.conftest import MakeClient
@@ -138,3 +141,22 @@ async def test_with_a_source_the_start_log_names_it_and_says_the_guard_is_on(
         await make_client(tokens=source)
     said = [(r.levelname, r.getMessage()) for r in caplog.records if "guard is on" in r.getMessage()]
     assert said == [("INFO", f"token source {source!r}: the token-from-the-future guard is on")]
+
+
+async def test_an_etcd_source_over_mutual_tls_guards_and_its_start_log_shows_no_files(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture, etcd_tls_cluster: LocalCluster, unique: str
+) -> None:
+    """`serve --tokens etcd://...?use_ssl=true&ca=...&certfile=...&keyfile=...` opens this very source."""
+    url = etcd_tls_cluster.etcd
+    source = open_token_source(url)
+    drawn = await source.next_token(unique)
+    with caplog.at_level("INFO", logger="gateway"):
+        client = await make_client(tokens=source)
+    said = [r.getMessage() for r in caplog.records if "guard is on" in r.getMessage()]
+    shown = f"EtcdTokens({urlsplit(url).netloc!r}, use_ssl=True)"  # the hosts alone
+    assert said == [f"token source {shown}: the token-from-the-future guard is on"]
+    assert not any(str(etcd_tls_cluster.dir) in r.getMessage() for r in caplog.records)  # no file paths
+    resp = await client.put(f"/v1/objects/{unique}", data=b"x", headers={"Fencing-Token": str(drawn)})
+    assert resp.status == 201
+    resp = await client.put(f"/v1/objects/{unique}", data=b"x", headers={"Fencing-Token": str(drawn + 10**6)})
+    assert (resp.status, (await resp.json())["error"]) == (422, "token_from_the_future")
