@@ -183,7 +183,7 @@ def _entry(report: AuditReport, raw: Mapping[Any, Any], decode: Decoder, anchors
         _count(report, row_id)
         report.malformed.append(row_id)
         report.broken(row_id, f"malformed entry: {exc}")
-        _go_on(report, row_id, raw["chain"] if isinstance(raw["chain"], str) else None)
+        _go_on(report, row_id, decode.get(raw, "chain"))
         return
     _link(report, row, linked=linked)
     _check(report, row_id, row["resource"], row["token"], row["mark"], row["outcome"])
@@ -196,9 +196,14 @@ def _marks(report: AuditReport, rows: Sequence[Row[Any, Any]], decode: Decoder) 
         try:
             fence = decode(raw._mapping)
         except MalformedRow as exc:
-            resource = raw.resource
-            report.violations.append(f"the mark of resource {resource!r} is malformed: {exc}")
-            if isinstance(resource, str):
+            resource = decode.get(raw._mapping, "resource")
+            whose = (
+                f"the mark of resource {resource!r}"
+                if resource is not None
+                else f"a mark ({Fence.__tablename__})"
+            )
+            report.violations.append(f"{whose} is malformed: {exc}")
+            if resource is not None:
                 marks[resource] = None
             continue
         marks[fence["resource"]] = fence["token"]

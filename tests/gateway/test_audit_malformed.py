@@ -1,14 +1,16 @@
 """`fencegate audit verify` on a store whose tables were edited to hold what fencegate never writes: each
 kind of edit is a named violation with exit 1, in text and in `--json`, never a traceback.
 
-SQLite keeps any value in any column; PostgreSQL enforces the types but holds times Python cannot, and
-a hostile administrator can drop a NOT NULL. Each test writes a trail of `ENTRIES` accepted entries to a
-real database of its own, edits it with plain SQL, and runs the command as an operator would.
+SQLite keeps any value in any column, text that is not UTF-8 too (the driver fails a whole read on it);
+PostgreSQL enforces the types but holds times Python cannot, and a hostile administrator can drop a NOT
+NULL. Each test writes a trail of `ENTRIES` accepted entries to a real database of its own, edits it
+with plain SQL, and runs the command as an operator would; on SQLite, the file is the same bytes after.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import subprocess
 import sys
@@ -34,7 +36,10 @@ class Edit:
     sql: Sequence[str]
     says: str  # in the violation
     entry: int | None = None  # the entry it names, if the edit is of an entry
+    breaks: int = 1  # violations: an edited hash breaks the link to the entry after it too
 
+
+NOT_UTF8 = "CAST(x'ff' AS TEXT)"  # SQLite keeps it as text, and its driver fails the read of any row
 
 SQLITE = {
     "text-in-an-integer-column": Edit(
@@ -72,6 +77,40 @@ SQLITE = {
     "text-in-a-mark": Edit(
         ["UPDATE fencegate_fences SET token = 'abc'"],
         "the mark of resource 'r' is malformed: token holds 'abc', not an integer",
+    ),
+    **{
+        f"text-that-is-not-utf-8-in-{column}": Edit(
+            [f"UPDATE fencegate_audit SET {column} = {NOT_UTF8} WHERE id = 3"],  # noqa: S608 (our names)
+            f"{column} holds b'\\xff', text that is not UTF-8",
+            3,
+        )
+        for column in ("client", "method", "key", "resource", "outcome", "at", "token")
+    },
+    "an-encoded-surrogate": Edit(  # not UTF-8 either, though it has UTF-8's form
+        ["UPDATE fencegate_audit SET key = CAST(x'eda080' AS TEXT) WHERE id = 2"],
+        "key holds b'\\xed\\xa0\\x80', text that is not UTF-8",
+        2,
+    ),
+    "text-that-is-not-utf-8-in-the-hash": Edit(
+        ["UPDATE fencegate_audit SET chain = CAST(x'ff' AS TEXT) WHERE id = 2"],
+        "chain holds b'\\xff', text that is not UTF-8",
+        2,
+        breaks=2,
+    ),
+    "a-blob-of-utf-8-in-a-text-column": Edit(  # read as bytes like text now, still not text
+        ["UPDATE fencegate_audit SET method = x'505554' WHERE id = 2"], "method holds b'PUT', not text", 2
+    ),
+    "text-that-is-not-utf-8-in-the-head-row": Edit(
+        ["UPDATE fencegate_audit_head SET hash = CAST(x'ff' AS TEXT)"],
+        "head row (fencegate_audit_head) is malformed: hash holds b'\\xff', text that is not UTF-8",
+    ),
+    "text-that-is-not-utf-8-in-a-mark": Edit(
+        ["UPDATE fencegate_fences SET resource = CAST(x'ff' AS TEXT)"],
+        "a mark (fencegate_fences) is malformed: resource holds b'\\xff', text that is not UTF-8",
+    ),
+    "text-that-is-not-utf-8-in-the-schema-row": Edit(
+        ["UPDATE fencegate_schema SET version = CAST(x'ff' AS TEXT)"],
+        "schema version row (fencegate_schema) is malformed: version holds b'\\xff', text that is not UTF-8",
     ),
 }
 POSTGRESQL = {
@@ -129,7 +168,7 @@ def _check(url: str, edit: Edit) -> None:
     if edit.entry is not None:
         assert violations == [f"entry {edit.entry}: malformed entry: {violations[0].split(': ', 2)[2]}"]
         assert f"TAMPERED: the chain breaks first at entry {edit.entry}" in plain.stdout
-        assert "VIOLATIONS: 1" in plain.stdout  # the chain went on from its stored hash: one edit, one break
+        assert f"VIOLATIONS: {edit.breaks}" in plain.stdout  # the chain went on from the stored hash
     machine = _verify(url, "--json")
     assert "Traceback" not in machine.stderr, machine.stderr
     assert machine.returncode == 1
@@ -144,7 +183,18 @@ def _check(url: str, edit: Edit) -> None:
 async def test_an_edited_sqlite_store_is_a_named_violation(kind: str, tmp_path: Path) -> None:
     sqlite_url = f"sqlite:///{tmp_path / 'fencegate.db'}"
     await _trail(sqlite_url, SQLITE[kind])
+    before = _contents(tmp_path)
     await asyncio.to_thread(_check, sqlite_url, SQLITE[kind])
+    assert _contents(tmp_path) == before
+
+
+def _contents(directory: Path) -> dict[str, str]:
+    """The digest of each file the SQLite store keeps (the database, its WAL if any)."""
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.glob("fencegate.db*"))
+        if path.suffix != ".db-shm"  # the WAL's index is shared memory, rewritten by any reader
+    }
 
 
 @pytest.mark.parametrize("kind", list(POSTGRESQL))
