@@ -9,7 +9,8 @@ A database newer than this code is refused rather than guessed at.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, exists, func, insert, inspect, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -89,33 +90,53 @@ def _v4_audit_chain(conn: Connection) -> None:
     The entries written before this step are chained here, in id order, from
     the genesis hash: from the upgrade on, a change to any of them shows. (What
     was changed before the upgrade cannot be told; the migration vouches for
-    nothing older.) A fresh database got the column from step 2, which creates
-    today's table; an older one gets it here.
+    nothing older.) An entry holding what fencegate never writes (`_unchained`)
+    stops the migration, which then changes nothing: chained, it would be
+    vouched for with a meaning no request gave it. A fresh database got the
+    column from step 2, which creates today's table; an older one gets it here.
     """
     columns = {column["name"] for column in inspect(conn).get_columns(AuditEntry.__tablename__)}
     if "chain" not in columns:
         conn.execute(text(f"ALTER TABLE {AuditEntry.__tablename__} ADD COLUMN chain VARCHAR(64)"))
     Base.metadata.tables[AuditHead.__tablename__].create(conn)
     head = GENESIS_HEAD
-    fields = [getattr(AuditEntry, name) for name in HASHED]
+    entries = Decoder(AuditEntry, HASHED, conn.dialect)
     stamp = (
         update(AuditEntry)
         .where(AuditEntry.id == bindparam("row"))
         .values(chain=bindparam("chain"))
         .execution_options(synchronize_session=False)
     )
+    query = select(*entries.stored).order_by(AuditEntry.id).limit(CHAIN_BATCH)
     while True:  # a page at a time, so memory stays bounded however long the trail
-        page = conn.execute(
-            select(*fields).where(AuditEntry.id > head.last_id).order_by(AuditEntry.id).limit(CHAIN_BATCH)
-        ).all()
+        # the first page has no lower bound: an entry numbered below 1 is refused, not left out
+        page = conn.execute(query.where(AuditEntry.id > head.last_id) if head.last_id else query).all()
         if not page:
             break
         hashes: list[dict[str, object]] = []
-        for row in page:
-            head = Head(row.id, entry_hash(head.hash, row._mapping))
-            hashes.append({"row": row.id, "chain": head.hash})
+        for raw in page:
+            row = _unchained(raw._mapping, entries)
+            head = Head(row["id"], entry_hash(head.hash, row))
+            hashes.append({"row": row["id"], "chain": head.hash})
         conn.execute(stamp, hashes)
     conn.execute(insert(AuditHead).values(id=HEAD_ROW, last_id=head.last_id, hash=head.hash))
+
+
+def _unchained(raw: Mapping[Any, Any], decode: Decoder) -> dict[str, Any]:
+    """An entry of the trail step 4 chains, decoded; `MalformedRow` with the fix if it was edited."""
+    entry: int = raw["id"]
+    try:
+        if entry < 1:
+            raise MalformedRow(f"id {entry} is below 1, where fencegate numbers entries from", column="id")
+        return decode(raw)
+    except MalformedRow as exc:
+        raise MalformedRow(
+            f"entry {entry} of the audit trail ({AuditEntry.__tablename__}) is malformed: {exc}; it was "
+            f"edited by hand, and step 4 of the migration would chain it and so vouch for it: the migration "
+            f"stopped and changed nothing (the store keeps its schema version); correct or remove "
+            f"that entry with SQL, or restore the store from a backup, then start again",
+            column=exc.column,
+        ) from None
 
 
 # Step N turns a version N-1 database into version N. Append, never edit.

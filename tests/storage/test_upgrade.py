@@ -8,12 +8,19 @@ the key itself (`notes/7`), and one written then deleted under `gone`.
 the same on PostgreSQL. Upgrading binds every key to the resource it was
 written under (the deleted one through the audit trail), keeps every row,
 chains the audit entries it finds (schema version 4), and from then on the
-fence refuses a request naming another resource.
+fence refuses a request naming another resource. An old trail edited by hand
+to hold what fencegate never writes is not chained: the gateway refuses to
+start, says which entry and what to do, and leaves the store as it was.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shutil
+import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -150,3 +157,108 @@ async def test_a_gateway_migrates_a_long_old_trail_with_a_short_storage_timeout(
             await engine.dispose()
     assert report.ok, report.violations
     assert report.rows > LONG_TRAIL
+
+
+# An old trail edited by hand: (engine, SQL, what the refusal says of the entry, the entry). Step 4
+# chained the first kind silently (vouching for a token that is text) and the last leaves out of the chain;
+# the others made a start fail with a traceback, or as if the database were unreachable.
+EDITED_OLD_TRAILS = {
+    "text-in-an-integer-column": (
+        "sqlite",
+        "UPDATE fencegate_audit SET token = 'abc' WHERE id = 3",
+        "token holds 'abc', not an integer",
+        3,
+    ),
+    "text-that-is-no-time": (
+        "sqlite",
+        "UPDATE fencegate_audit SET at = 'yesterday' WHERE id = 2",
+        "at holds 'yesterday', not a time",
+        2,
+    ),
+    "text-that-is-not-utf-8": (
+        "sqlite",
+        "UPDATE fencegate_audit SET client = CAST(x'ff' AS TEXT) WHERE id = 4",
+        "client holds b'\\xff', text that is not UTF-8",
+        4,
+    ),
+    "a-time-beyond-python": (
+        "postgresql",
+        "UPDATE fencegate_audit SET at = '20000-01-01' WHERE id = 2",
+        "at holds '20000-01-01 00:00:00+00', beyond the times fencegate writes",
+        2,
+    ),
+    "an-id-below-1": ("postgresql", "UPDATE fencegate_audit SET id = 0 WHERE id = 1", "id 0 is below 1", 0),
+    "an-id-below-1-on-sqlite": (
+        "sqlite",
+        "UPDATE fencegate_audit SET id = -5 WHERE id = 1",
+        "id -5 is below 1",
+        -5,
+    ),
+}
+_MAIN = "import sys; from fencegate.cli import main; sys.exit(main(sys.argv[1:]))"
+START_TIMEOUT = 30.0  # seconds: a refused start returns at once; one that serves runs until killed
+
+
+@pytest.mark.parametrize("kind", list(EDITED_OLD_TRAILS))
+async def test_a_gateway_refuses_to_chain_an_edited_old_trail_and_changes_nothing(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    engine_name, sql, says, entry = EDITED_OLD_TRAILS[kind]
+    async with contextlib.AsyncExitStack() as stack:
+        if engine_name == "sqlite":
+            shutil.copy(DATA / "v2.db", tmp_path / "store.db")
+            url = f"sqlite:///{tmp_path / 'store.db'}"
+            with contextlib.closing(sqlite3.connect(tmp_path / "store.db")) as db, db:
+                db.execute(sql)
+        else:
+            cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
+            url = await stack.enter_async_context(fresh_database(cluster, "edited"))
+            for statements in ((DATA / "v2-postgresql.sql").read_text(), sql):  # the dump empties search_path
+                conn = await asyncpg.connect(url)
+                try:
+                    await conn.execute(statements)
+                finally:
+                    await conn.close()
+        before = await _old_state(url)
+        run = [sys.executable, "-c", _MAIN, "serve", "--storage", url, "--port", "0"]
+        run += ["--data-dir", str(tmp_path / "data")]
+        started = await asyncio.to_thread(
+            subprocess.run, run, capture_output=True, text=True, timeout=START_TIMEOUT, check=False
+        )
+        assert "Traceback" not in started.stderr, started.stderr
+        assert started.returncode == 3, started.stderr
+        refusal = f"entry {entry} of the audit trail (fencegate_audit) is malformed: {says}"
+        said = [line for line in started.stderr.splitlines() if refusal in line]
+        assert len(said) == 2, started.stderr  # the log line, and the command's last word
+        assert (
+            said[0].split(" ERROR gateway: storage ")[1].endswith(said[1].removeprefix("fencegate serve: "))
+        )
+        assert "correct or remove that entry with SQL, or restore the store from a backup" in said[1]
+        assert await _old_state(url) == before
+        assert before[0] == 2  # still the old store: no step of the migration was kept
+
+
+async def _old_state(url: str) -> tuple[int, list[str], list[tuple[str, ...]]]:
+    """The schema version, the audit table's columns and its rows as text, straight from the database."""
+    if url.startswith("sqlite"):
+        path = url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.text_factory = bytes  # an edit may have left text that is not UTF-8
+            version = db.execute("SELECT version FROM fencegate_schema").fetchone()[0]
+            columns = [row[1].decode() for row in db.execute("PRAGMA table_info(fencegate_audit)")]
+            rows = db.execute("SELECT * FROM fencegate_audit ORDER BY id").fetchall()
+            tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master ORDER BY name")]
+        return int(version), columns + [t.decode() for t in tables], [tuple(map(repr, row)) for row in rows]
+    conn = await asyncpg.connect(url)
+    try:
+        version = await conn.fetchval("SELECT version FROM fencegate_schema")
+        columns = await conn.fetch(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'fencegate_audit' "
+            "ORDER BY ordinal_position"
+        )
+        tables = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")
+        rows = await conn.fetch("SELECT fencegate_audit::text FROM fencegate_audit ORDER BY id")
+    finally:
+        await conn.close()
+    names = [row[0] for row in columns] + [row[0] for row in tables]
+    return int(version), names, [(row[0],) for row in rows]
