@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from storage.errors import StorageUnavailable, map_storage_errors
 from storage.models import AuditHead
+from storage.rows import Decoder
 from storage.statements import HEAD_ROW
 
 log = logging.getLogger(__name__)
@@ -121,9 +122,10 @@ def announce(before: Head, after: Head) -> None:
 
 
 async def read_head(engine: AsyncEngine) -> Head:
-    """The head row of the database behind `engine`."""
+    """The head row of the database behind `engine`; `MalformedRow` if it was edited to hold what
+    fencegate never writes (read at shutdown, where that must be a warning, not a traceback)."""
+    decode = Decoder(AuditHead, ("last_id", "hash"), engine.dialect)
     with map_storage_errors("audit chain head lookup"):
         async with engine.connect() as conn:
-            head_row = select(AuditHead.last_id, AuditHead.hash).where(AuditHead.id == HEAD_ROW)
-            found = (await conn.execute(head_row)).first()
-    return head_of(None if found is None else found._mapping)
+            found = (await conn.execute(select(*decode.stored).where(AuditHead.id == HEAD_ROW))).first()
+    return head_of(None if found is None else decode(found._mapping))
