@@ -90,7 +90,11 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
                 from storage.pgbatch import PgGroupCommitStore  # asyncpg: the [postgresql] extra
 
                 batching = PgGroupCommitStore(
-                    fences, engine=engine, max_batch=settings.group_commit, policy=policy
+                    fences,
+                    engine=engine,
+                    max_batch=settings.group_commit,
+                    policy=policy,
+                    timeout=settings.storage_timeout,
                 )
             await batching.start()
             log.info("group commit on: up to %d fenced requests per commit", settings.group_commit)

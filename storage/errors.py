@@ -85,19 +85,23 @@ class BadStorageURL(StorageError, ValueError):
 
 
 @contextlib.contextmanager
-def map_storage_errors(what: str) -> Iterator[None]:
+def map_storage_errors(what: str, *, drivers: tuple[type[Exception], ...] = ()) -> Iterator[None]:
     """Translate driver failures into `StorageUnavailable`, keeping our own errors as they are.
+
+    SQLAlchemy's errors are translated, and those of a driver used without it
+    (`drivers`: asyncpg's, sqlite3's).
 
     Any failure of the driver, the socket or a deadline leaves the outcome of a
     commit unknown; the caller answers 503 and never 2xx. The message names
     what failed, never the driver's text (it carries SQL, parameters and
     paths): that stays on `__cause__` and goes to the log.
     """
+    caught: tuple[type[Exception], ...] = (sa_exc.SQLAlchemyError, OSError, TimeoutError, *drivers)
     try:
         yield
     except StorageError:
         raise
-    except (sa_exc.SQLAlchemyError, OSError, TimeoutError) as exc:
+    except caught as exc:
         raise StorageUnavailable(
             f"storage failed during {what}; check that the database is running and reachable, then retry"
         ) from exc

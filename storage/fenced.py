@@ -279,6 +279,13 @@ def object_data(row: Row) -> ObjectData:
     return ObjectData(meta=meta, data=row["data"], content_type=row["content_type"])
 
 
+def read_object(key: str, row: Row | None) -> ObjectData:
+    """A plain read's answer from `Statements.object_select`'s row, or none: every reader ends here."""
+    if row is None:
+        raise ObjectNotFound(f"no object under key {key!r}", key=key)
+    return object_data(row)
+
+
 async def _audit(
     tx: Tx, request: FencedRequest, now: datetime, *, status: int, outcome: str, mark: bool = True
 ) -> None:

@@ -46,14 +46,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from storage.chain import HASHED, Head, announce, entry_tail, head_of
 from storage.errors import StorageError, StorageUnavailable
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply
 from storage.models import AuditEntry, AuditHead
-from storage.protocols import FencedRequest
+from storage.pgconn import Compiled, Lane
+from storage.pgread import PgReader
+from storage.protocols import FencedRequest, ObjectData
 from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
 from storage.records import refused_params
 from storage.sql import SqlObjectStore
@@ -66,8 +67,6 @@ MAX_RUNS = 3  # a batch that met a deadlock runs this often before its requests 
 # flush, the next runs its statements. Batches that touch one resource serialize on its fence row.
 DEFAULT_LANES = 2
 _Row = Mapping[str, Any]
-# The audit chain's statements: a batch appends with `APPEND` instead.
-_CHAIN = ("audit_insert", "head_select", "head_update")
 _AUDITED = HASHED[1:]  # an entry's columns besides its id and hash, in $2..$10 order
 # Chain a batch's entries onto the trail in the server (`chain.py`): lock the head, number the entries
 # after it, hash each as `chain.entry_hash` does (sha256 of `PREVIOUS\n[ID,TAIL`, TAIL from
@@ -101,35 +100,6 @@ FROM (SELECT id, hash FROM chained ORDER BY n DESC LIMIT 1) AS moved, head
 WHERE {AuditHead.__tablename__}.id = {HEAD_ROW}
 RETURNING head.last_id AS before_id, head.hash AS before_hash, moved.id AS last_id, moved.hash AS last_hash
 """  # noqa: S608 (table names and the head's id are this module's constants; values are $n parameters)
-
-
-class _Sql:
-    """Each statement as PostgreSQL text that always returns one row, and how to order its arguments.
-
-    `fetchmany` returns the rows of every execution in one list, so each
-    statement is wrapped to return exactly one row: the statement's own row,
-    or NULLs when it had none. The first column of every statement the unit
-    reads is never NULL in a real row, so that tells the two apart.
-    """
-
-    def __init__(self) -> None:
-        dialect = asyncpg_dialect.dialect()  # type: ignore[no-untyped-call]
-        statements = Statements.for_dialect("postgresql")
-        self.text: dict[str, str] = {}
-        self.order: dict[str, tuple[tuple[str, Any], ...]] = {}  # (parameter, its default) in $n order
-        for name in Statements.names():
-            if name in _CHAIN:
-                continue
-            compiled = getattr(statements, name).compile(dialect=dialect)
-            defaults = compiled.params
-            self.order[name] = tuple((p, defaults.get(p)) for p in compiled.positiontup or ())
-            # our own compiled statement, its values bound as $n parameters
-            self.text[name] = (
-                f"WITH r AS ({compiled.string}) SELECT r.* FROM (SELECT 1) AS one LEFT JOIN r ON true"  # noqa: S608
-            )
-
-    def args(self, name: str, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(params.get(param, default) for param, default in self.order[name])
 
 
 async def append(pg: Any, entries: Sequence[Mapping[str, Any]]) -> tuple[Head, Head] | None:
@@ -191,7 +161,7 @@ class _Raced(Exception):
 
 
 async def run_lockstep(
-    pg: Any, sql: _Sql, requests: Sequence[FencedRequest], *, now: datetime, policy: Policy
+    pg: Any, sql: Compiled, requests: Sequence[FencedRequest], *, now: datetime, policy: Policy
 ) -> tuple[list[Outcome], list[Mapping[str, Any]]]:
     """Step every request's unit together on `pg` (an asyncpg connection in a transaction).
 
@@ -246,34 +216,6 @@ async def run_lockstep(
     return done, [params for _, params in audits]
 
 
-class _Lane:
-    """One connection of the writer, checked out of the engine's pool and kept; dropped after a failure."""
-
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-        self._conn: AsyncConnection | None = None
-        self._driver: Any = None  # the asyncpg connection under `_conn` (driver-specific, hence Any)
-
-    async def connection(self) -> Any:
-        """The asyncpg connection under the pool's, checked out once and kept until `close`."""
-        if self._driver is None:
-            if self._conn is None:
-                self._conn = await self._engine.connect()
-            self._driver = (await self._conn.get_raw_connection()).driver_connection
-        return self._driver
-
-    async def close(self) -> None:
-        self._driver = None
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        try:
-            await conn.invalidate()
-            await conn.close()
-        except Exception:
-            log.debug("closing a writer connection failed", exc_info=True)
-
-
 class PgGroupCommitStore(QueuedStore):
     """`ObjectStore` for PostgreSQL that batches fenced requests; `await start()`, then `aclose()`."""
 
@@ -285,14 +227,17 @@ class PgGroupCommitStore(QueuedStore):
         max_batch: int = DEFAULT_MAX_BATCH,
         lanes: int = DEFAULT_LANES,
         policy: Policy = FENCED,
+        timeout: float = 10.0,
     ) -> None:
+        """`timeout`: seconds a plain read may take in all (`--storage-timeout`)."""
         super().__init__(store, max_batch=max_batch)
         self._engine = engine
         self._policy = policy
         self._lanes = max(1, lanes)
-        self._sql = _Sql()
+        self._sql = Compiled()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._reader = PgReader(engine, timeout=timeout)
 
     async def start(self) -> None:
         self._running = True
@@ -302,11 +247,17 @@ class PgGroupCommitStore(QueuedStore):
         ]
 
     async def aclose(self) -> None:
-        """Refuse new requests, commit the pending ones, close the writer's connections."""
+        """Refuse new requests, commit the pending ones, close the writer's and the readers' connections."""
         self._running = False
         self._wake.set()
         tasks, self._tasks = self._tasks, []
-        await asyncio.gather(*tasks)
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            await self._reader.aclose()
+
+    async def read(self, key: str, *, resource: str) -> ObjectData:
+        return await self._reader.read(key)
 
     async def _submit(self, op: Op) -> Any:
         if not self._running:
@@ -326,7 +277,7 @@ class PgGroupCommitStore(QueuedStore):
 
     async def _work(self) -> None:
         """One lane: take a batch, commit it on the lane's connection, answer it; until closed and drained."""
-        lane = _Lane(self._engine)
+        lane = Lane(self._engine)
         try:
             while self._running or self._pending:
                 if not self._pending:
@@ -341,7 +292,7 @@ class PgGroupCommitStore(QueuedStore):
             self._wake.set()  # another lane may wait for work this one leaves behind
             await lane.close()
 
-    async def _run(self, lane: _Lane, batch: list[Op]) -> None:
+    async def _run(self, lane: Lane, batch: list[Op]) -> None:
         try:
             outcomes = await self._commit(lane, batch)
         except Exception as exc:  # noqa: BLE001 - the lane outlives any one batch; logged, every request 503
@@ -372,7 +323,7 @@ class PgGroupCommitStore(QueuedStore):
         self._pending.extendleft(reversed(later))
         return sorted(batch, key=lambda op: "" if op.request is None else op.request.resource)
 
-    async def _commit(self, lane: _Lane, batch: list[Op]) -> list[Outcome | None]:
+    async def _commit(self, lane: Lane, batch: list[Op]) -> list[Outcome | None]:
         """Commit `batch`, which shrinks by the requests that raced (they go back to the queue)."""
         deadlocks = 0
         while True:

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from storage.chain import Head, announce, head_of, link
 from storage.engine import READ_ONLY
 from storage.errors import ObjectNotFound, StorageError, StorageUnavailable, map_storage_errors
-from storage.fenced import FENCED, Policy, Retry, apply, object_data
+from storage.fenced import FENCED, Policy, Retry, apply, read_object
 from storage.models import Fence, StoredObject
 from storage.protocols import FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
 from storage.records import refused_params
@@ -130,9 +130,7 @@ class SqlObjectStore(ObjectStore):
         with map_storage_errors("get"):
             async with self._engine.execution_options(**{READ_ONLY: True}).begin() as conn:
                 row = (await conn.execute(sql, {"key": key})).first()
-        if row is None:
-            raise ObjectNotFound(f"no object under key {key!r}", key=key)
-        return object_data(cast(Mapping[str, Any], row._mapping))
+        return read_object(key, None if row is None else cast(Mapping[str, Any], row._mapping))
 
     async def record_refusals(self, entries: Sequence[Refused]) -> None:
         """Append refused requests to the audit trail in one transaction (they changed nothing)."""

@@ -21,7 +21,7 @@ import asyncpg
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
-from storage import SqlObjectStore, StaleToken, migrate, open_engine, pgbatch, verify_audit
+from storage import SqlObjectStore, StaleToken, migrate, open_engine, pgbatch, pgconn, verify_audit
 from storage.fenced import FENCED
 from storage.pgbatch import PgGroupCommitStore, run_lockstep
 from storage.protocols import Caller, FencedRequest
@@ -66,7 +66,7 @@ async def test_a_batch_takes_its_fence_rows_in_one_step_in_resource_order(url: s
         _put("k/c", "r-c", 1, idempotency_key="retry-2"),
         _put("k/d", "r-d", 1),
     ]
-    sql = pgbatch._Sql()
+    sql = pgconn.Compiled()
     fence = sql.text["fence_upsert"]
     resource_at = [name for name, _ in sql.order["fence_upsert"]].index("resource")
     pg = await asyncpg.connect(url)
