@@ -32,7 +32,8 @@ A refused request needs no savepoint: the unit refuses before it writes
 and its neighbours go on. No request is answered before the COMMIT that holds it
 returned; if any statement or the commit fails, the batch rolls back and every
 request in it gets `StorageUnavailable` (outcome unknown: 503), never 2xx.
-Reads without a token do not queue: WAL readers run beside the writer.
+Reads without a token do not queue: they run beside the writer, on a
+thread and connection of their own (`sqliteread.py`, WAL).
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ from typing import Any
 from storage.engine import SQLITE_BUSY_TIMEOUT
 from storage.errors import StorageError, StorageUnavailable
 from storage.fenced import FENCED, Policy
+from storage.protocols import ObjectData
 from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
 from storage.sql import SqlObjectStore
+from storage.sqliteread import SqliteReader
 from storage.writer import BatchWriter, inline
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,7 @@ class GroupCommitStore(QueuedStore):
     ) -> None:
         super().__init__(store, max_batch=max_batch)
         self._writer = BatchWriter(path, busy_timeout=busy_timeout, policy=policy)
+        self._reader = SqliteReader(path, busy_timeout=busy_timeout)
         self._busy = False  # a batch is being applied or committed
         self._idle = asyncio.Event()  # nothing pending, no batch in flight
         self._idle.set()
@@ -93,13 +97,15 @@ class GroupCommitStore(QueuedStore):
             self._jobs.put(None)  # the thread ends; the caller never gets to aclose()
             self._thread = None
             raise
+        self._reader.start()
         self._running = True
 
     async def aclose(self) -> None:
-        """Refuse new requests, commit the pending ones, stop the writer and its thread."""
+        """Refuse new requests, commit the pending ones, stop the writer, the reader and their threads."""
         self._running = False
         if self._thread is None:
             return
+        await self._reader.aclose()
         await self._idle.wait()
         try:
             await self._in_thread(self._writer.close)
@@ -183,6 +189,9 @@ class GroupCommitStore(QueuedStore):
             asyncio.get_running_loop().call_soon(self._next_batch)
         else:
             self._next_batch()
+
+    async def read(self, key: str, *, resource: str) -> ObjectData:
+        return await self._reader.read(key)
 
     async def ping(self) -> None:
         await self._store.ping()
