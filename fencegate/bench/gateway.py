@@ -12,7 +12,9 @@ the fence taken out (`bench.fenceoff`) on each engine. Odd runs go through
 the cases backwards. Goals, each the median of the runs' own ratios:
 fenced group commit >= 3x the naive server of its engine; PostgreSQL >=
 0.5x SQLite; fence on >= 0.9x fence off on each engine; two replicas >=
-1.0x one. The gateway's resident memory after load is reported.
+1.0x one. The gateway's resident memory after load is reported, and (the
+`reads` lines) how plain GETs of 64 of the keys just written compare with
+the PUTs on the same gateway, group commit on each engine.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ NAIVE_PG = "naive PostgreSQL: fence+write, asyncpg"
 UNFENCED = "naive SQLite: no fence, one thread hop"
 SQLITE = "fencegate SQLite, group commit"
 PG = "fencegate PostgreSQL, group commit"
+READ_CASES = (SQLITE, PG)  # after their PUTs, plain GETs on the same gateway (the `reads` lines)
+READ_SECONDS = 2.0  # per GET run: 2 cases x 5 runs add 20 s to the full bench
 CASES = (
     "in-memory aiohttp",
     NAIVE,
@@ -89,6 +93,7 @@ async def gateway(env: BenchEnv) -> Section:
     results = {case: Result("gateway", case) for case in CASES}
     memory: dict[str, float] = {}
     socket_errors: dict[str, int] = {}
+    reads: dict[str, list[float]] = {}  # per case: plain GET req/s / fenced PUT req/s, per run
     # CPU ms per 1,000 requests of the gateway processes and of PostgreSQL, per PostgreSQL case and run
     cpu: dict[str, list[tuple[float, float]]] = {}
     for run in range(env.runs):
@@ -108,6 +113,14 @@ async def gateway(env: BenchEnv) -> Section:
                 ))  # fmt: skip
                 after = cpu_seconds(gateways), cpu_seconds(env.cluster.postgres_pids())
                 memory[case] = max(rss_mib(pid) for _, pid in servers)
+                if case in READ_CASES:  # plain GETs of the keys just written, on the same gateway
+                    ((url, _),) = servers
+                    got = await asyncio.to_thread(run_wrk, url, seconds=min(env.seconds, READ_SECONDS),
+                                                  connections=CONNECTIONS, workdir=workdir,
+                                                  prefix=f"{workdir.name}-0-", reads=True)  # fmt: skip
+                    if got.non_2xx:
+                        raise RuntimeError(f"{case}: {got.non_2xx} plain GETs answered non-2xx")
+                    reads.setdefault(case, []).append(got.requests_per_s / outs[0].requests_per_s)
             if "PostgreSQL" in case:
                 per_1000 = 1e6 / max(1, sum(o.requests for o in outs))  # seconds -> ms per 1,000 requests
                 cpu.setdefault(case, []).append(
@@ -159,6 +172,10 @@ async def gateway(env: BenchEnv) -> Section:
         "PostgreSQL: group commit / a transaction per request": paired(
             PG, "fencegate PostgreSQL, --group-commit 0"
         ),
+    }
+    extra |= {
+        f"reads: {case}: plain GET / fenced PUT req/s, same gateway and run": statistics.median(ratios)
+        for case, ratios in reads.items()
     }
     extra |= {
         f"RSS MiB after load: {case}": mib

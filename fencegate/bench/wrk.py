@@ -1,4 +1,4 @@
-"""Drive a gateway with wrk (Debian's package): fenced PUTs, 64-byte bodies.
+"""Drive a gateway with wrk (Debian's package): fenced PUTs, 64-byte bodies; or plain GETs of them.
 
 Every request writes a fresh key under one of 1,024 resources with token 1,
 so none is refused whatever order the connections deliver in, and every one
@@ -42,10 +42,28 @@ function request()
   end
   return wrk.format("PUT", "/v1/objects/" .. key, headers, body)
 end
+"""
+DONE = r"""
 function done(summary, latency, requests)
   io.write(string.format("JSON p50=%f p99=%f non2xx=%d errors=%d\n",
     latency:percentile(50), latency:percentile(99), summary.errors.status,
     summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
+end
+"""
+READ_SCRIPT = r"""
+-- plain GETs (no token) of 64 keys a PUT run with the same prefix wrote: <prefix>t1-2 .. t1-65
+-- (wrk builds one request per thread that it never sends: key t1-1 may not exist)
+local prefix, auth = "", ""
+function init(args)
+  prefix = args[1] or ""
+  auth = args[3] or ""
+end
+function request()
+  local headers = {}
+  if auth ~= "" then
+    headers["Authorization"] = "Bearer " .. auth
+  end
+  return wrk.format("GET", "/v1/objects/" .. prefix .. "t1-" .. math.random(2, 65), headers)
 end
 """
 
@@ -73,12 +91,14 @@ def run_wrk(
     prefix: str = "",
     resource_prefix: str = "",
     api_key: str = "",
+    reads: bool = False,
 ) -> WrkResult:
     """PUT through `url` for `seconds`; keys start with `prefix`, resources (shared unless
-    `resource_prefix` sets them apart) with `resource_prefix`; `api_key` is sent as a Bearer token."""
+    `resource_prefix` sets them apart) with `resource_prefix`; `api_key` is sent as a Bearer token.
+    With `reads`, GET 64 of the keys an earlier PUT run with the same `prefix` wrote instead."""
     # a script per run: two runs at once in one folder (two replicas) must not read a half-written one
-    script = workdir / f"{prefix}put.lua"
-    script.write_text(SCRIPT)
+    script = workdir / f"{prefix}{'get' if reads else 'put'}.lua"
+    script.write_text((READ_SCRIPT if reads else SCRIPT) + DONE)
     out = subprocess.run(
         ["wrk", "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", str(script),
          url, "--", prefix, resource_prefix, api_key],

@@ -40,6 +40,10 @@ async def test_every_benchmark_produces_its_numbers() -> None:
     ]
     # the PostgreSQL goal's note gives this machine's bound from the same run's CPU readings
     assert "CPU per 1,000 requests" in gateway_section.goals[2].note
+    # the `reads` lines: plain GETs after the PUTs on the same gateway, each engine with group commit
+    reads = {name: value for name, value in gateway_section.extra.items() if name.startswith("reads: ")}
+    assert len(reads) == len(gateway.READ_CASES), reads
+    assert all(value > 0 and math.isfinite(value) for value in reads.values()), reads
 
 
 def _check(section: Section) -> None:
