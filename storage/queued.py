@@ -2,8 +2,9 @@
 
 `QueuedStore` is the `ObjectStore` surface of a store that batches fenced
 requests: PUT, fenced GET and DELETE, and refusals for the audit trail go
-through `_submit` (the subclass's queue); plain reads, listing and marks go
-to the per-request store underneath, which they never wait behind.
+through `_submit` (the subclass's queue); plain reads go to the subclass's
+reader, listing and marks to the per-request store underneath; none of them
+waits behind a batch.
 """
 
 from __future__ import annotations
@@ -89,9 +90,6 @@ class QueuedStore(ObjectStore):
     async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
         outcome: ObjectMeta | ObjectData = await self._submit(Op(request))
         return outcome
-
-    async def read(self, key: str, *, resource: str) -> ObjectData:
-        return await self._store.read(key, resource=resource)
 
     async def record_refusals(self, entries: Sequence[Refused]) -> None:
         """Refusals ride along in the next batch: no commit of their own."""
