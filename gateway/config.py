@@ -55,7 +55,10 @@ class Settings:
     request_timeout: float = field(default=30.0, metadata={"help": "seconds a request may take (then 503)"})
     storage_timeout: float = field(
         default=10.0,
-        metadata={"help": "seconds one PostgreSQL command may take (SQLite waits out its busy timeout)"},
+        metadata={
+            "help": "seconds one PostgreSQL command, or a whole plain read, may take "
+            "(SQLite waits out its busy timeout)"
+        },
     )
     upstream: str | None = field(default=None, metadata={"help": "proxy mode: forward to this HTTP service"})
     upstream_timeout: float = field(
