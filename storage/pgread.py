@@ -34,13 +34,20 @@ log = logging.getLogger(__name__)
 # each is a connection of the engine's pool (10, and 10 more on overflow), beside the writer's lanes.
 DEFAULT_READERS = 4
 # A connection that failed these ways is gone (closed, reset, the server shutting down): worth one retry.
+# InternalClientError: the server's news that it ended the connection (pg_terminate_backend, a restart)
+# arrived while the connection was idle, and the next statement finds it still waiting for the end.
 _BROKEN: tuple[type[Exception], ...] = (
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.OperatorInterventionError,
     OSError,
 )
-_DRIVER: tuple[type[Exception], ...] = (asyncpg.PostgresError, asyncpg.InterfaceError)
+_DRIVER: tuple[type[Exception], ...] = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
 
 
 class PgReader:

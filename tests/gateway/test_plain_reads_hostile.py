@@ -1,0 +1,189 @@
+"""Plain reads against hostile or unlucky clients and operators.
+
+Reads cancelled by the request's deadline in the middle of a round trip or
+while they wait for a reader, reader connections killed by the operator, a
+reader thread stuck or shut down with reads queued, and rows tampered with
+in the store: afterwards the readers serve again, none lost or doubled, and
+no answer carries internals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+from fencegate.lab.cluster import ClusterSpec, LocalCluster
+from gateway.keys import AppKeys
+from storage.batch import GroupCommitStore
+from storage.errors import StorageUnavailable
+from storage.pgbatch import PgGroupCommitStore
+from storage.pgread import DEFAULT_READERS, PgReader
+from storage.protocols import ObjectData
+from storage.sqliteread import SqliteReader
+from tests.gateway.conftest import AppClient, MakeClient
+from tests.gateway.test_storage_down import hung
+from tests.waiting import eventually
+
+STORM = 120  # requests cancelled at once
+
+
+@pytest.fixture
+async def private_postgres(cluster_factory: Callable[[ClusterSpec], LocalCluster]) -> LocalCluster:
+    return await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
+
+
+async def _statuses(client: AppClient, path: str, n: int) -> list[int]:
+    async def one() -> int:
+        resp = await client.get(path)
+        await resp.read()
+        return resp.status
+
+    return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
+def _pg_reader(client: AppClient) -> PgReader:
+    store = client.app[AppKeys.store]
+    assert isinstance(store, PgGroupCommitStore)
+    return store._reader
+
+
+def _lanes_intact(reader: PgReader) -> None:
+    """Every lane back in the queue, each once."""
+    queued = list(reader._lanes._queue)  # type: ignore[attr-defined]  # the test looks inside the queue
+    assert len(queued) == DEFAULT_READERS, len(queued)
+    assert {id(lane) for lane in queued} == {id(lane) for lane in reader._all}
+
+
+async def test_a_storm_of_reads_cut_by_the_request_deadline_on_a_hung_postgres_leaves_readers_serving(
+    make_client: MakeClient, private_postgres: LocalCluster, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Four reads are cut in the middle of `fetchrow`, the rest while they wait for a connection:
+    each is 503 at the request's deadline; once PostgreSQL runs again every read is served."""
+    caplog.set_level("INFO")
+    client = await make_client(
+        storage=private_postgres.postgres_dsn, storage_timeout=20.0, request_timeout=0.5
+    )
+    key = f"/v1/objects/{unique}"
+    assert (await client.put(key, data=b"v1", headers={"Fencing-Token": "1"})).status == 201
+    assert await _statuses(client, key, 8) == [200] * 8
+    with hung(private_postgres):
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await _statuses(client, key, STORM) == [503] * STORM
+        took = loop.time() - started
+    assert took < 5.0, took  # the deadline holds: no read waits on the hung server past it
+    async with asyncio.timeout(10):
+        assert await _statuses(client, key, 40) == [200] * 40
+    _lanes_intact(_pg_reader(client))
+    assert "another operation is in progress" not in caplog.text
+
+
+async def test_reader_connections_killed_by_the_operator_are_replaced_and_logged_once_each(
+    make_client: MakeClient, private_postgres: LocalCluster, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="storage")
+    dsn = private_postgres.postgres_dsn
+    client = await make_client(storage=dsn, storage_timeout=5.0)
+    key = f"/v1/objects/{unique}"
+    assert (await client.put(key, data=b"v1", headers={"Fencing-Token": "1"})).status == 201
+    assert await _statuses(client, key, 16) == [200] * 16  # every reader connection opened
+    for wait in (False, True, False, False):
+        admin = await asyncpg.connect(dsn)
+        try:
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE pid <> pg_backend_pid() AND datname = current_database()"
+            )
+        finally:
+            await admin.close()
+        assert killed >= 1
+        if wait:  # else the reads race the news of the kill
+            await eventually(lambda: _gone(dsn), what="the killed backends gone")
+        assert await _statuses(client, key, 60) == [200] * 60
+    replaced = [r for r in caplog.records if "reader connection was broken" in r.getMessage()]
+    assert 1 <= len(replaced) <= 4 * DEFAULT_READERS, len(replaced)
+    _lanes_intact(_pg_reader(client))
+
+
+async def _gone(dsn: str) -> bool:
+    admin = await asyncpg.connect(dsn)
+    try:
+        others = await admin.fetchval(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE pid <> pg_backend_pid() AND datname = current_database()"
+        )
+    finally:
+        await admin.close()
+    return bool(others == 0)
+
+
+# -- SQLite -------------------------------------------------------------------
+
+
+def _sqlite_reader(client: AppClient) -> SqliteReader:
+    store = client.app[AppKeys.store]
+    assert isinstance(store, GroupCommitStore)
+    return store._reader
+
+
+def _stall(reader: SqliteReader, monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """The reader thread's next read waits for `release` (a disk that stalls); `reached` when it does."""
+    reached, release = threading.Event(), threading.Event()
+    select = reader._select
+
+    def slow(db: sqlite3.Connection, key: str) -> Any:
+        reached.set()
+        release.wait(20)
+        return select(db, key)
+
+    monkeypatch.setattr(reader, "_select", slow)
+    return reached, release
+
+
+async def test_a_storm_of_sqlite_reads_cut_by_the_request_deadline_leaves_the_reader_serving(
+    make_client: MakeClient, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = await make_client(request_timeout=0.5)
+    key = f"/v1/objects/{unique}"
+    assert (await client.put(key, data=b"v1", headers={"Fencing-Token": "1"})).status == 201
+    reader = _sqlite_reader(client)
+    reached, release = _stall(reader, monkeypatch)
+    assert await _statuses(client, key, STORM) == [503] * STORM
+    assert reached.is_set()
+    monkeypatch.undo()
+    release.set()
+    async with asyncio.timeout(5):
+        assert await _statuses(client, key, 40) == [200] * 40
+    assert reader._thread is not None
+    assert reader._thread.is_alive()
+
+
+async def test_sqlite_shutdown_with_reads_queued_answers_each_and_ends_the_thread(
+    make_client: MakeClient, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = await make_client()
+    key = f"/v1/objects/{unique}"
+    assert (await client.put(key, data=b"v1", headers={"Fencing-Token": "1"})).status == 201
+    store = client.app[AppKeys.store]
+    assert isinstance(store, GroupCommitStore)
+    reader = store._reader
+    thread = reader._thread
+    assert thread is not None
+    reached, release = _stall(reader, monkeypatch)
+    reads = [asyncio.ensure_future(store.read(unique, resource=unique)) for _ in range(20)]
+    assert await asyncio.to_thread(reached.wait, 10)
+    closing = asyncio.ensure_future(store.aclose())
+    late = asyncio.ensure_future(store.read(unique, resource=unique))
+    release.set()
+    async with asyncio.timeout(10):
+        await closing
+        outcomes = await asyncio.gather(*reads, late, return_exceptions=True)
+    for outcome in outcomes:  # served, or refused because the reader had stopped
+        assert isinstance(outcome, ObjectData | StorageUnavailable), outcome
+    assert not thread.is_alive()
