@@ -11,7 +11,9 @@ socket died) is dropped, and because a read is idempotent the read runs
 once more on a fresh connection; a second failure is `StorageUnavailable`
 (503), the driver's text only on `__cause__`. One deadline, `--storage-timeout`,
 covers the whole read (the wait for a free connection, a checkout from the
-pool, the retry); a read that ran into it is not run again.
+pool, the retry); a read that ran into it is not run again. After `aclose()`
+a read is `StorageUnavailable` and opens nothing: a connection it opened
+then would stay checked out of a pool being disposed.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from storage.errors import map_storage_errors
+from storage.errors import StorageUnavailable, map_storage_errors
 from storage.fenced import read_object
 from storage.pgconn import Compiled, Lane
 from storage.protocols import ObjectData
@@ -59,6 +61,7 @@ class PgReader:
         self._text = self._sql.plain["object_select"]
         self._lanes: asyncio.Queue[Lane] = asyncio.Queue()
         self._all = [Lane(engine) for _ in range(max(1, connections))]
+        self._closed = False  # after aclose(): a read opens no connection (none would be closed again)
         for lane in self._all:
             self._lanes.put_nowait(lane)
 
@@ -74,11 +77,14 @@ class PgReader:
         return read_object(key, row)
 
     async def _fetch(self, lane: Lane, key: str) -> Any:
+        if self._closed:
+            raise StorageUnavailable("the reader is closed (shutting down); retry on another gateway")
         kept = lane.open
         try:
             return await self._fetch_once(lane, key)
         except _BROKEN as exc:
-            if not kept or isinstance(exc, TimeoutError):  # a deadline is an OSError too: never run twice
+            # a deadline is an OSError too: never run twice; nor reopen what aclose() closed under a read
+            if not kept or isinstance(exc, TimeoutError) or self._closed:
                 raise
             log.info("a reader connection was broken (%s); reading again on a fresh one", exc)
         return await self._fetch_once(lane, key)
@@ -92,5 +98,6 @@ class PgReader:
             raise
 
     async def aclose(self) -> None:
+        self._closed = True
         for lane in self._all:
             await lane.close()

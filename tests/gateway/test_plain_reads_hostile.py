@@ -123,6 +123,22 @@ async def _gone(dsn: str) -> bool:
     return bool(others == 0)
 
 
+async def test_a_postgres_read_after_close_opens_no_connection(
+    make_client: MakeClient, private_postgres: LocalCluster, unique: str
+) -> None:
+    """After `aclose()` (shutdown) a read is a 503 and leaves no connection checked out of the pool."""
+    client = await make_client(storage=private_postgres.postgres_dsn, storage_timeout=5.0)
+    key = f"/v1/objects/{unique}"
+    assert (await client.put(key, data=b"v1", headers={"Fencing-Token": "1"})).status == 201
+    store = client.app[AppKeys.store]
+    assert isinstance(store, PgGroupCommitStore)
+    await store.read(unique, resource=unique)
+    await store.aclose()
+    with pytest.raises(StorageUnavailable):
+        await store.read(unique, resource=unique)
+    assert store._engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
 # -- SQLite -------------------------------------------------------------------
 
 
