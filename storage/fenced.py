@@ -54,6 +54,7 @@ from typing import Any, Protocol
 
 from storage.errors import (
     IdempotencyKeyReused,
+    MalformedRow,
     ObjectNotFound,
     ResourceMismatch,
     StaleToken,
@@ -273,6 +274,17 @@ async def _passed(request: FencedRequest, *, created: bool) -> ObjectMeta:
     )
 
 
+# What each column of an object's row holds as fencegate writes it; SQLite keeps any value in any column.
+_OBJECT_KINDS: dict[str, type] = {
+    "key": str,
+    "resource": str,
+    "digest": str,
+    "content_type": str,
+    "data": bytes,
+}
+_OBJECT_COUNTS = ("token", "version", "size")  # integers, never negative
+
+
 def object_data(row: Row) -> ObjectData:
     """An object as `Statements.object_select` returns it."""
     meta = ObjectMeta(**{name: row[name] for name in META_COLUMNS})
@@ -283,7 +295,24 @@ def read_object(key: str, row: Row | None) -> ObjectData:
     """A plain read's answer from `Statements.object_select`'s row, or none: every reader ends here."""
     if row is None:
         raise ObjectNotFound(f"no object under key {key!r}", key=key)
+    _check(row)
     return object_data(row)
+
+
+def _check(row: Row) -> None:
+    """`MalformedRow` if the row was edited to hold what fencegate never writes: answered as is it
+    would be a lie, or a header aiohttp drops the connection on."""
+    for name in _OBJECT_COUNTS:
+        count = row[name]
+        if type(count) is not int or count < 0:  # bool is not int here
+            raise MalformedRow(f"an object's {name} holds {str(count)[:40]!r}, not a count", column=name)
+    for name, kind in _OBJECT_KINDS.items():
+        if type(row[name]) is not kind:
+            raise MalformedRow(
+                f"an object's {name} holds {str(row[name])[:40]!r}, not {kind.__name__}", column=name
+            )
+    if not (row["content_type"].isascii() and row["content_type"].isprintable()):
+        raise MalformedRow("an object's content_type holds what no Content-Type may", column="content_type")
 
 
 async def _audit(

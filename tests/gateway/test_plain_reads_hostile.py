@@ -27,6 +27,7 @@ from storage.pgread import DEFAULT_READERS, PgReader
 from storage.protocols import ObjectData
 from storage.sqliteread import SqliteReader
 from tests.gateway.conftest import AppClient, MakeClient
+from tests.gateway.test_internals import answer, assert_clean, logged
 from tests.gateway.test_storage_down import hung
 from tests.waiting import eventually
 
@@ -203,3 +204,38 @@ async def test_sqlite_shutdown_with_reads_queued_answers_each_and_ends_the_threa
     for outcome in outcomes:  # served, or refused because the reader had stopped
         assert isinstance(outcome, ObjectData | StorageUnavailable), outcome
     assert not thread.is_alive()
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "version = 'x'",
+        "token = 'x', version = 2.5",
+        "data = 12345",
+        "content_type = x'ff00'",
+        "content_type = 'text/plain\r\nX-Injected: 1'",
+        "size = -1",
+        "digest = x'00'",
+    ],
+)
+async def test_a_tampered_sqlite_row_is_a_clean_5xx_and_the_reader_goes_on(
+    make_client: MakeClient, unique: str, tamper: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A value fencegate never writes (SQLite keeps any value in any column) is a 503 naming nothing,
+    the log says which column: never a 200 that passes it on, a 500, or a dropped connection."""
+    client = await make_client()
+    good, bad = f"/v1/objects/{unique}-good", f"/v1/objects/{unique}"
+    for path in (good, bad):
+        assert (await client.put(path, data=b"v1", headers={"Fencing-Token": "1"})).status == 201
+    db = sqlite3.connect(client.app[AppKeys.settings].storage_url.removeprefix("sqlite:///"))
+    try:
+        db.execute(f"UPDATE fencegate_objects SET {tamper} WHERE key = ?", (unique,))  # noqa: S608
+        db.commit()
+    finally:
+        db.close()
+    status, raw, headers = await answer(await client.get(bad))
+    request_id = assert_clean(status, raw, headers, code="storage_unavailable", markers=(unique,))
+    logged(caplog, request_id, "MalformedRow")
+    head = await client.head(bad)
+    assert (head.status, await head.read()) == (503, b"")
+    assert (await client.get(good)).status == 200  # the reader goes on
