@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from sqlalchemy import text
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from gateway.keys import AppKeys
@@ -239,3 +240,51 @@ async def test_a_tampered_sqlite_row_is_a_clean_5xx_and_the_reader_goes_on(
     head = await client.head(bad)
     assert (head.status, await head.read()) == (503, b"")
     assert (await client.get(good)).status == 200  # the reader goes on
+
+
+async def test_a_read_cut_twice_on_a_hung_postgres_leaves_no_connection_checked_out(
+    make_client: MakeClient, private_postgres: LocalCluster, unique: str
+) -> None:
+    """The read's own deadline cuts `fetchrow`; the request's cuts the dropping of the connection
+    that follows (a graceful close the hung server never answers): the pool gets its slot back."""
+    client = await make_client(
+        storage=private_postgres.postgres_dsn, storage_timeout=0.5, request_timeout=0.8
+    )
+    key = f"/v1/objects/{unique}"
+    assert (await client.put(key, data=b"v1", headers={"Fencing-Token": "1"})).status == 201
+    assert await _statuses(client, key, 8) == [200] * 8
+    with hung(private_postgres):
+        assert await _statuses(client, key, 8) == [503] * 8
+    async with asyncio.timeout(10):
+        assert await _statuses(client, key, 8) == [200] * 8
+    store = client.app[AppKeys.store]
+    assert isinstance(store, PgGroupCommitStore)
+    pool: Any = store._engine.pool
+    kept = sum(lane.open for lane in store._reader._all)
+    await eventually(
+        lambda: pool.checkedout() <= kept + store._lanes, what="every dropped connection checked in"
+    )
+
+
+async def test_reader_connections_use_tls_like_every_other(
+    make_client: MakeClient, postgres_tls_cluster: LocalCluster, unique: str
+) -> None:
+    client = await make_client(storage=postgres_tls_cluster.postgres_dsn)
+    key = f"/v1/objects/{unique}"
+    assert (await client.put(key, data=b"v1", headers={"Fencing-Token": "1"})).status == 201
+    assert await _statuses(client, key, 16) == [200] * 16
+    store = client.app[AppKeys.store]
+    assert isinstance(store, PgGroupCommitStore)
+    assert all(lane.open for lane in store._reader._all)
+    async with store._engine.connect() as conn:  # TLS itself: the test's own connection is counted too
+        plain, tls = (
+            await conn.execute(
+                text(
+                    "SELECT count(*) FILTER (WHERE NOT s.ssl OR s.client_dn IS DISTINCT FROM '/CN=postgres'),"
+                    " count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) "
+                    "WHERE a.datname = current_database() AND a.backend_type = 'client backend'"
+                )
+            )
+        ).one()
+    assert plain == 0
+    assert tls >= DEFAULT_READERS + 1
