@@ -1,5 +1,4 @@
-"""schemathesis hooks for tests/gateway/test_contract.py: unique Idempotency-Keys, literal `%` in
-path parameters, no targeted search.
+"""schemathesis hooks for tests/gateway/test_contract.py: unique Idempotency-Keys, no targeted search.
 
 An Idempotency-Key names one request: the same key on another request is
 422 `idempotency_key_reused`, and the same key on the same request is a
@@ -8,14 +7,6 @@ deletes nothing new). Generated data reuses short keys ("0") across unrelated
 requests, which a correct client never does; so a well-formed key gets a
 unique suffix before the request is sent. Malformed keys are left alone: they
 must still be refused.
-
-A key or resource may hold `%` (the document's patterns allow it), sent as
-`%25` like any reserved character. schemathesis unquotes a generated path
-value before it quotes it (so that an already escaped value stays as it
-is): a generated resource `a%EF%BF%BD` went out as `a%EF%BF%BD` and reached
-the gateway as `a` U+FFFD, refused 400 as malformed, a fault of the request
-sent, not of the server. So each `%` of a generated path value is escaped
-first, and the value that arrives is the one generated.
 
 Targeted search is off: schemathesis reports each response's success to
 `hypothesis.target`, and hypothesis' hill climbing over those scores can
@@ -45,14 +36,6 @@ def _no_target(observation: float, *, label: str = "") -> float:
 
 
 hypothesis.target = _no_target
-
-
-@schemathesis.hook
-def map_path_parameters(ctx: Any, path_parameters: dict[str, Any]) -> dict[str, Any]:
-    return {
-        name: value.replace("%", "%25") if isinstance(value, str) else value
-        for name, value in path_parameters.items()
-    }
 
 
 @schemathesis.hook
