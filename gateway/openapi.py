@@ -17,7 +17,6 @@ from typing import Any
 from gateway.parsing import (
     HEADER_RESOURCE_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
-    KEY_PATTERN,
     MAX_HTTP_KEY_LENGTH,
     MAX_LIST_LIMIT,
     MAX_TOKEN,
@@ -299,7 +298,7 @@ def document(*, max_body: int) -> dict[str, Any]:
                             "name": "resource",
                             "in": "path",
                             "required": True,
-                            "schema": _name(KEY_PATTERN, MAX_RESOURCE_LENGTH),
+                            "schema": _name(PATH_KEY_PATTERN, MAX_RESOURCE_LENGTH),
                         }
                     ],
                     "responses": {

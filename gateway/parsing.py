@@ -65,8 +65,9 @@ def _name_pattern(chars: str) -> str:
 
 
 KEY_PATTERN = _name_pattern("A-Za-z0-9_.~:@=+,%-")
-# A key in a URL path as the OpenAPI document states it: no '%', which a client must send as %25
-# (a raw '%' followed by hex digits is decoded into another key). The server still accepts such keys.
+# A key or resource in a URL path as the OpenAPI document states it: no '%', which a client must send
+# as %25 (a raw '%' followed by hex digits is decoded into another name). The server still accepts
+# such names.
 PATH_KEY_PATTERN = _name_pattern("A-Za-z0-9_.~:@=+,-")
 # A resource named in a header has no comma (see above); one named by its key or path may.
 HEADER_RESOURCE_PATTERN = _name_pattern("A-Za-z0-9_.~:@=+%-")
