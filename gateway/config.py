@@ -37,6 +37,9 @@ DEFAULT_MAX_CLIENT_REQUESTS = 256
 # locks. Equal to storage.queued.DEFAULT_MAX_BATCH (a test holds them equal); not imported, so
 # --help stays light.
 DEFAULT_GROUP_COMMIT = 256
+# PostgreSQL group-commit batches in flight at once per replica, each on a connection of its own. Equal
+# to storage.pgbatch.DEFAULT_LANES (a test holds them equal); not imported, for the same reason.
+DEFAULT_COMMIT_LANES = 2
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 SQLITE_FILE = "fencegate.db"
 
@@ -93,6 +96,13 @@ class Settings:
         default=DEFAULT_GROUP_COMMIT,
         metadata={"help": "most fenced requests committed in one transaction (0: a transaction per request)"},
     )
+    commit_lanes: int = field(
+        default=DEFAULT_COMMIT_LANES,
+        metadata={
+            "help": "PostgreSQL: group-commit batches in flight at once, each on its own connection; "
+            "1 when several replicas share one PostgreSQL (less CPU per request there)"
+        },
+    )
     tls_cert: Path | None = field(
         default=None, metadata={"help": "serve HTTPS with this PEM certificate (chain); needs --tls-key"}
     )
@@ -114,6 +124,8 @@ class Settings:
             raise ConfigurationError(
                 f"group_commit {self.group_commit} is negative; give 0 (off) or a batch size"
             )
+        if self.commit_lanes < 1:
+            raise ConfigurationError(f"commit_lanes {self.commit_lanes} must be at least 1")
         if self.max_body < 0:
             raise ConfigurationError(f"max_body {self.max_body} is negative; give a size in bytes")
         if self.max_client_requests < 1:

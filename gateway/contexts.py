@@ -93,11 +93,17 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
                     fences,
                     engine=engine,
                     max_batch=settings.group_commit,
+                    lanes=settings.commit_lanes,
                     policy=policy,
                     timeout=settings.storage_timeout,
                 )
             await batching.start()
-            log.info("group commit on: up to %d fenced requests per commit", settings.group_commit)
+            lanes = (
+                ""
+                if engine.dialect.name == "sqlite"
+                else f", {settings.commit_lanes} batch(es) in flight at once"
+            )
+            log.info("group commit on: up to %d fenced requests per commit%s", settings.group_commit, lanes)
             app[AppKeys.store] = batching
             try:
                 yield

@@ -76,10 +76,12 @@ async def engine_client(request: pytest.FixtureRequest, make_client: MakeClient)
     return await make_client(**overrides)
 
 
-@pytest.fixture(params=["sqlite", "postgresql-group-commit", "postgresql-per-request"])
+@pytest.fixture(params=["sqlite", "postgresql-group-commit", "postgresql-one-lane", "postgresql-per-request"])
 def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
     """Two `fencegate serve` processes on one database (their URLs): one SQLite file with group
-    commit in each, or the suite's shared PostgreSQL (use unique names there) in either mode."""
+    commit in each, or the suite's shared PostgreSQL (use unique names there) in either mode, group
+    commit also with one batch in flight per replica (`--commit-lanes 1`, as docs/operations.md
+    advises for several replicas)."""
     if request.param == "sqlite":
         storage = ["--data-dir", str(tmp_path / "shared")]
     else:
@@ -87,6 +89,8 @@ def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[st
         storage = ["--storage", cluster.postgres_dsn]
         if request.param.endswith("per-request"):
             storage += ["--group-commit", "0"]
+        elif request.param.endswith("one-lane"):
+            storage += ["--commit-lanes", "1"]
     procs = [GatewayProcess(tmp_path / f"gw{i}.log", *storage) for i in (1, 2)]
     try:
         yield [proc.start() for proc in procs]

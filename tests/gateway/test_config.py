@@ -60,7 +60,8 @@ def test_a_flag_wins_over_the_environment() -> None:
     [(("--port", "70000"),  "out of range"), (("--port", "x"), "not a whole number"),
      (("--request-timeout", "0"), "positive"), (("--request-timeout", "nan"), "positive"),
      (("--idle-timeout", "inf"), "positive"), (("--upstream", "ftp://x"), "http"),
-     (("--max-body", "-1"), "negative"), (("--event-loop", "trio"), "not one of uvloop, asyncio")],
+     (("--max-body", "-1"), "negative"), (("--event-loop", "trio"), "not one of uvloop, asyncio"),
+     (("--commit-lanes", "0"), "at least 1")],
 )  # fmt: skip
 def test_bad_values_are_refused_with_the_fix(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
@@ -118,6 +119,13 @@ def test_the_group_commit_default_is_the_stores_batch_size() -> None:
     from storage.queued import DEFAULT_MAX_BATCH
 
     assert settings_from(parse(), {}).group_commit == DEFAULT_MAX_BATCH
+
+
+def test_the_commit_lanes_default_is_the_postgresql_writers() -> None:
+    from storage.pgbatch import DEFAULT_LANES
+
+    assert settings_from(parse(), {}).commit_lanes == DEFAULT_LANES
+    assert settings_from(parse(), {"FENCEGATE_COMMIT_LANES": "1"}).commit_lanes == 1
 
 
 @pytest.mark.parametrize(
