@@ -7,7 +7,8 @@ yardsticks, and a stricter SQLite one with less work (no fence, one thread
 hop per request); fencegate on SQLite and on PostgreSQL, each with group
 commit and without (`--group-commit 0`), on PostgreSQL also as two
 replicas (each driven by its own wrk with half the connections: a load
-balancer would add its own CPU on this machine); and the same gateway with
+balancer would add its own CPU on this machine; one commit lane each, as
+docs/operations.md advises for several replicas); and the same gateway with
 the fence taken out (`bench.fenceoff`) on each engine. Odd runs go through
 the cases backwards. Goals, each the median of the runs' own ratios:
 fenced group commit >= 3x the naive server of its engine; PostgreSQL >=
@@ -63,7 +64,8 @@ def _servers(case: str, env: BenchEnv, workdir: Path) -> Iterator[list[tuple[str
         elif case == "fencegate PostgreSQL, fence off":
             specs = [[*unfenced, *pg]]
         else:  # two replicas on one PostgreSQL
-            specs = [[*serve, *pg], [*serve[:-1], str(workdir / "gw2"), *pg]]
+            lanes = ["--commit-lanes", "1"]
+            specs = [[*serve, *pg, *lanes], [*serve[:-1], str(workdir / "gw2"), *pg, *lanes]]
         yield [stack.enter_context(http_server(argv, log)) for argv in specs]
 
 
