@@ -9,6 +9,7 @@ import pwd
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -318,3 +319,33 @@ async def test_cli_up_with_tls_reports_urls_that_work_and_servers_refuse_plainte
             subprocess.run, [*cli, "down", "--dir", str(state)], capture_output=True, check=True, timeout=120
         )
     assert not any(_alive(pid) for pid in pids)
+
+
+def test_faults_on_several_nodes_at_once_keep_each_node_and_the_state_file_whole(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster],
+) -> None:
+    """Lab faults drive the helper from threads (`asyncio.to_thread`), several nodes at once: every
+    kill and restart must stay recorded, in memory and in the state file `cluster down` reads."""
+    cluster = cluster_factory(ClusterSpec(redis=6))
+    errors: list[BaseException] = []
+
+    def crash_and_restart(name: str) -> None:
+        try:
+            for _ in range(40):
+                cluster.kill(name)
+                cluster.restart(name)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=crash_and_restart, args=(name,)) for name in cluster.nodes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    saved = {
+        node["name"]: node["pid"] for node in json.loads((cluster.dir / "cluster.json").read_text())["nodes"]
+    }
+    for name, node in cluster.nodes.items():
+        assert cluster.is_running(name)
+        assert saved[name] == node.pid

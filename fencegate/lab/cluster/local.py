@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass
@@ -167,6 +168,11 @@ class LocalCluster:
         self._client_certificate: KeyPair | None = None
         self._tls_login: tuple[str, str] | None = None
         self._clients: dict[str, KeyPair] = {}
+        # Faults call in from threads (`asyncio.to_thread`), on several nodes at once: a node's start,
+        # signals, stop and reaping run under its own lock, so a restart never interleaves with the
+        # kill still being recorded; the node table and the state file are changed under one more.
+        self._locks: dict[str, threading.RLock] = {}
+        self._state = threading.Lock()
 
     # -- reading the cluster ------------------------------------------------
 
@@ -335,7 +341,8 @@ class LocalCluster:
             name = self._name("zookeeper")
             server_tls = self._server_tls(name, "zookeeper", tls)
             node = zookeeper_node(name, self._node_dir(name), peers=peers, myid=peer.myid, tls=server_tls)
-            self.nodes[name] = node  # recorded before the next member is named
+            with self._state:
+                self.nodes[name] = node  # recorded before the next member is named
             nodes.append(node)
         return self._launch_members(nodes, wait)
 
@@ -415,11 +422,16 @@ class LocalCluster:
                 self.wait_ready(node.name)
         return nodes
 
+    def _lock(self, name: str) -> threading.RLock:
+        return self._locks.setdefault(name, threading.RLock())
+
     def _launch(self, node: Node, wait: bool) -> Node:
-        self.nodes[node.name] = node
-        self._spawn(node)
-        if wait:
-            self.wait_ready(node.name)
+        with self._state:
+            self.nodes[node.name] = node
+        with self._lock(node.name):
+            self._spawn(node)
+            if wait:
+                self.wait_ready(node.name)
         return node
 
     def _spawn(self, node: Node) -> None:
@@ -441,7 +453,11 @@ class LocalCluster:
 
     def wait_ready(self, name: str, deadline: float = START_DEADLINE) -> None:
         """Wait until `name` answers; on a lost port race, retry on a new port."""
-        node = self.nodes[name]
+        with self._lock(name):
+            self._wait_ready(self.nodes[name], deadline)
+
+    def _wait_ready(self, node: Node, deadline: float) -> None:
+        name = node.name
         for attempt in range(START_ATTEMPTS):
             end = time.monotonic() + deadline
             while time.monotonic() < end:
@@ -478,12 +494,13 @@ class LocalCluster:
     # -- faults -------------------------------------------------------------
 
     def _signal(self, name: str, sig: signal.Signals) -> None:
-        node = self.nodes[name]
-        if node.pid is None or not self.is_running(name):
-            raise ClusterError(f"{name} is not running")
-        for pid in [node.pid, *_descendants(node.pid)]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
+        with self._lock(name):
+            node = self.nodes[name]
+            if node.pid is None or not self.is_running(name):
+                raise ClusterError(f"{name} is not running")
+            for pid in [node.pid, *_descendants(node.pid)]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
 
     def pause(self, name: str) -> None:
         """SIGSTOP the server and its children: it hangs, its sockets stay open (hung, not dead).
@@ -499,31 +516,34 @@ class LocalCluster:
 
     def kill(self, name: str) -> None:
         """SIGKILL the server and every process it started, no shutdown work: a crash."""
-        self._signal(name, signal.SIGKILL)
-        self._reap(name)
+        with self._lock(name):
+            self._signal(name, signal.SIGKILL)
+            self._reap(name)
 
     def stop(self, name: str) -> None:
         """Orderly stop (SIGTERM; SIGINT for PostgreSQL's fast shutdown), SIGKILL past the deadline."""
-        node = self.nodes[name]
-        if node.pid is None or not self.is_running(name):
-            node.pid = None
-            return
-        self._signal(name, signal.SIGCONT)  # a paused server cannot handle SIGTERM
-        os.killpg(node.pid, signal.SIGINT if node.kind == "postgres" else signal.SIGTERM)
-        if not self._wait_gone(node.pid, STOP_DEADLINE):
-            with contextlib.suppress(ClusterError):  # it may exit between the wait and the kill
-                self._signal(name, signal.SIGKILL)
-        self._reap(name)
+        with self._lock(name):
+            node = self.nodes[name]
+            if node.pid is None or not self.is_running(name):
+                node.pid = None
+                return
+            self._signal(name, signal.SIGCONT)  # a paused server cannot handle SIGTERM
+            os.killpg(node.pid, signal.SIGINT if node.kind == "postgres" else signal.SIGTERM)
+            if not self._wait_gone(node.pid, STOP_DEADLINE):
+                with contextlib.suppress(ClusterError):  # it may exit between the wait and the kill
+                    self._signal(name, signal.SIGKILL)
+            self._reap(name)
 
     def restart(self, name: str, *, env: dict[str, str] | None = None) -> Node:
         """Start a stopped or killed node again on the same port and data dir."""
-        node = self.nodes[name]
-        if node.pid is not None and _alive(node.pid):
-            self.kill(name)
-        if env is not None:
-            node.env = dict(env)
-        self._spawn(node)
-        self.wait_ready(name)
+        with self._lock(name):
+            node = self.nodes[name]
+            if node.pid is not None and _alive(node.pid):
+                self.kill(name)
+            if env is not None:
+                node.env = dict(env)
+            self._spawn(node)
+            self._wait_ready(node, START_DEADLINE)
         return node
 
     def restart_all(self, kind: str) -> list[Node]:
@@ -536,10 +556,12 @@ class LocalCluster:
         if not nodes:
             raise ClusterError(f"this cluster has no {kind}")
         for node in nodes:
-            if node.pid is not None and _alive(node.pid):
-                self.kill(node.name)
+            with self._lock(node.name):
+                if node.pid is not None and _alive(node.pid):
+                    self.kill(node.name)
         for node in nodes:
-            self._spawn(node)
+            with self._lock(node.name):
+                self._spawn(node)
         for node in nodes:
             self.wait_ready(node.name)
         return nodes
@@ -565,14 +587,15 @@ class LocalCluster:
         return False
 
     def _reap(self, name: str) -> None:
-        node = self.nodes[name]
-        proc = self._procs.pop(name, None)
-        if proc is not None:
-            proc.wait(timeout=STOP_DEADLINE)
-        elif node.pid is not None:
-            self._wait_gone(node.pid, STOP_DEADLINE)
-        node.pid = None
-        self._save()
+        with self._lock(name):
+            node = self.nodes[name]
+            proc = self._procs.pop(name, None)
+            if proc is not None:
+                proc.wait(timeout=STOP_DEADLINE)
+            elif node.pid is not None:
+                self._wait_gone(node.pid, STOP_DEADLINE)
+            node.pid = None
+            self._save()
 
     # -- stopping everything --------------------------------------------------
 
@@ -587,10 +610,11 @@ class LocalCluster:
     # -- the state file -------------------------------------------------------
 
     def _save(self) -> None:
-        state = {"nodes": [asdict(n) for n in self.nodes.values()], "extra_dirs": self._extra_dirs}
-        tmp = self.dir / (STATE_FILE + ".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.dir / STATE_FILE)
+        with self._state:  # one writer of the file at a time, each writing the table as it is then
+            state = {"nodes": [asdict(n) for n in self.nodes.values()], "extra_dirs": self._extra_dirs}
+            tmp = self.dir / (STATE_FILE + ".tmp")
+            tmp.write_text(json.dumps(state, indent=2))
+            tmp.replace(self.dir / STATE_FILE)
 
     @classmethod
     def attach(cls, state_dir: Path | str) -> LocalCluster:
