@@ -22,7 +22,8 @@ request. Up to IN_FLIGHT requests are out at once (kazoo pipelines them on
 its one connection), so draws for one resource still overlap.
 
 Bounded: the first connection gives up after `connect_timeout`, a draw after
-`timeout` (reconnects included), each with a `TokenSourceError`. kazoo's own
+`timeout` (reconnects included), each with a `TokenSourceError`; a member that
+accepts a connection and does not answer is left after `connect_timeout` too. kazoo's own
 connection chatter ("Connection dropped", once per retry while ZooKeeper is
 down) goes to the logger `lockclient.tokens.zookeeper.kazoo`, which passes on
 only errors unless the application sets its level.
@@ -116,19 +117,48 @@ def url_options(query: str) -> dict[str, Any]:
     return query_options(query, scheme="zookeeper", flags=FLAGS, files=FILES)
 
 
-class _TLSHandler(SequentialThreadingHandler):  # type: ignore[misc] # kazoo is untyped
-    """kazoo's threading handler, connecting with our TLS context instead of kazoo's (which trusts the
-    system's CAs beside the one given), made anew for each connection so renewed files are used; it
-    remembers why the last handshake failed, since kazoo only logs that and retries."""
+class _Handler(SequentialThreadingHandler):  # type: ignore[misc] # kazoo is untyped
+    """kazoo's threading handler with two changes.
 
-    def __init__(self, context: Callable[[], ssl.SSLContext]) -> None:
+    A member's answer is awaited at most `wait` seconds: kazoo waits for a
+    connection and its handshake as long as the session timeout over the
+    number of hosts, so one member that accepted the connection while
+    starting up and never answered held a draw for its whole deadline (seen
+    after a ZooKeeper restart). kazoo's own loop, which also watches its wake-up
+    pipe, keeps its timing: its heartbeats say when a session is lost.
+
+    With a TLS context, it connects with ours instead of kazoo's (which trusts
+    the system's CAs beside the one given), made anew for each connection so
+    renewed files are used, and remembers why the last handshake failed, since
+    kazoo only logs that and retries.
+    """
+
+    def __init__(self, wait: float, context: Callable[[], ssl.SSLContext] | None) -> None:
         super().__init__()
+        self._wait = wait
         self._context = context
         self.failure: str | None = None
 
+    def select(
+        self, rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: float | None = None
+    ) -> Any:
+        if len(rlist) + len(wlist) == 1:  # one member's socket alone: a connect, a handshake, a read
+            timeout = self._wait if timeout is None else min(timeout, self._wait)
+        return super().select(rlist, wlist, xlist, timeout)
+
     def create_connection(
-        self, address: tuple[str, int], hostname: str | None = None, timeout: float | None = None, **_: Any
-    ) -> ssl.SSLSocket:
+        self,
+        address: tuple[str, int],
+        hostname: str | None = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> socket.socket:
+        timeout = self._wait if timeout is None else min(timeout, self._wait)
+        if self._context is None:
+            plain: socket.socket = super().create_connection(
+                address, hostname=hostname, timeout=timeout, **options
+            )
+            return plain
         sock = kazoo_utils.create_tcp_connection(socket, address, hostname=hostname, timeout=timeout)
         try:
             wrapped = self._context().wrap_socket(sock, server_hostname=hostname)
@@ -178,7 +208,7 @@ class ZooKeeperTokens(ClosingSource):
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.use_ssl = use_ssl
-        self._handler: _TLSHandler | None = None
+        context: Callable[[], ssl.SSLContext] | None = None
         if use_ssl:
             context = functools.partial(
                 client_context, ca=ca, cert=certfile, key=keyfile, password=keyfile_password,
@@ -187,13 +217,13 @@ class ZooKeeperTokens(ClosingSource):
             if (certfile is None) != (keyfile is None):
                 raise ConfigurationError("certfile and keyfile go together: give the certificate and its key")
             context()  # the files are readable and fit, or the error says which one is not
-            self._handler = _TLSHandler(context)
         else:
             given = [n for n, v in zip(FILES, (ca, certfile, keyfile, keyfile_password), strict=True) if v]
             if given:
                 raise ConfigurationError(
                     f"{', '.join(given)} given but use_ssl is off: add use_ssl=true, or drop them"
                 )
+        self._handler = _Handler(connect_timeout, context)
         self._batch = Batcher(self._issue, max_batch=MAX_BATCH, in_flight=IN_FLIGHT, distinct=True)
         self._client: Any = None  # KazooClient once started (kazoo is untyped)
         self._start_lock = asyncio.Lock()
@@ -215,7 +245,7 @@ class ZooKeeperTokens(ClosingSource):
                     timeout=self.timeout,
                     connection_retry={"max_tries": -1, "max_delay": 1.0},
                     logger=KAZOO_LOG,
-                    handler=self._handler,  # None: kazoo's own, plaintext
+                    handler=self._handler,
                     use_ssl=self.use_ssl,
                 )
                 try:
@@ -235,7 +265,7 @@ class ZooKeeperTokens(ClosingSource):
 
     def _tls_failed(self) -> TokenSourceError | None:
         """The error to raise if the last connection attempt failed its TLS handshake."""
-        failure = self._handler.failure if self._handler is not None else None
+        failure = self._handler.failure
         if failure is None:
             return None
         return TokenSourceError(

@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.faults.proxy import DelayProxy
 from lockclient import (
     ConfigurationError,
     EtcdTokens,
@@ -25,6 +26,7 @@ from lockclient import (
     open_token_source,
 )
 from tests.lockclient.processes import run_all
+from tests.waiting import eventually
 
 PROCESSES = 3
 DRAWS = 40
@@ -185,6 +187,50 @@ async def test_zookeeper_tokens_keep_increasing_across_a_restart(
         assert after == sorted(after)
         assert after[0] > before[-1]
         assert await source.upper_bound(resource) >= after[-1]
+
+
+class SilentMember:
+    """A listener that accepts connections and never answers, as a ZooKeeper member did while
+    starting up after a restart; counts the connections and the ones the client gave up on."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.closed = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        try:
+            while await reader.read(4096):  # the handshake arrives; nothing goes back
+                pass
+        except ConnectionError:
+            pass
+        finally:
+            self.closed += 1
+            writer.close()
+
+
+async def test_zookeeper_gives_up_on_a_member_that_never_answers_the_handshake(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+) -> None:
+    """kazoo waits for a handshake's answer as long as the session timeout (60 s here), longer than
+    a draw may take; the source gives up on a silent member after `connect_timeout` and goes on."""
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, zookeeper=True))
+    host, port = cluster.zookeeper.rsplit(":", 1)
+    silent = SilentMember()
+    server = await asyncio.start_server(silent.serve, "127.0.0.1", 0)
+    silent_port = server.sockets[0].getsockname()[1]
+    async with server, DelayProxy(host, int(port)) as proxy:
+        source = ZooKeeperTokens(f"127.0.0.1:{proxy.port}", timeout=60.0, connect_timeout=1.0)
+        async with source:
+            first = await source.next_token(resource)
+            proxy.retarget("127.0.0.1", silent_port)
+            await proxy.drop()  # kazoo reconnects, through the proxy, to the silent member
+            await eventually(lambda: silent.accepted >= 1, what="a reconnect reaching the silent member")
+            proxy.retarget(host, int(port))
+            await eventually(
+                lambda: silent.closed >= 1, within=20.0, what="the source giving up on the silent member"
+            )
+            assert await source.next_token(resource) > first
 
 
 async def test_postgres_refuses_a_cached_sequence(pg_dsn: str, resource: str) -> None:
