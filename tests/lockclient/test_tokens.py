@@ -25,6 +25,7 @@ from lockclient import (
     ZooKeeperTokens,
     open_token_source,
 )
+from lockclient.tokens.zookeeper import url_options
 from tests.lockclient.processes import run_all
 from tests.waiting import eventually
 
@@ -209,18 +210,23 @@ class SilentMember:
             writer.close()
 
 
+@pytest.mark.parametrize("tls", [None, "mutual"])
 async def test_zookeeper_gives_up_on_a_member_that_never_answers_the_handshake(
-    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str, tls: str | None
 ) -> None:
     """kazoo waits for a handshake's answer as long as the session timeout (60 s here), longer than
-    a draw may take; the source gives up on a silent member after `connect_timeout` and goes on."""
-    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, zookeeper=True))
+    a draw may take; the source gives up on a silent member after `connect_timeout` and goes on
+    (over TLS, the silent member never answers the TLS handshake either)."""
+    cluster = await asyncio.to_thread(
+        cluster_factory, ClusterSpec(redis=0, zookeeper_tls=tls, zookeeper=True)
+    )
     host, port = cluster.zookeeper.rsplit(":", 1)
     silent = SilentMember()
     server = await asyncio.start_server(silent.serve, "127.0.0.1", 0)
     silent_port = server.sockets[0].getsockname()[1]
     async with server, DelayProxy(host, int(port)) as proxy:
-        source = ZooKeeperTokens(f"127.0.0.1:{proxy.port}", timeout=60.0, connect_timeout=1.0)
+        settings = url_options(urlsplit(cluster.zookeeper_url).query)
+        source = ZooKeeperTokens(f"127.0.0.1:{proxy.port}", timeout=60.0, connect_timeout=1.0, **settings)
         async with source:
             first = await source.next_token(resource)
             proxy.retarget("127.0.0.1", silent_port)
