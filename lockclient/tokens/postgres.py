@@ -144,7 +144,11 @@ class PostgresTokens(ClosingSource):
         return sorted(await self._fetch("issue a token", self._next, {"n": len(resources)}))
 
     async def next_token(self, resource: str) -> int:
-        return await self._batch.draw(check_resource(resource))
+        # `timeout` bounds the whole draw: queued behind a statement, and SQLAlchemy closing a connection
+        # cancelled at its deadline (gracefully, for up to 2 s more) while the draw waits
+        with map_errors("postgres", f"issue a token within {self.timeout:g} s", TimeoutError, fix=FIX):
+            async with asyncio.timeout(self.timeout):
+                return await self._batch.draw(check_resource(resource))
 
     async def upper_bound(self, resource: str) -> int:
         """The sequence's last value (0 before the first token): >= every token of every resource."""

@@ -25,6 +25,7 @@ from lockclient import (
     ZooKeeperTokens,
     open_token_source,
 )
+from lockclient.tokens import postgres as postgres_tokens
 from lockclient.tokens.zookeeper import url_options
 from tests.lockclient.processes import run_all
 from tests.waiting import eventually
@@ -329,6 +330,41 @@ async def test_postgres_tokens_keep_increasing_across_a_restart(
         assert before == [1, 2, 3]
         assert after[0] > before[-1]
         assert after == sorted(after)
+
+
+QUEUED = 8  # requests' worth of draws queued behind the first one
+
+
+async def all_give_up_in_time(source: TokenSource, resource: str, count: int, within: float) -> None:
+    """`count` draws at once from a source whose server does not answer: each must raise
+    `TokenSourceError` by its own timeout. `within` is a deadline on the test, far inside the wait
+    of draws that waited a timeout per request queued ahead of theirs."""
+    try:
+        async with asyncio.timeout(within):
+            draws = (source.next_token(resource) for _ in range(count))
+            outcomes = await asyncio.gather(*draws, return_exceptions=True)
+    except TimeoutError:
+        pytest.fail(f"draws were still waiting {within} s after they began")
+    assert all(isinstance(outcome, TokenSourceError) for outcome in outcomes)
+
+
+async def test_a_postgres_draw_waits_its_timeout_not_one_per_statement_queued_before_it(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+) -> None:
+    """On a paused server each statement waits the whole timeout, and SQLAlchemy then closes the
+    cancelled connection gracefully (up to 2 s more); a draw queued behind 8 of them waited them all
+    (2 + 2 + 8 * 2 s here)."""
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
+    async with PostgresTokens(cluster.postgres_dsn, timeout=60.0) as source:
+        first = await source.next_token(resource)
+        source.timeout = 2.0
+        await asyncio.to_thread(cluster.pause, "postgres-0")
+        try:
+            await all_give_up_in_time(source, resource, QUEUED * postgres_tokens.MAX_BATCH, within=8.0)
+        finally:
+            await asyncio.to_thread(cluster.resume, "postgres-0")
+        source.timeout = 60.0
+        assert await source.next_token(resource) > first
 
 
 async def test_a_zookeeper_source_revives_a_client_whose_connection_loop_stopped(
