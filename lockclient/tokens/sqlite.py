@@ -122,7 +122,11 @@ class SQLiteTokens(ClosingSource):
         return await self._run("issue a token", self._next, resources)
 
     async def next_token(self, resource: str) -> int:
-        return await self._batch.draw(check_resource(resource))
+        # a draw waits `busy_timeout` for the write lock, not one per transaction queued before its own
+        doing = f"issue a token in {self.path} within {self.busy_timeout:g} s"
+        with map_errors("sqlite", doing, TimeoutError, fix=FIX):
+            async with asyncio.timeout(self.busy_timeout):
+                return await self._batch.draw(check_resource(resource))
 
     async def upper_bound(self, resource: str) -> int:
         return await self._run("read the highest token", self._bound, check_resource(resource))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import sqlite3
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,7 @@ from lockclient import (
     open_token_source,
 )
 from lockclient.tokens import postgres as postgres_tokens
+from lockclient.tokens import sqlite as sqlite_tokens
 from lockclient.tokens.zookeeper import url_options
 from tests.lockclient.processes import run_all
 from tests.waiting import eventually
@@ -364,6 +366,24 @@ async def test_a_postgres_draw_waits_its_timeout_not_one_per_statement_queued_be
         finally:
             await asyncio.to_thread(cluster.resume, "postgres-0")
         source.timeout = 60.0
+        assert await source.next_token(resource) > first
+
+
+async def test_a_sqlite_draw_waits_its_busy_timeout_not_one_per_transaction_queued_before_it(
+    tmp_path: Path, resource: str
+) -> None:
+    """While another writer holds the lock, each transaction waits the whole busy timeout; a draw
+    queued behind 8 of them waited them all (2 + 8 * 2 s here)."""
+    path = tmp_path / "tokens.db"
+    async with SQLiteTokens(path, busy_timeout=2.0) as source:
+        first = await source.next_token(resource)
+        writer = sqlite3.connect(path, isolation_level=None)  # as another process would, stuck mid-write
+        writer.execute("BEGIN IMMEDIATE")
+        try:
+            await all_give_up_in_time(source, resource, QUEUED * sqlite_tokens.MAX_BATCH, within=8.0)
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
         assert await source.next_token(resource) > first
 
 
