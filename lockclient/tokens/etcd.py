@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from lockclient._tls import client_context, explain_hang_up
 from lockclient.errors import ConfigurationError, TLSError, TokenSourceError
@@ -243,6 +243,9 @@ class EtcdTokens(ClosingSource):
                 aetcd.Client(host=host, port=port, timeout=request_timeout) for host, port in self.endpoints
             ]
         self._current = 0  # the member that answered last
+        # what the members last answered, for the error of a draw past its timeout
+        self._failure: ClientError | None = None
+        self._refused: TLSError | None = None  # the last failed handshake, since the last answer
         self._batch = Batcher(self._issue, max_batch=MAX_BATCH, in_flight=IN_FLIGHT, distinct=True)
 
     def _key(self, resource: str) -> bytes:
@@ -250,8 +253,6 @@ class EtcdTokens(ClosingSource):
 
     async def _request(self, doing: str, call: Callable[[Any], Awaitable[T]]) -> T:
         """`call(client)` on the member that answered last, then on the others, until `timeout`."""
-        failure: ClientError | None = None
-        refused: TLSError | None = None  # the last failed handshake, said when the draw gives up
         with map_errors("etcd", doing, ClientError, OSError, fix=FIX):
             try:
                 async with asyncio.timeout(self.timeout):
@@ -260,29 +261,38 @@ class EtcdTokens(ClosingSource):
                         for _ in self._clients:
                             index = self._current
                             try:
-                                return await call(self._clients[index])
+                                answer = await call(self._clients[index])
                             except FINAL:
                                 raise
                             except ClientError as exc:  # down, no leader, no answer in time: the next one
-                                failure = exc
+                                self._failure = exc
                                 handshake = self._handshake_failure(index, exc)
                                 if handshake is not None:
-                                    refused, is_final = handshake
+                                    self._refused, is_final = handshake
                                     final += is_final
                                 if self._current == index:
                                     self._current = (index + 1) % len(self._clients)
-                        if refused is not None and final == len(self._clients):
-                            raise self._tls_error(doing, refused) from refused
+                            else:
+                                self._failure = self._refused = None
+                                return answer
+                        if self._refused is not None and final == len(self._clients):
+                            raise self._tls_error(doing, self._refused) from self._refused
                         await asyncio.sleep(RETRY_DELAY)
             except TimeoutError as exc:
-                if refused is not None:
-                    raise self._tls_error(doing, refused) from refused
-                last = f"{type(failure).__name__}: {failure}" if failure else "no member answered"
-                raise TokenSourceError(
-                    f"etcd token source could not {doing} within {self.timeout:g} s "
-                    f"(no quorum, or no member reachable; last: {last}); {FIX}",
-                    source="etcd",
-                ) from exc
+                self._give_up(doing, exc)
+
+    def _give_up(self, doing: str, exc: TimeoutError) -> NoReturn:
+        """The error of a request or a draw past its `timeout`: the last failed handshake, or what the
+        members last answered."""
+        refused, failure = self._refused, self._failure
+        if refused is not None:
+            raise self._tls_error(doing, refused) from refused
+        last = f"{type(failure).__name__}: {failure}" if failure else "no member answered"
+        raise TokenSourceError(
+            f"etcd token source could not {doing} within {self.timeout:g} s "
+            f"(no quorum, or no member reachable; last: {last}); {FIX}",
+            source="etcd",
+        ) from exc
 
     def _handshake_failure(self, index: int, exc: ClientError) -> tuple[TLSError, bool] | None:
         """The member's failed TLS handshake as a `TLSError` (and whether it is final), or None."""
@@ -313,7 +323,12 @@ class EtcdTokens(ClosingSource):
         return await self._request("issue a token", put_all)
 
     async def next_token(self, resource: str) -> int:
-        return await self._batch.draw(check_resource(resource))
+        # `timeout` bounds the whole draw, queued behind transactions that do not come back included
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._batch.draw(check_resource(resource))
+        except TimeoutError as exc:
+            self._give_up("issue a token", exc)
 
     async def upper_bound(self, resource: str) -> int:
         """The key's mod revision (0 before its first token), read linearizably: >= every token issued."""

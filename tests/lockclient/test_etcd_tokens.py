@@ -13,6 +13,7 @@ import pytest
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from lockclient import ConfigurationError, EtcdTokens, TokenSourceError, open_token_source
+from lockclient.tokens.etcd import IN_FLIGHT
 
 FAULT_TIMEOUT = 60.0  # a draw's deadline across an election on a busy machine: it waits, never guesses
 RESOURCES = ("a", "b")
@@ -87,6 +88,31 @@ async def test_no_quorum_no_token_a_clear_error_within_the_timeout(
         await asyncio.to_thread(etcd3.restart, members[0])
         source.timeout = FAULT_TIMEOUT
         assert await source.next_token(resource) > before
+
+
+async def test_a_draw_waits_its_timeout_not_one_per_transaction_queued_before_it(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+) -> None:
+    """Two draws for one resource never share a transaction and IN_FLIGHT go out at once, so draws
+    for one resource queue in rounds; on a paused member each round waited the whole timeout, and
+    the last of these draws 16 rounds (32 s here)."""
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, etcd=1))
+    hosts = cluster.etcd.removeprefix("etcd://")
+    async with EtcdTokens(hosts, timeout=FAULT_TIMEOUT, request_timeout=0.5) as source:
+        first = await source.next_token(resource)
+        source.timeout = 2.0
+        await asyncio.to_thread(cluster.pause, "etcd-0")
+        try:
+            async with asyncio.timeout(10.0):  # a deadline on the test, far inside the 32 s
+                draws = (source.next_token(resource) for _ in range(16 * IN_FLIGHT))
+                outcomes = await asyncio.gather(*draws, return_exceptions=True)
+        finally:
+            await asyncio.to_thread(cluster.resume, "etcd-0")
+        for outcome in outcomes:
+            assert isinstance(outcome, TokenSourceError)
+            assert "within 2 s (no quorum, or no member reachable" in str(outcome)
+        source.timeout = FAULT_TIMEOUT
+        assert await source.next_token(resource) > first
 
 
 async def test_every_member_unreachable_is_a_token_source_error(resource: str) -> None:
