@@ -80,6 +80,7 @@ DEFAULT_TIMEOUT = 5.0  # seconds for one token, trying every member; then TokenS
 DEFAULT_REQUEST_TIMEOUT = 2.0  # seconds one member gets to answer before the next one is asked
 RETRY_DELAY = 0.05  # seconds between rounds over the members (an election takes about one election timeout)
 IN_FLIGHT = 8  # transactions out at once; the rest of the draws wait to share the next ones
+RECONNECT_MS = 1000  # the longest wait between attempts to connect to a member (gRPC's: 120 s)
 MAX_BATCH = 64  # resources in one transaction at most (etcd's default --max-txn-ops is 128)
 FIX = (
     "check that a majority of the etcd members is running and reachable at the given endpoints "
@@ -177,15 +178,28 @@ class _SecureClient(aetcd.Client):  # type: ignore[misc] # aetcd is untyped
     """
 
     def __init__(self, *, host: str, port: int, timeout: float, credentials: grpc.ChannelCredentials) -> None:
-        super().__init__(host=host, port=port, timeout=timeout)
+        super().__init__(host=host, port=port, timeout=timeout, options=channel_options(timeout))
         self._credentials = credentials
 
     async def connect(self) -> None:
         if self._connected.is_set():
             return
-        self.channel = grpc.aio.secure_channel(f"{self._host}:{self._port}", self._credentials)
+        target = f"{self._host}:{self._port}"
+        self.channel = grpc.aio.secure_channel(target, self._credentials, options=list(self._options.items()))
         self.kvstub = rpc.KVStub(self.channel)
         self._connected.set()
+
+
+def channel_options(request_timeout: float) -> dict[str, int]:
+    """gRPC's waits around connecting to a member, which no call's deadline shortens. An attempt
+    waits for the member's handshake 20 s by default (a member that accepts and does not answer,
+    as one starting up may, held its channel that long); it now waits `request_timeout`. Between
+    attempts gRPC waits 1.6 times longer each time, up to 120 s, and fails calls meanwhile (a
+    member back after a long outage went unused that long); the wait is capped at 1 s."""
+    return {
+        "grpc.min_reconnect_backoff_ms": max(1, round(request_timeout * 1000)),
+        "grpc.max_reconnect_backoff_ms": RECONNECT_MS,
+    }
 
 
 def parse_endpoints(hosts: str) -> list[tuple[str, int]]:
@@ -239,8 +253,10 @@ class EtcdTokens(ClosingSource):
                 raise ConfigurationError(
                     f"{', '.join(given)} given but use_ssl is off: add use_ssl=true, or drop them"
                 )
+            options = channel_options(request_timeout)
             self._clients = [
-                aetcd.Client(host=host, port=port, timeout=request_timeout) for host, port in self.endpoints
+                aetcd.Client(host=host, port=port, timeout=request_timeout, options=options)
+                for host, port in self.endpoints
             ]
         self._current = 0  # the member that answered last
         # what the members last answered, for the error of a draw past its timeout

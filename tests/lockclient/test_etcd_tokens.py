@@ -7,13 +7,16 @@ in test_tokens.py; here are the faults that are etcd's own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
+from fencegate.lab.faults.proxy import DelayProxy
 from lockclient import ConfigurationError, EtcdTokens, TokenSourceError, open_token_source
 from lockclient.tokens.etcd import IN_FLIGHT
+from tests.waiting import eventually
 
 FAULT_TIMEOUT = 60.0  # a draw's deadline across an election on a busy machine: it waits, never guesses
 RESOURCES = ("a", "b")
@@ -113,6 +116,100 @@ async def test_a_draw_waits_its_timeout_not_one_per_transaction_queued_before_it
             assert "within 2 s (no quorum, or no member reachable" in str(outcome)
         source.timeout = FAULT_TIMEOUT
         assert await source.next_token(resource) > first
+
+
+class Listener:
+    """Stands in for a member: counts connections; `silent` ones are held open and never answered
+    (a member that accepts while it starts up), the others are closed at once (a member that is down)."""
+
+    def __init__(self) -> None:
+        self.silent = True
+        self.accepted = 0
+        self.closed = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        try:
+            while self.silent and await reader.read(4096):  # the handshake arrives; nothing goes back
+                pass
+        except ConnectionError:
+            pass
+        finally:
+            self.closed += 1
+            writer.close()
+
+
+@contextlib.asynccontextmanager
+async def drawing(source: EtcdTokens, resource: str) -> AsyncIterator[None]:
+    """Draws going on in the background (gRPC connects to a member only for a call), errors ignored."""
+
+    async def loop() -> None:
+        while True:
+            with contextlib.suppress(TokenSourceError):
+                await source.next_token(resource)
+            await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_member_that_accepts_and_never_answers_is_left_after_request_timeout(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+) -> None:
+    """gRPC waits 20 s for a connection's handshake whatever the call's deadline: a member that
+    accepted and did not answer was not asked again for that long after it was back."""
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, etcd=1))
+    host, port = cluster.etcd.removeprefix("etcd://").rsplit(":", 1)
+    silent = Listener()
+    server = await asyncio.start_server(silent.serve, "127.0.0.1", 0)
+    async with server, DelayProxy(host, int(port)) as proxy:
+        hosts = f"127.0.0.1:{proxy.port}"
+        async with EtcdTokens(hosts, timeout=FAULT_TIMEOUT, request_timeout=1.0) as source:
+            first = await source.next_token(resource)
+            source.timeout = 1.0
+            async with drawing(source, resource):
+                proxy.retarget("127.0.0.1", server.sockets[0].getsockname()[1])
+                await proxy.drop()  # the next connection goes to the silent member
+                await eventually(lambda: silent.accepted >= 1, what="a connection reaching the silent member")
+                proxy.retarget(host, int(port))
+                await eventually(
+                    lambda: silent.closed >= 1, within=8.0, what="the source giving up on the silent member"
+                )
+            source.timeout = FAULT_TIMEOUT
+            assert await source.next_token(resource) > first
+
+
+async def test_a_member_back_after_a_long_outage_is_used_within_seconds(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+) -> None:
+    """gRPC waits 1.6 times longer before each new attempt to connect to a member that is down (up
+    to 120 s): 25 s into an outage, the next attempt was 13 s or more away, so a member back then
+    went unused that long. The wait is capped at 1 s."""
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, etcd=1))
+    host, port = cluster.etcd.removeprefix("etcd://").rsplit(":", 1)
+    down = Listener()
+    down.silent = False
+    server = await asyncio.start_server(down.serve, "127.0.0.1", 0)
+    async with server, DelayProxy(host, int(port)) as proxy:
+        hosts = f"127.0.0.1:{proxy.port}"
+        async with EtcdTokens(hosts, timeout=FAULT_TIMEOUT, request_timeout=1.0) as source:
+            first = await source.next_token(resource)
+            source.timeout = 1.0
+            async with drawing(source, resource):
+                proxy.retarget("127.0.0.1", server.sockets[0].getsockname()[1])
+                await proxy.drop()  # the member is down: every attempt to connect is cut at once
+                await asyncio.sleep(25.0)  # the outage, long enough for gRPC's waits to grow
+                attempts = down.accepted
+                await eventually(lambda: down.accepted > attempts, within=60.0, what="an attempt to connect")
+                proxy.retarget(host, int(port))  # the member is back just after an attempt
+            async with asyncio.timeout(6.0):  # a deadline on the test, far inside the 13 s
+                source.timeout = FAULT_TIMEOUT
+                assert await source.next_token(resource) > first
 
 
 async def test_every_member_unreachable_is_a_token_source_error(resource: str) -> None:
