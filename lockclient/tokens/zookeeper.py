@@ -348,7 +348,15 @@ class ZooKeeperTokens(ClosingSource):
         return tokens
 
     async def next_token(self, resource: str) -> int:
-        return await self._batch.draw(check_resource(resource))
+        # `timeout` bounds the whole draw, queued behind multis that do not come back included
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._batch.draw(check_resource(resource))
+        except TimeoutError as exc:
+            raise self._tls_failed() or TokenSourceError(
+                f"zookeeper token source could not issue a token within {self.timeout:g} s; {FIX}",
+                source="zookeeper",
+            ) from exc
 
     async def upper_bound(self, resource: str) -> int:
         check_resource(resource)  # the bound is global (see the module docstring); the name is still checked

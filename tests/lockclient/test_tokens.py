@@ -28,6 +28,7 @@ from lockclient import (
 )
 from lockclient.tokens import postgres as postgres_tokens
 from lockclient.tokens import sqlite as sqlite_tokens
+from lockclient.tokens import zookeeper as zookeeper_tokens
 from lockclient.tokens.zookeeper import url_options
 from tests.lockclient.processes import run_all
 from tests.waiting import eventually
@@ -365,6 +366,25 @@ async def test_a_postgres_draw_waits_its_timeout_not_one_per_statement_queued_be
             await all_give_up_in_time(source, resource, QUEUED * postgres_tokens.MAX_BATCH, within=8.0)
         finally:
             await asyncio.to_thread(cluster.resume, "postgres-0")
+        source.timeout = 60.0
+        assert await source.next_token(resource) > first
+
+
+async def test_a_zookeeper_draw_waits_its_timeout_not_one_per_multi_queued_before_it(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+) -> None:
+    """Draws for one resource never share a multi, and only 4 multis are out at once; on a paused
+    server each retries for the whole timeout, so a draw queued behind 8 rounds of them waited them
+    all (8 * 2 s here)."""
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, zookeeper=True))
+    async with ZooKeeperTokens(cluster.zookeeper, timeout=60.0, connect_timeout=1.0) as source:
+        first = await source.next_token(resource)
+        source.timeout = 2.0
+        await asyncio.to_thread(cluster.pause, "zookeeper-0")
+        try:
+            await all_give_up_in_time(source, resource, QUEUED * zookeeper_tokens.IN_FLIGHT, within=8.0)
+        finally:
+            await asyncio.to_thread(cluster.resume, "zookeeper-0")
         source.timeout = 60.0
         assert await source.next_token(resource) > first
 
