@@ -296,7 +296,7 @@ class PgGroupCommitStore(QueuedStore):
         try:
             outcomes = await self._commit(lane, batch)
         except Exception as exc:  # noqa: BLE001 - the lane outlives any one batch; logged, every request 503
-            await lane.close()
+            await lane.close(broken=True)
             self._not_committed(batch, exc)
             return
         self._committed()

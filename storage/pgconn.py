@@ -3,8 +3,9 @@
 A `Lane` is one connection checked out of the engine's pool (so it opens
 as every other one does: TLS, timeouts, the refused-login message) and kept
 as the raw asyncpg connection under it, with no SQLAlchemy between the two
-ends and no ping per use; its owner drops it (`close`) after any failure,
-and the next use checks out a fresh one. `Compiled` holds `statements.py`'s
+ends and no ping per use; its owner drops it (`close(broken=True)`, which
+aborts it without waiting for a hung server) after any failure, and the
+next use checks out a fresh one. `Compiled` holds `statements.py`'s
 statements compiled once for asyncpg, so both ends run the one definition
 of each.
 """
@@ -79,9 +80,14 @@ class Lane:
             self._driver = (await self._conn.get_raw_connection()).driver_connection
         return self._driver
 
-    async def close(self) -> None:
-        self._driver = None
+    async def close(self, *, broken: bool = False) -> None:
+        """Give the connection back to the pool, closed. `broken` (after a failure): abort it at once,
+        since a graceful close waits for the server's goodbye (SQLAlchemy waits up to 2 s), which a
+        hung server never sends, and the requests that failed on it would wait too."""
+        driver, self._driver = self._driver, None
         conn, self._conn = self._conn, None
+        if broken and driver is not None:
+            driver.terminate()  # the socket is closed now; the pool's close below finds it closed
         if conn is None:
             return
         try:

@@ -94,7 +94,7 @@ class PgReader:
             pg = await lane.connection()
             return await pg.fetchrow(self._text, *self._sql.args("object_select", {"key": key}))
         except BaseException:
-            await lane.close()  # whatever happened to it, the next read starts on a fresh connection
+            await lane.close(broken=True)  # whatever happened to it, the next read starts on a fresh one
             raise
 
     async def aclose(self) -> None:
