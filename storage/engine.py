@@ -37,7 +37,7 @@ DoConnect = Callable[[Any, Any, Any, dict[str, Any]], Any]  # SQLAlchemy's do_co
 TLSReader = Callable[[str], tuple[str, DoConnect]]
 
 SQLITE_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write lock
-CONNECT_TIMEOUT = 5.0  # seconds to open a PostgreSQL connection before answering 503
+CONNECT_TIMEOUT = 5.0  # seconds to open a PostgreSQL connection (at most `command_timeout`), then 503
 USE = "use sqlite:///PATH or postgresql://USER@HOST/DB"
 REFUSED_LOGIN = "28"  # SQLSTATE class 28, invalid authorization specification: pg_hba.conf said no
 READ_ONLY = "fencegate_read_only"  # execution option: a plain deferred BEGIN on SQLite
@@ -85,7 +85,8 @@ def open_engine(url: str, *, command_timeout: float = 10.0, tls: TLSReader | Non
         pool_size=10,
         max_overflow=10,
         pool_timeout=command_timeout,
-        connect_args={"timeout": CONNECT_TIMEOUT, "command_timeout": command_timeout},
+        # a connect (asyncpg's handshake included) is one command too: no longer than `command_timeout`
+        connect_args={"timeout": min(CONNECT_TIMEOUT, command_timeout), "command_timeout": command_timeout},
     )
 
     @event.listens_for(engine.sync_engine, "do_connect")

@@ -120,6 +120,36 @@ async def test_invariant_4_postgres_hung_past_the_deadline_is_503_never_2xx(
     assert state in ((b"v1", "1", "1"), (b"v2", "2", "2"))
 
 
+async def test_a_hung_postgres_is_answered_503_within_the_storage_timeout(
+    make_client: MakeClient, cluster_factory: Callable[[ClusterSpec], LocalCluster]
+) -> None:
+    """Each request to a hung server is answered once its storage deadline passes, not after the
+    driver's goodbye to the dead connection (SQLAlchemy waits up to 2 s for it) nor after a reconnect
+    that waits out a connect timeout longer than `--storage-timeout` (5 s)."""
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
+    client = await make_client(storage=cluster.postgres_dsn, storage_timeout=0.5, request_timeout=30.0)
+    assert (await client.put("/v1/objects/hung", data=b"v1", headers={"Fencing-Token": "1"})).status == 201
+    assert (await client.get("/v1/objects/hung")).status == 200
+
+    with hung(cluster):
+        # the kept connections first, then the fresh ones that replace them
+        for token in ("2", "3"):
+            async with asyncio.timeout(1.5):
+                put, get = await asyncio.gather(
+                    client.put("/v1/objects/hung", data=b"v2", headers={"Fencing-Token": token}),
+                    client.get("/v1/objects/hung"),
+                )
+            assert (put.status, get.status) == (503, 503)
+    await wait_ready(client)
+
+    async def served() -> bool:
+        resp = await client.put("/v1/objects/hung", data=b"v3", headers={"Fencing-Token": "4"})
+        return resp.status in (200, 201)
+
+    await eventually(served, within=RECOVERY_DEADLINE, what="a PUT served after PostgreSQL resumed")
+    assert (await client.get("/v1/objects/hung")).status == 200
+
+
 async def test_a_store_that_cannot_be_migrated_stops_the_start_and_the_log_says_why(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
