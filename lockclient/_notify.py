@@ -126,8 +126,9 @@ class Notifier:
     def channels(self) -> list[str]:
         return list(self._watches)
 
-    async def watch(self, channel: str) -> Watch:
-        """Subscribe (once per channel) and wait, briefly, until the masters confirm it."""
+    async def watch(self, channel: str, *, within: float) -> Watch:
+        """Subscribe (once per channel) and wait, briefly and at most `within` seconds (what is left of
+        the caller's deadline), until the masters confirm it."""
         if not self._listeners:
             self._listeners = [_Listener(master, self) for master in self._masters]
         watch = Watch(channel)
@@ -140,7 +141,7 @@ class Notifier:
         # Masters known to be down are not waited for: they subscribe when they come back.
         await fan_out(
             [listener.confirmed(channel).wait() for listener in self._listeners if not listener.down],
-            self._subscribe_timeout,
+            max(0.0, min(self._subscribe_timeout, within)),
         )
         return watch
 

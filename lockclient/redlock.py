@@ -264,8 +264,12 @@ class Redlock(Generic[TokenT]):
                 if watch is None:
                     # Step 9: subscribe, then try again at once so a release before the
                     # subscription took effect is not missed.
-                    watch = await self._notifier.watch(release_channel(self.key(resource)))
+                    # The wait for the masters' confirmation is part of the acquire's `timeout`: a
+                    # master that accepts a connection and never answers confirms nothing.
+                    watch = await self._notifier.watch(release_channel(self.key(resource)), within=left)
                     watch.own.add(value.encode())
+                    if deadline != math.inf and self._clock() >= deadline:
+                        raise self._not_acquired(resource, result, began, attempts)
                     continue
                 pause = retry.poll if held else retry.backoff()
                 await watch.wait(min(pause, left))

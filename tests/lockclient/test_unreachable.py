@@ -171,3 +171,48 @@ async def test_a_non_blocking_acquire_says_outage_at_once(cluster_factory: Facto
 def test_a_bad_outage_window_is_refused_with_the_fix(bad: float) -> None:
     with pytest.raises(ConfigurationError, match=r"RetryPolicy\.unreachable"):
         RetryPolicy(unreachable=bad)
+
+
+class SilentMaster:
+    """A listener that accepts connections and never answers, as a master does while it starts up
+    or is wedged; a `rediss://` client gets no TLS handshake from it either."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        try:
+            while await reader.read(4096):  # commands (or a ClientHello) arrive; nothing goes back
+                pass
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.mark.parametrize("kind", ["silent", "down"])
+async def test_a_contended_acquire_ends_by_its_timeout_when_a_master_never_confirms_the_subscription(
+    urls: list[str], resource: str, kind: str
+) -> None:
+    """A waiter subscribes to the release channel on every master (new connections) and waited up to
+    4 x node_timeout (4 s here) for each to confirm, past the acquire's `timeout`: a master that
+    accepts and never answers, or one that is down when the wait begins, never confirms."""
+    silent = SilentMaster()
+    server = await asyncio.start_server(silent.serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    if kind == "down":
+        server.close()
+        await server.wait_closed()
+    masters = [*urls[:2], f"redis://127.0.0.1:{port}"]
+    async with server, Redlock(urls[:2], ttl=30.0) as holder, Redlock(masters, node_timeout=1.0) as locker:
+        held = await holder.acquire(resource, blocking=False)
+        # the silent master's undo uses the attempt's node_timeout (1 s); then the subscription
+        timeout = 1.5 if kind == "silent" else 0.2
+        async with asyncio.timeout(3.0):  # far inside the 4 s the confirmation was waited for
+            with pytest.raises(LockNotAcquired) as caught:
+                await locker.acquire(resource, ttl=30.0, timeout=timeout)
+        assert not isinstance(caught.value, QuorumUnavailable)  # contention, not an outage
+        await holder.release(held)
+    if kind == "silent":
+        assert silent.accepted >= 2  # the command connection and the subscriber's
