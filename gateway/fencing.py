@@ -11,11 +11,16 @@ reset counter) and every honest client would be refused; that is answered
 
 The bound is cached per resource and the source is asked again only when a
 token exceeds it (bounds only grow while the source is healthy), or when a
-refusal needs explaining.
+refusal needs explaining. Each ask has `ASK_DEADLINE` of its own: a source
+bounds one read, but not the reads queued behind it (the gateway asks once per
+request, so many at once while the source is paused or silent), and a read
+cancelled at a deadline may take seconds to wind down; the request does not
+wait for that (`bound_within`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -30,6 +35,33 @@ from storage.protocols import FencedOps, FencedRequest, ObjectData, ObjectMeta, 
 log = logging.getLogger(__name__)
 
 BOUND_CACHE_SIZE = 100_000  # resources whose bound is remembered; the oldest are forgotten first
+ASK_DEADLINE = 5.0  # seconds a request waits for the source's bound; then 503 token_source_unavailable
+
+_winding_down: set[asyncio.Task[int]] = set()  # reads given up on, kept referenced until they end
+
+
+async def bound_within(source: TokenSource, resource: str, deadline: float) -> int:
+    """`source.upper_bound(resource)`, or TimeoutError once `deadline` seconds have passed.
+
+    The read is cancelled then, but not waited for: a cancelled PostgreSQL read closes its
+    connection gracefully (up to 2 s more on a paused server), a kazoo call keeps its thread."""
+    task = asyncio.ensure_future(source.upper_bound(resource))
+    try:
+        done, _ = await asyncio.wait({task}, timeout=deadline)
+    finally:
+        if not task.done():
+            task.cancel()
+            _winding_down.add(task)
+            task.add_done_callback(_wound_down)
+    if not done:
+        raise TimeoutError(f"no answer within {deadline:g} s")
+    return task.result()
+
+
+def _wound_down(task: asyncio.Task[int]) -> None:
+    _winding_down.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: its failure was already answered as the deadline
 
 
 class FutureGuard:
@@ -47,10 +79,11 @@ class FutureGuard:
     async def _ask(self, resource: str) -> int:
         assert self._source is not None
         try:
-            bound = await self._source.upper_bound(resource)
+            bound = await bound_within(self._source, resource, ASK_DEADLINE)
         except (LockClientError, OSError, TimeoutError) as exc:
             raise Unavailable(
-                f"the token source did not answer for {resource!r}: {exc}; nothing was written, retry",
+                f"the token source did not answer for {resource!r} within {ASK_DEADLINE:g} s: {exc!r}; "
+                "nothing was written, retry",
                 code="token_source_unavailable",
                 fields={"resource": resource},
             ) from exc

@@ -12,11 +12,11 @@ the gateway is ready again; each failing probe is logged as a refusal.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
 from gateway.errors import Unavailable
+from gateway.fencing import bound_within
 from lockclient.errors import LockClientError
 from lockclient.protocols import TokenSource
 
@@ -45,8 +45,7 @@ class Readiness:
 async def check_token_source(tokens: TokenSource) -> None:
     """Return once the source answered a read; 503 `token_source_unavailable` otherwise."""
     try:
-        async with asyncio.timeout(READY_DEADLINE):
-            await tokens.upper_bound(PROBE_RESOURCE)
+        await bound_within(tokens, PROBE_RESOURCE, READY_DEADLINE)
     except (LockClientError, OSError, TimeoutError) as exc:
         raise Unavailable(
             f"the token source {tokens!r} did not answer a read within {READY_DEADLINE}s: {exc!r}",
