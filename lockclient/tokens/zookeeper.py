@@ -51,7 +51,7 @@ import logging
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -347,20 +347,27 @@ class ZooKeeperTokens(ClosingSource):
         tokens: list[int] = await self._call("issue a token", self._set, [self._path(r) for r in resources])
         return tokens
 
-    async def next_token(self, resource: str) -> int:
-        # `timeout` bounds the whole draw, queued behind multis that do not come back included
+    async def _within(self, doing: str, work: Awaitable[T]) -> T:
+        """`work` within `timeout` as a whole: the waits for the start, a thread, or the requests ahead
+        of it included (each request is bounded on its own, not the queue in front of it)."""
         try:
             async with asyncio.timeout(self.timeout):
-                return await self._batch.draw(check_resource(resource))
+                return await work
         except TimeoutError as exc:
             raise self._tls_failed() or TokenSourceError(
-                f"zookeeper token source could not issue a token within {self.timeout:g} s; {FIX}",
+                f"zookeeper token source could not {doing} within {self.timeout:g} s; {FIX}",
                 source="zookeeper",
             ) from exc
 
+    async def next_token(self, resource: str) -> int:
+        return await self._within("issue a token", self._batch.draw(check_resource(resource)))
+
     async def upper_bound(self, resource: str) -> int:
         check_resource(resource)  # the bound is global (see the module docstring); the name is still checked
-        bound: int = await self._call("bound the issued tokens", self._bound, f"{self.chroot}{self.root}")
+        bound: int = await self._within(
+            "bound the issued tokens",
+            self._call("bound the issued tokens", self._bound, f"{self.chroot}{self.root}"),
+        )
         return bound
 
     async def aclose(self) -> None:

@@ -389,6 +389,27 @@ async def test_a_zookeeper_draw_waits_its_timeout_not_one_per_multi_queued_befor
         assert await source.next_token(resource) > first
 
 
+async def test_zookeeper_bounds_wait_their_timeout_not_one_per_read_queued_before_them(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+) -> None:
+    """Each read runs on one of the source's 16 threads and retries for the whole timeout on a paused
+    server, so the 97th of 96 reads at once waited six rounds of them (6 * 2 s here)."""
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, zookeeper=True))
+    async with ZooKeeperTokens(cluster.zookeeper, timeout=60.0, connect_timeout=1.0) as source:
+        first = await source.next_token(resource)
+        source.timeout = 2.0
+        await asyncio.to_thread(cluster.pause, "zookeeper-0")
+        try:
+            async with asyncio.timeout(8.0):
+                reads = (source.upper_bound(resource) for _ in range(6 * zookeeper_tokens.WORKERS))
+                outcomes = await asyncio.gather(*reads, return_exceptions=True)
+        finally:
+            await asyncio.to_thread(cluster.resume, "zookeeper-0")
+        assert all(isinstance(outcome, TokenSourceError) for outcome in outcomes)
+        source.timeout = 60.0
+        assert await source.upper_bound(resource) >= first
+
+
 async def test_a_sqlite_draw_waits_its_busy_timeout_not_one_per_transaction_queued_before_it(
     tmp_path: Path, resource: str
 ) -> None:
