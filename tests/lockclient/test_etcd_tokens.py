@@ -16,6 +16,7 @@ from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from fencegate.lab.faults.proxy import DelayProxy
 from lockclient import ConfigurationError, EtcdTokens, TokenSourceError, open_token_source
 from lockclient.tokens.etcd import IN_FLIGHT
+from tests.lockclient.silent import Listener
 from tests.waiting import eventually
 
 FAULT_TIMEOUT = 60.0  # a draw's deadline across an election on a busy machine: it waits, never guesses
@@ -118,27 +119,6 @@ async def test_a_draw_waits_its_timeout_not_one_per_transaction_queued_before_it
         assert await source.next_token(resource) > first
 
 
-class Listener:
-    """Stands in for a member: counts connections; `silent` ones are held open and never answered
-    (a member that accepts while it starts up), the others are closed at once (a member that is down)."""
-
-    def __init__(self) -> None:
-        self.silent = True
-        self.accepted = 0
-        self.closed = 0
-
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        try:
-            while self.silent and await reader.read(4096):  # the handshake arrives; nothing goes back
-                pass
-        except ConnectionError:
-            pass
-        finally:
-            self.closed += 1
-            writer.close()
-
-
 @contextlib.asynccontextmanager
 async def drawing(source: EtcdTokens, resource: str) -> AsyncIterator[None]:
     """Draws going on in the background (gRPC connects to a member only for a call), errors ignored."""
@@ -192,8 +172,7 @@ async def test_a_member_back_after_a_long_outage_is_used_within_seconds(
     went unused that long. The wait is capped at 1 s."""
     cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, etcd=1))
     host, port = cluster.etcd.removeprefix("etcd://").rsplit(":", 1)
-    down = Listener()
-    down.silent = False
+    down = Listener(silent=False)
     server = await asyncio.start_server(down.serve, "127.0.0.1", 0)
     async with server, DelayProxy(host, int(port)) as proxy:
         hosts = f"127.0.0.1:{proxy.port}"

@@ -31,6 +31,7 @@ from lockclient.tokens import sqlite as sqlite_tokens
 from lockclient.tokens import zookeeper as zookeeper_tokens
 from lockclient.tokens.zookeeper import url_options
 from tests.lockclient.processes import run_all
+from tests.lockclient.silent import Listener
 from tests.waiting import eventually
 
 PROCESSES = 3
@@ -194,26 +195,6 @@ async def test_zookeeper_tokens_keep_increasing_across_a_restart(
         assert await source.upper_bound(resource) >= after[-1]
 
 
-class SilentMember:
-    """A listener that accepts connections and never answers, as a ZooKeeper member did while
-    starting up after a restart; counts the connections and the ones the client gave up on."""
-
-    def __init__(self) -> None:
-        self.accepted = 0
-        self.closed = 0
-
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        try:
-            while await reader.read(4096):  # the handshake arrives; nothing goes back
-                pass
-        except ConnectionError:
-            pass
-        finally:
-            self.closed += 1
-            writer.close()
-
-
 @pytest.mark.parametrize("tls", [None, "mutual"])
 async def test_zookeeper_gives_up_on_a_member_that_never_answers_the_handshake(
     cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str, tls: str | None
@@ -225,7 +206,7 @@ async def test_zookeeper_gives_up_on_a_member_that_never_answers_the_handshake(
         cluster_factory, ClusterSpec(redis=0, zookeeper_tls=tls, zookeeper=True)
     )
     host, port = cluster.zookeeper.rsplit(":", 1)
-    silent = SilentMember()
+    silent = Listener()
     server = await asyncio.start_server(silent.serve, "127.0.0.1", 0)
     silent_port = server.sockets[0].getsockname()[1]
     async with server, DelayProxy(host, int(port)) as proxy:
@@ -351,6 +332,22 @@ async def all_give_up_in_time(source: TokenSource, resource: str, count: int, wi
     assert all(isinstance(outcome, TokenSourceError) for outcome in outcomes)
 
 
+async def draws_give_up_while_paused(
+    cluster: LocalCluster, node: str, source: PostgresTokens | ZooKeeperTokens, resource: str, per_round: int
+) -> None:
+    """With `node` paused, QUEUED rounds of `per_round` draws at timeout 2 s each give up in time; once
+    it resumes, the source draws again, above its token from before."""
+    first = await source.next_token(resource)
+    source.timeout = 2.0
+    await asyncio.to_thread(cluster.pause, node)
+    try:
+        await all_give_up_in_time(source, resource, QUEUED * per_round, within=8.0)
+    finally:
+        await asyncio.to_thread(cluster.resume, node)
+    source.timeout = 60.0
+    assert await source.next_token(resource) > first
+
+
 async def test_a_postgres_draw_waits_its_timeout_not_one_per_statement_queued_before_it(
     cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
 ) -> None:
@@ -359,15 +356,7 @@ async def test_a_postgres_draw_waits_its_timeout_not_one_per_statement_queued_be
     (2 + 2 + 8 * 2 s here)."""
     cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, postgres=True))
     async with PostgresTokens(cluster.postgres_dsn, timeout=60.0) as source:
-        first = await source.next_token(resource)
-        source.timeout = 2.0
-        await asyncio.to_thread(cluster.pause, "postgres-0")
-        try:
-            await all_give_up_in_time(source, resource, QUEUED * postgres_tokens.MAX_BATCH, within=8.0)
-        finally:
-            await asyncio.to_thread(cluster.resume, "postgres-0")
-        source.timeout = 60.0
-        assert await source.next_token(resource) > first
+        await draws_give_up_while_paused(cluster, "postgres-0", source, resource, postgres_tokens.MAX_BATCH)
 
 
 async def test_a_zookeeper_draw_waits_its_timeout_not_one_per_multi_queued_before_it(
@@ -378,22 +367,14 @@ async def test_a_zookeeper_draw_waits_its_timeout_not_one_per_multi_queued_befor
     all (8 * 2 s here)."""
     cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, zookeeper=True))
     async with ZooKeeperTokens(cluster.zookeeper, timeout=60.0, connect_timeout=1.0) as source:
-        first = await source.next_token(resource)
-        source.timeout = 2.0
-        await asyncio.to_thread(cluster.pause, "zookeeper-0")
-        try:
-            await all_give_up_in_time(source, resource, QUEUED * zookeeper_tokens.IN_FLIGHT, within=8.0)
-        finally:
-            await asyncio.to_thread(cluster.resume, "zookeeper-0")
-        source.timeout = 60.0
-        assert await source.next_token(resource) > first
+        await draws_give_up_while_paused(cluster, "zookeeper-0", source, resource, zookeeper_tokens.IN_FLIGHT)
 
 
 async def test_zookeeper_bounds_wait_their_timeout_not_one_per_read_queued_before_them(
     cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
 ) -> None:
     """Each read runs on one of the source's 16 threads and retries for the whole timeout on a paused
-    server, so the 97th of 96 reads at once waited six rounds of them (6 * 2 s here)."""
+    server, so the last of 96 reads at once waited six rounds of them (6 * 2 s here)."""
     cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, zookeeper=True))
     async with ZooKeeperTokens(cluster.zookeeper, timeout=60.0, connect_timeout=1.0) as source:
         first = await source.next_token(resource)
