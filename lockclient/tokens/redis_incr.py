@@ -11,20 +11,24 @@ and logs a warning every time it is built.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from lockclient.errors import ConfigurationError
-from lockclient.tokens._base import ClosingSource, check_resource, map_errors
+from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors
 
 __all__ = ["RedisIncrTokens"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KEY_PREFIX = "fencegate:tokens:"
+DEFAULT_TIMEOUT = 5.0  # seconds for one token or one read, connecting included; then TokenSourceError
 UNSAFE_FLAGS = {"unsafe"}
 FIX = "check that the Redis node is reachable (and remember this source is unsafe)"
 REFUSAL = (
@@ -46,7 +50,16 @@ def strip_unsafe_flag(url: str) -> tuple[str, bool]:
 class RedisIncrTokens(ClosingSource):
     """UNSAFE per-resource `INCR` counters on one Redis node; see the module docstring."""
 
-    def __init__(self, url: str, *, unsafe: bool = False, key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        unsafe: bool = False,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        """`timeout` bounds each call: redis-py's sockets wait without end on a node that never answers."""
+        check_seconds(timeout=timeout)
         url, flagged = strip_unsafe_flag(url)
         if not (unsafe or flagged):
             raise ConfigurationError(REFUSAL)
@@ -57,15 +70,21 @@ class RedisIncrTokens(ClosingSource):
         )
         self.url = url
         self.key_prefix = key_prefix
+        self.timeout = timeout
         self._client: Redis = Redis.from_url(url)
 
+    async def _within(self, doing: str, call: Awaitable[Any]) -> Any:
+        with map_errors("redis-incr", f"{doing} within {self.timeout:g} s", RedisError, OSError, fix=FIX):
+            async with asyncio.timeout(self.timeout):
+                return await call
+
     async def next_token(self, resource: str) -> int:
-        with map_errors("redis-incr", "issue a token", RedisError, OSError, fix=FIX):
-            return int(await self._client.incr(self.key_prefix + check_resource(resource)))
+        key = self.key_prefix + check_resource(resource)
+        return int(await self._within("issue a token", self._client.incr(key)))
 
     async def upper_bound(self, resource: str) -> int:
-        with map_errors("redis-incr", "read the highest token", RedisError, OSError, fix=FIX):
-            value = await self._client.get(self.key_prefix + check_resource(resource))
+        key = self.key_prefix + check_resource(resource)
+        value = await self._within("read the highest token", self._client.get(key))
         return 0 if value is None else int(value)
 
     async def aclose(self) -> None:

@@ -370,6 +370,29 @@ async def test_a_zookeeper_draw_waits_its_timeout_not_one_per_multi_queued_befor
         await draws_give_up_while_paused(cluster, "zookeeper-0", source, resource, zookeeper_tokens.IN_FLIGHT)
 
 
+async def test_redis_incr_draws_and_reads_give_up_at_their_timeout_on_a_paused_node(
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+) -> None:
+    """A draw and a read of the bound answer by the source's `timeout`, not by redis-py's socket
+    timeout: 5 s in redis-py 8, none before it (>= 5.0 is supported), so they waited until the node
+    answered again."""
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=1))
+    async with RedisIncrTokens(cluster.redis_urls[0], unsafe=True, timeout=60.0) as source:
+        first = await source.next_token(resource)
+        source.timeout = 1.0
+        await asyncio.to_thread(cluster.pause, "redis-0")
+        try:
+            await all_give_up_in_time(source, resource, 8, within=3.0)
+            with pytest.raises(TokenSourceError, match="within 1 s"):
+                async with asyncio.timeout(3.0):
+                    await source.upper_bound(resource)
+        finally:
+            await asyncio.to_thread(cluster.resume, "redis-0")
+        source.timeout = 60.0
+        assert await source.next_token(resource) > first
+        assert await source.upper_bound(resource) > first
+
+
 async def test_zookeeper_bounds_wait_their_timeout_not_one_per_read_queued_before_them(
     cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
 ) -> None:
