@@ -52,7 +52,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -101,6 +101,7 @@ TLS_FIX = "check ca, certfile and keyfile against the server's secure client por
 FLAGS = ("use_ssl", "verify_certs", "check_hostname")
 FILES = ("ca", "certfile", "keyfile", "keyfile_password")
 
+log = logging.getLogger(__name__)
 KAZOO_LOG = logging.getLogger(__name__ + ".kazoo")
 if KAZOO_LOG.level == logging.NOTSET:  # an application that set a level keeps it
     KAZOO_LOG.setLevel(logging.ERROR)
@@ -227,14 +228,19 @@ class ZooKeeperTokens(ClosingSource):
         self._batch = Batcher(self._issue, max_batch=MAX_BATCH, in_flight=IN_FLIGHT, distinct=True)
         self._client: Any = None  # KazooClient once started (kazoo is untyped)
         self._start_lock = asyncio.Lock()
-        self._revive_lock = threading.Lock()  # kazoo calls run on worker threads
+        # kazoo's start, stop and close run on worker threads; one at a time, so a client is never
+        # closed while another thread starts it (it would run on, or leak its sockets when dropped)
+        self._lifecycle = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None  # made on first use, again after aclose
+
+    def _workers(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="fencegate-zookeeper")
+        return self._pool
 
     async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking kazoo call on this source's pool."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="fencegate-zookeeper")
-        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
+        return await asyncio.get_running_loop().run_in_executor(self._workers(), functools.partial(fn, *args))
 
     async def _started(self) -> Any:
         async with self._start_lock:
@@ -249,10 +255,9 @@ class ZooKeeperTokens(ClosingSource):
                     use_ssl=self.use_ssl,
                 )
                 try:
-                    await self._blocking(client.start, self.connect_timeout)
+                    await self._blocking(self._start, client)
                 except BaseException as exc:
-                    await self._blocking(client.stop)
-                    await self._blocking(client.close)
+                    self._dispose_soon(client)
                     if isinstance(exc, KazooTimeoutError):
                         raise self._tls_failed() or TokenSourceError(
                             f"zookeeper token source could not connect to {self.hosts} within "
@@ -287,10 +292,29 @@ class ZooKeeperTokens(ClosingSource):
         result: T = retry(attempt)
         return result
 
+    def _start(self, client: KazooClient) -> None:
+        with self._lifecycle:
+            client.start(self.connect_timeout)
+
+    def _dispose(self, client: KazooClient) -> None:
+        """Stop and close `client`: its session, its thread and its wake-up socket pair."""
+        with self._lifecycle:
+            try:
+                client.stop()
+                client.close()
+            except Exception:  # the client is dropped either way; say so
+                log.warning("a ZooKeeper client did not close cleanly", exc_info=True)
+
+    def _dispose_soon(self, client: KazooClient) -> Future[None]:
+        """`_dispose` on a worker thread, where no cancel stops it: a caller that gives up (its
+        deadline, a second cancel) cannot leave the client started or unclosed. A start in progress
+        ends first."""
+        return self._workers().submit(self._dispose, client)
+
     def _revive(self, client: KazooClient) -> None:
         """kazoo's connection loop can give up during a long outage (a slow restart after the session
         expired), leaving the client closed for good; start it again, once, whichever thread sees it."""
-        with self._revive_lock:
+        with self._lifecycle:
             if client.client_state == KeeperState.CLOSED and self._client is client:
                 client.stop()
                 try:
@@ -372,10 +396,10 @@ class ZooKeeperTokens(ClosingSource):
 
     async def aclose(self) -> None:
         await self._batch.aclose()
-        client, self._client = self._client, None
+        async with self._start_lock:  # a start in progress ends first (connect_timeout at most)
+            client, self._client = self._client, None
         if client is not None:
-            await self._blocking(client.stop)
-            await self._blocking(client.close)
+            await asyncio.shield(asyncio.wrap_future(self._dispose_soon(client)))
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
+import gc
+import os
 import sqlite3
 import uuid
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -222,6 +226,44 @@ async def test_zookeeper_gives_up_on_a_member_that_never_answers_the_handshake(
                 lambda: silent.closed >= 1, within=20.0, what="the source giving up on the silent member"
             )
             assert await source.next_token(resource) > first
+
+
+def _open_sockets() -> int:
+    """Sockets this process has open (a socket pair counts two)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed since it was listed
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return count
+
+
+async def test_a_zookeeper_client_is_closed_when_its_caller_gives_up_twice_while_it_connects(
+    resource: str,
+) -> None:
+    """A read that gave up while the source connected (its deadline), then again while the half-started
+    client was being stopped (the gateway's guard, then its shutdown), left the client stopped and
+    never closed: its wake-up socket pair stayed open until the collector found it."""
+    silent = Listener()
+    server = await asyncio.start_server(silent.serve, "127.0.0.1", 0)
+    async with server:
+        before = _open_sockets()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", ResourceWarning)
+            port = server.sockets[0].getsockname()[1]
+            source = ZooKeeperTokens(f"127.0.0.1:{port}", timeout=60.0, connect_timeout=1.0)
+            read = asyncio.create_task(source.upper_bound(resource))
+            await eventually(lambda: silent.accepted >= 1, what="the source connecting")
+            read.cancel()
+            await asyncio.sleep(0)  # one step: the read leaves kazoo's start and begins to clean up
+            read.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await read
+            await source.aclose()
+            await eventually(
+                lambda: _open_sockets() == before, within=15.0, what="the client's sockets closing"
+            )
+            gc.collect()
+        assert [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)] == []
 
 
 async def test_postgres_refuses_a_cached_sequence(pg_dsn: str, resource: str) -> None:
