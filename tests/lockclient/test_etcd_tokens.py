@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from urllib.parse import urlsplit
 
 import pytest
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from fencegate.lab.faults.proxy import DelayProxy
 from lockclient import ConfigurationError, EtcdTokens, TokenSourceError, open_token_source
-from lockclient.tokens.etcd import IN_FLIGHT
+from lockclient.tokens.etcd import IN_FLIGHT, url_options
 from tests.lockclient.silent import Listener
 from tests.waiting import eventually
 
@@ -138,18 +139,22 @@ async def drawing(source: EtcdTokens, resource: str) -> AsyncIterator[None]:
             await task
 
 
+@pytest.mark.parametrize("tls", [None, "mutual"])
 async def test_a_member_that_accepts_and_never_answers_is_left_after_request_timeout(
-    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str
+    cluster_factory: Callable[[ClusterSpec], LocalCluster], resource: str, tls: str | None
 ) -> None:
     """gRPC waits 20 s for a connection's handshake whatever the call's deadline: a member that
-    accepted and did not answer was not asked again for that long after it was back."""
-    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, etcd=1))
-    host, port = cluster.etcd.removeprefix("etcd://").rsplit(":", 1)
+    accepted and did not answer was not asked again for that long after it was back (over TLS, the
+    silent member never answers the TLS handshake either)."""
+    cluster = await asyncio.to_thread(cluster_factory, ClusterSpec(redis=0, etcd=1, etcd_tls=tls))
+    url = urlsplit(cluster.etcd)
+    host, port = url.netloc.rsplit(":", 1)
     silent = Listener()
     server = await asyncio.start_server(silent.serve, "127.0.0.1", 0)
     async with server, DelayProxy(host, int(port)) as proxy:
         hosts = f"127.0.0.1:{proxy.port}"
-        async with EtcdTokens(hosts, timeout=FAULT_TIMEOUT, request_timeout=1.0) as source:
+        settings = url_options(url.query)
+        async with EtcdTokens(hosts, timeout=FAULT_TIMEOUT, request_timeout=1.0, **settings) as source:
             first = await source.next_token(resource)
             source.timeout = 1.0
             async with drawing(source, resource):
