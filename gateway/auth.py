@@ -18,6 +18,10 @@ certificate.
 
 "write" is needed by everything that can move a mark: PUT, DELETE and a
 fenced GET. "read" covers plain reads, listing and `/v1/fences`.
+
+The prefixes also bound what a key sees: an answer names a resource only if
+`ApiKey.allows` it (`gateway.views`), so the resource a key in scope belongs
+to stays unnamed when it lies outside (docs/security.md, "What a key sees").
 """
 
 from __future__ import annotations

@@ -8,13 +8,16 @@ GatewayServerError
       ├── Unauthorized             401 unauthorized: no or unknown API key
       ├── Forbidden                403 forbidden: the key is not scoped to this resource or key
       ├── NotFound                 404 not_found
+      ├── HiddenBinding            409 resource_mismatch: the key belongs to a resource outside the
+      │                            caller's scope, which the answer does not name
       ├── PayloadTooLarge          413 payload_too_large
       ├── TokenFromTheFuture       422 token_from_the_future: above the source's upper bound
       ├── RequestTimeout           408 body_timeout: the client sent its body too slowly
       ├── TokenRequired            428 token_required: a write without Fencing-Token
       ├── TooManyRequests          429 too_many_requests: the client has too many requests in flight
       ├── NotSupported             501 not_supported: not available in this mode
-      ├── UpstreamFailed           502 upstream_failed: the upstream answered an error
+      ├── UpstreamFailed           502 upstream_failed: the upstream answered an error, or a token
+      │                            the gateway would not accept from a client
       ├── Unavailable              503: storage, token source or upstream unreachable, or the
       │                            source went back below a mark (token_source_regressed)
       └── UpstreamTimeout          504 upstream_timeout: the upstream did not answer in time
@@ -88,6 +91,13 @@ class Unauthorized(Refusal):
 
 class Forbidden(Refusal):
     status, default_code = 403, "forbidden"
+
+
+class HiddenBinding(Refusal):
+    """The key belongs to another resource, one the caller's API key does not cover: the answer has the
+    shape of `storage.ResourceMismatch`'s (docs/security.md) with `object_resource` null."""
+
+    status, default_code = 409, "resource_mismatch"
 
 
 class NotFound(Refusal):

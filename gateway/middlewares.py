@@ -53,7 +53,8 @@ SERVER_ERROR_DETAILS = {
     "token_source_regressed": "the token source's bound for this resource is below its mark: the source "
     "went back (restored or reset) and must be moved past the mark; nothing was written",
     "upstream_unavailable": "the upstream is unreachable; the request was not applied, retry",
-    "upstream_failed": "the upstream answered an error; see the gateway log under request_id",
+    "upstream_failed": "the upstream answered an error, or an answer the gateway cannot pass on (such as a "
+    "malformed Fencing-Token); see the gateway log under request_id",
     "upstream_timeout": "the upstream did not answer in time; the outcome is unknown",
     "shutting_down": "the gateway is shutting down and admits no new requests; nothing was written, "
     "retry on another gateway",

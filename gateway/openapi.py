@@ -28,6 +28,7 @@ from storage.models import MAX_KEY_LENGTH, MAX_RESOURCE_LENGTH
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _META = {"$ref": "#/components/schemas/ObjectMeta"}
+_LISTED = {"$ref": "#/components/schemas/ListedObject"}
 _JSON = "application/json"
 
 # What each error status means; the `error` codes are those of docs/gateway.md.
@@ -41,7 +42,7 @@ _STATUS_TEXT = {
     408: "the body arrived too slowly (body_timeout); nothing changed",
     409: "token below the resource's mark (stale_token; body has resource, token, highest), or the key "
     "belongs to another resource than the one named (resource_mismatch; body has key, resource, "
-    "object_resource); nothing changed",
+    "object_resource, null if the caller's API key does not cover it); nothing changed",
     413: "body over the gateway's --max-body (payload_too_large); nothing changed",
     422: "token above what the token source has issued (token_from_the_future; body has resource, token, "
     "bound), or an Idempotency-Key that stands for another request (idempotency_key_reused)",
@@ -49,7 +50,8 @@ _STATUS_TEXT = {
     429: "the client has --max-client-requests in flight (too_many_requests); see Retry-After",
     500: "a failure nobody foresaw (internal_error): the detail is in the gateway log under request_id",
     501: "not available in proxy mode (not_supported): listing, Idempotency-Key",
-    502: "proxy mode: the upstream answered an error (upstream_failed)",
+    502: "proxy mode: the upstream answered an error, or a GET with a Fencing-Token that is not one token "
+    "in the range above (upstream_failed)",
     503: "nothing acknowledged (storage_unavailable, request_timeout: the outcome is unknown; "
     "token_source_unavailable, token_source_regressed, upstream_unavailable, shutting_down)",
     504: "proxy mode: the upstream did not answer in time (upstream_timeout); the outcome is unknown",
@@ -63,7 +65,11 @@ _HEADERS = {
         "description": "the token that wrote the object (absent in proxy mode if the upstream does not say)",
         "schema": {"type": "string", "pattern": f"^(?:{TOKEN_PATTERN})$"},
     },
-    "Fencing-Resource": {"description": "the resource whose mark fenced the request", "schema": {}},
+    "Fencing-Resource": {
+        "description": "the resource whose mark fenced the request (a plain read: the one the key belongs "
+        "to; absent if the caller's API key does not cover that resource)",
+        "schema": {},
+    },
     "ETag": {
         "description": "the SHA-256 of the bytes, quoted",
         "schema": {"type": "string", "pattern": '^"[0-9a-f]{64}"$'},
@@ -146,6 +152,21 @@ _PRINTABLE = {"type": "string", "maxLength": MAX_KEY_LENGTH, "pattern": f"^{PRIN
 _FENCED = (400, 401, 403, 409, 422, 429, 500, 502, 503, 504)
 
 
+def _object_meta(resource: dict[str, Any]) -> dict[str, Any]:
+    """An object as an answer describes it; a listing may not name its resource (`ListedObject`)."""
+    return {
+        "type": "object",
+        "required": ["key", "resource", "token", "version", "size"],
+        "properties": {
+            "key": {"type": "string"},
+            "resource": resource,
+            "token": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_TOKEN},
+            "version": {"type": ["integer", "null"], "minimum": 1},
+            "size": {"type": "integer", "minimum": 0},
+        },
+    }
+
+
 @functools.cache
 def document(*, max_body: int) -> dict[str, Any]:
     """The document served by a gateway whose body limit is `max_body` bytes."""
@@ -189,7 +210,11 @@ def document(*, max_body: int) -> dict[str, Any]:
                         "detail": {"type": "string"},
                         "request_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
                         "resource": {"type": "string"},
-                        "object_resource": {"type": "string"},
+                        "object_resource": {
+                            "type": ["string", "null"],
+                            "description": "the resource the key belongs to; null if the caller's API key "
+                            "does not cover it",
+                        },
                         "key": {"type": "string"},
                         "token": {"type": "integer"},
                         "highest": {"type": "integer"},
@@ -201,17 +226,14 @@ def document(*, max_body: int) -> dict[str, Any]:
                         "upstream_status": {"type": "string"},
                     },
                 },
-                "ObjectMeta": {
-                    "type": "object",
-                    "required": ["key", "resource", "token", "version", "size"],
-                    "properties": {
-                        "key": {"type": "string"},
-                        "resource": {"type": "string"},
-                        "token": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_TOKEN},
-                        "version": {"type": ["integer", "null"], "minimum": 1},
-                        "size": {"type": "integer", "minimum": 0},
-                    },
-                },
+                "ObjectMeta": _object_meta({"type": "string"}),
+                "ListedObject": _object_meta(
+                    {
+                        "type": ["string", "null"],
+                        "description": "the resource the key belongs to; null if the caller's API key does "
+                        "not cover it",
+                    }
+                ),
             },
         },
         "security": [{}, {"apiKey": []}],
@@ -269,6 +291,8 @@ def document(*, max_body: int) -> dict[str, Any]:
                         {
                             "name": "limit",
                             "in": "query",
+                            "description": f"at most this many objects (default {MAX_LIST_LIMIT}): ASCII "
+                            "decimal digits, no sign, spaces or leading zeros",
                             "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIST_LIMIT},
                         },
                     ],
@@ -279,7 +303,7 @@ def document(*, max_body: int) -> dict[str, Any]:
                                 "required": ["prefix", "objects", "next"],
                                 "properties": {
                                     "prefix": {"type": "string"},
-                                    "objects": {"type": "array", "items": _META},
+                                    "objects": {"type": "array", "items": _LISTED},
                                     "next": {"type": ["string", "null"]},
                                 },
                             },

@@ -2,8 +2,12 @@
 
 Fencing-Token is a decimal integer in 1..2**63-1 (the signed 64-bit range of
 the BIGINT mark), written without sign, spaces or leading zeros, so one token
-has one spelling. Keys and resources are printable ASCII path-like names with
-no empty, `.` or `..` segment, so they mean the same to every store.
+has one spelling. Every integer the gateway reads from a client or an upstream
+(a token, a list `limit`) goes through `parse_decimal`, which takes ASCII digits
+only and bounds their number before converting: `str.isdigit()` and `int()`
+take any script's digits, and `int()` gives up past 4300 of them. Keys and
+resources are printable ASCII path-like names with no empty, `.` or `..`
+segment, so they mean the same to every store.
 
 Each header the gateway decides on (`Fencing-Token`, `Fencing-Resource`,
 `Idempotency-Key`, and `Authorization` in `gateway.clients`) has exactly one
@@ -51,7 +55,7 @@ def _at_most(bound: int) -> str:
     return "|".join([*shorter, *lowered, digits])
 
 
-TOKEN_PATTERN = _at_most(MAX_TOKEN)
+TOKEN_PATTERN = _at_most(MAX_TOKEN)  # what `parse_decimal(raw, low=1, high=MAX_TOKEN)` accepts
 # printable ASCII without space and comma (a comma separates list values in a header)
 IDEMPOTENCY_KEY_PATTERN = rf"[!-+\--~]{{1,{MAX_IDEMPOTENCY_KEY_LENGTH}}}"
 
@@ -72,7 +76,9 @@ PATH_KEY_PATTERN = _name_pattern("A-Za-z0-9_.~:@=+,-")
 # A resource named in a header has no comma (see above); one named by its key or path may.
 HEADER_RESOURCE_PATTERN = _name_pattern("A-Za-z0-9_.~:@=+%-")
 PRINTABLE_PATTERN = r"[ -~]*"  # list prefixes and cursors
-_TOKEN = re.compile(TOKEN_PATTERN)
+# `[0-9]`, not `\d` nor str.isdigit(): those take every script's digits (full-width, Arabic-Indic, ...;
+# isdigit() even superscripts, which int() then refuses).
+_DECIMAL = re.compile(r"0|[1-9][0-9]*")
 _TOKEN_RULE = f"is not a decimal integer in 1..{MAX_TOKEN} (no sign, spaces or leading zeros)"
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 _IDEMPOTENCY_KEY_RULE = (
@@ -80,6 +86,19 @@ _IDEMPOTENCY_KEY_RULE = (
     "a UUID is a good choice"
 )
 _NAME = re.compile(KEY_PATTERN)
+
+
+def parse_decimal(raw: str, *, low: int, high: int) -> int | None:
+    """The integer `raw` writes if it is one in `low..high` in ASCII decimal digits with no sign, spaces,
+    underscores or leading zeros; None otherwise (the caller words the refusal).
+
+    The one way the gateway reads an integer someone else sent. The length is checked before `int()`,
+    so a huge input costs nothing and never reaches `int()`'s 4300-digit limit (a ValueError, which
+    would be answered 500)."""
+    if len(raw) > len(str(high)) or _DECIMAL.fullmatch(raw) is None:
+        return None
+    value = int(raw)
+    return value if low <= value <= high else None
 
 
 def one_value(headers: CIMultiDictProxy[str], name: str) -> str | None:
@@ -117,15 +136,16 @@ def parse_token(raw: str | None, *, required: bool) -> int | None:
                 "its token"
             )
         return None
-    _check_header("Fencing-Token", raw, _TOKEN, _TOKEN_RULE)
-    return int(raw)
+    token = token_or_none(raw)
+    if token is None:
+        _not_a_list("Fencing-Token", raw)
+        raise BadRequest(f"Fencing-Token {raw[:40]!r} {_TOKEN_RULE}")
+    return token
 
 
 def token_or_none(raw: str | None) -> int | None:
-    """The token of a header if it is well formed, else None (for logs and the audit trail)."""
-    if raw is None or _TOKEN.fullmatch(raw) is None:
-        return None
-    return int(raw)
+    """The token of a header if it is well formed (as `TOKEN_PATTERN` states), else None."""
+    return None if raw is None else parse_decimal(raw, low=1, high=MAX_TOKEN)
 
 
 def parse_idempotency_key(raw: str | None) -> str | None:
@@ -177,11 +197,16 @@ def parse_fence_resource(raw: str) -> str:
 
 
 def parse_limit(raw: str | None) -> int:
+    """The `limit` of a listing: a decimal integer in 1..MAX_LIST_LIMIT, spelled as a token is."""
     if raw is None:
         return MAX_LIST_LIMIT
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST_LIMIT:
-        raise BadRequest(f"limit {raw[:20]!r} must be an integer in 1..{MAX_LIST_LIMIT}")
-    return int(raw)
+    limit = parse_decimal(raw, low=1, high=MAX_LIST_LIMIT)
+    if limit is None:
+        raise BadRequest(
+            f"limit {raw[:20]!r} must be a decimal integer in 1..{MAX_LIST_LIMIT} (ASCII digits, no sign, "
+            "spaces or leading zeros)"
+        )
+    return limit
 
 
 def parse_prefix(raw: str | None) -> str:

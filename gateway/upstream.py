@@ -13,9 +13,16 @@ a newer token's request; only a store that checks the token itself (the
 built-in one) is safe against that. Run one gateway per upstream in this mode:
 the per-resource lock is per process.
 
-An upstream failure is 502 (it answered an error), 503 (unreachable) or 504
-(no answer in time), never a success. The raised mark stays: the token was
-valid, and a mark never goes down.
+An upstream failure is 502 (it answered an error, or an answer the gateway
+cannot pass on), 503 (unreachable) or 504 (no answer in time), never a
+success. The raised mark stays: the token was valid, and a mark never goes
+down.
+
+A GET's `Fencing-Token` (the writer's token, as the upstream states it) is
+passed on only if the gateway would accept it from a client: one header, a
+decimal integer in 1..2**63-1 (`gateway.parsing.token_or_none`). Anything
+else is 502 `upstream_failed`, the value in the log only: a client must not
+take a token the gateway itself would refuse for one it vouches for.
 """
 
 from __future__ import annotations
@@ -26,8 +33,10 @@ from collections.abc import AsyncIterator, Sequence
 from urllib.parse import quote
 
 import aiohttp
+from multidict import CIMultiDict
 
 from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
+from gateway.parsing import MAX_TOKEN, token_or_none
 from storage.errors import ObjectNotFound
 from storage.fenced import digest_of
 from storage.protocols import Caller, FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
@@ -64,7 +73,7 @@ class ResourceLocks:
 
 
 class _Answer:
-    def __init__(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+    def __init__(self, status: int, body: bytes, headers: CIMultiDict[str]) -> None:
         self.status = status
         self.body = body
         self.headers = headers
@@ -79,13 +88,28 @@ def _no_idempotency(caller: Caller) -> None:
         )
 
 
-def _object_data(key: str, resource: str, answer: _Answer) -> ObjectData:
+def _written_by(key: str, answer: _Answer, *, upstream: str) -> int | None:
+    """The writer's token an upstream GET states, None if it states none; 502 unless it is one valid token."""
+    stated = answer.headers.getall("Fencing-Token", [])
+    if not stated:
+        return None
+    token = token_or_none(stated[0]) if len(stated) == 1 else None
+    if token is None:
+        shown = ", ".join(f"{value[:40]!r} ({len(value)} characters)" for value in stated[:3])
+        raise UpstreamFailed(
+            f"the upstream answered GET {key!r} with Fencing-Token {shown}: not one decimal integer in "
+            f"1..{MAX_TOKEN}; the gateway passes on no token it would refuse from a client",
+            fields={"upstream": upstream, "key": key},
+        )
+    return token
+
+
+def _object_data(key: str, resource: str, answer: _Answer, *, upstream: str) -> ObjectData:
     """An upstream GET's answer as the gateway returns it (the writer's token from its header)."""
-    written_by = answer.headers.get("Fencing-Token", "")
     meta = ObjectMeta(
         key=key,
         resource=resource,
-        token=int(written_by) if written_by.isdigit() else None,
+        token=_written_by(key, answer, upstream=upstream),
         version=None,
         size=len(answer.body),
         digest=digest_of(answer.body),
@@ -130,7 +154,7 @@ class UpstreamStore(ObjectStore):
         try:
             async with asyncio.timeout(self._timeout):
                 async with self._session.request(method, url, data=data, headers=headers) as resp:
-                    answer = _Answer(resp.status, await resp.read(), dict(resp.headers))
+                    answer = _Answer(resp.status, await resp.read(), resp.headers.copy())
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"no upstream answer to {method} {key!r} within {self._timeout}s; its outcome is unknown",
@@ -180,11 +204,12 @@ class UpstreamStore(ObjectStore):
                 exc.audited = True
                 raise
         if request.method == "GET":
-            return _object_data(key, resource, answer)
+            return _object_data(key, resource, answer, upstream=self._base)
         return ObjectMeta(key=key, resource=resource, token=token, version=None, size=0, digest=None)
 
     async def read(self, key: str, *, resource: str) -> ObjectData:
-        return _object_data(key, resource, await self._forward("GET", key, resource=resource, token=None))
+        answer = await self._forward("GET", key, resource=resource, token=None)
+        return _object_data(key, resource, answer, upstream=self._base)
 
     async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]:
         raise NotSupported("listing is not available in proxy mode: list on the upstream service itself")

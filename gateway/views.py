@@ -1,16 +1,32 @@
-"""Thin handlers: parse HTTP, ask the fencer, shape the answer. No decision lives here."""
+"""Thin handlers: parse HTTP, ask the fencer, shape the answer. No fencing decision lives here.
+
+What a caller may see is decided here, where its key is known: a resource name reaches a caller only
+if its API key's scope covers that name (docs/security.md, "What a key sees"). A key belongs to the
+resource its first write named, which may lie outside the scope of a caller whose scope covers the
+key: such a caller reads the bytes and lists the key, with no `Fencing-Resource` header and
+`resource: null`, and a request of its that names another resource is 409 `resource_mismatch` with
+`object_resource: null`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import hashlib
+from collections.abc import Iterator
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from gateway.auth import Access
-from gateway.errors import BadRequest, PayloadTooLarge, RequestTimeout, Unauthorized, Unavailable
+from gateway.errors import (
+    BadRequest,
+    HiddenBinding,
+    PayloadTooLarge,
+    RequestTimeout,
+    Unauthorized,
+    Unavailable,
+)
 from gateway.keys import AppKeys, RequestKeys
 from gateway.openapi import document
 from gateway.parsing import (
@@ -25,7 +41,7 @@ from gateway.parsing import (
     parse_token,
 )
 from gateway.readiness import check_token_source
-from storage.errors import StorageError
+from storage.errors import ResourceMismatch, StorageError
 from storage.fenced import digest_of
 from storage.protocols import Caller, ObjectMeta
 
@@ -45,6 +61,36 @@ def _authorize(request: web.Request, *names: str, access: Access) -> None:
             )
         key = api_keys.identify(header)
     api_keys.require(key, *names, access=access)
+
+
+def _shown(request: web.Request, resource: str) -> str | None:
+    """`resource` if the caller may see that name: its key's scope covers it (as if the caller had named
+    it itself), or the gateway is open; else None."""
+    if request.app[AppKeys.api_keys] is None:
+        return resource
+    key = request.get(RequestKeys.api_key)
+    return resource if key is not None and key.allows(resource) else None
+
+
+@contextlib.contextmanager
+def _binding_in_scope(request: web.Request) -> Iterator[None]:
+    """A `ResourceMismatch` as it is, if the caller may see the resource the key belongs to; else
+    `HiddenBinding`: the same answer without that resource's name."""
+    try:
+        yield
+    except ResourceMismatch as exc:
+        if _shown(request, exc.bound) is not None:
+            raise
+        api_key = request.get(RequestKeys.api_key)
+        name = "" if api_key is None else api_key.name
+        raise HiddenBinding(
+            f"key {exc.key!r} belongs to another resource than {exc.resource!r}, one outside the prefixes of "
+            f"API key {name!r}, so it is not named here: a key is fenced by the mark of its "
+            "own resource only and never moves to another one (not even after a delete); write it with a "
+            "key whose scope covers its resource, sending that resource's name and a token of its lock, or "
+            "ask the operator which resource it belongs to",
+            fields={"key": exc.key, "resource": exc.resource, "object_resource": None},
+        ) from exc
 
 
 def _caller(
@@ -100,8 +146,9 @@ async def _read_body(request: web.Request) -> bytes:
         raise BadRequest("the body could not be read as sent; nothing was written") from exc
 
 
-def _accepted_headers(meta: ObjectMeta) -> dict[str, str]:
-    headers = {"Fencing-Resource": meta.resource}
+def _accepted_headers(meta: ObjectMeta, *, resource: str | None) -> dict[str, str]:
+    """The headers of an answer about `meta`; `Fencing-Resource` only if the caller may see it."""
+    headers = {} if resource is None else {"Fencing-Resource": resource}
     if meta.token is not None:
         headers["Fencing-Token"] = str(meta.token)
     if meta.digest is not None:
@@ -109,10 +156,10 @@ def _accepted_headers(meta: ObjectMeta) -> dict[str, str]:
     return headers
 
 
-def _meta_body(meta: ObjectMeta) -> dict[str, object]:
+def _meta_body(meta: ObjectMeta, *, resource: str | None) -> dict[str, object]:
     return {
         "key": meta.key,
-        "resource": meta.resource,
+        "resource": resource,
         "token": meta.token,
         "version": meta.version,
         "size": meta.size,
@@ -135,19 +182,25 @@ async def put_object(request: web.Request) -> web.Response:
     content_type = parse_content_type(request.headers.get("Content-Type"))
     data = await _read_body(request)
     caller = _caller(request, key=key, resource=resource, token=token, data=data, content_type=content_type)
-    meta = await request.app[AppKeys.fencer].put(
-        key, data, resource=resource, token=token, caller=caller, content_type=content_type
-    )
+    with _binding_in_scope(request):
+        meta = await request.app[AppKeys.fencer].put(
+            key, data, resource=resource, token=token, caller=caller, content_type=content_type
+        )
+    shown = _shown(request, meta.resource)
     return web.json_response(
-        _meta_body(meta), status=201 if meta.created else 200, headers=_accepted_headers(meta)
+        _meta_body(meta, resource=shown),
+        status=201 if meta.created else 200,
+        headers=_accepted_headers(meta, resource=shown),
     )
 
 
 async def get_object(request: web.Request) -> web.Response:
     key, resource, token = _fenced_target(request, required=False)
     caller = _caller(request, key=key, resource=resource, token=token or 0)
-    found = await request.app[AppKeys.fencer].get(key, resource=resource, token=token, caller=caller)
-    headers = _accepted_headers(found.meta)
+    with _binding_in_scope(request):
+        found = await request.app[AppKeys.fencer].get(key, resource=resource, token=token, caller=caller)
+    # a plain read answers with the resource the key belongs to, which the caller did not name
+    headers = _accepted_headers(found.meta, resource=_shown(request, found.meta.resource))
     if found.meta.version is not None:
         headers["Object-Version"] = str(found.meta.version)
     headers["Content-Type"] = found.content_type  # as the writer sent it, parameters included
@@ -158,8 +211,12 @@ async def delete_object(request: web.Request) -> web.Response:
     key, resource, token = _fenced_target(request, required=True)
     assert token is not None
     caller = _caller(request, key=key, resource=resource, token=token)
-    meta = await request.app[AppKeys.fencer].delete(key, resource=resource, token=token, caller=caller)
-    return web.json_response(_meta_body(meta), headers=_accepted_headers(meta))
+    with _binding_in_scope(request):
+        meta = await request.app[AppKeys.fencer].delete(key, resource=resource, token=token, caller=caller)
+    shown = _shown(request, meta.resource)
+    return web.json_response(
+        _meta_body(meta, resource=shown), headers=_accepted_headers(meta, resource=shown)
+    )
 
 
 async def list_objects(request: web.Request) -> web.Response:
@@ -171,7 +228,7 @@ async def list_objects(request: web.Request) -> web.Response:
     return web.json_response(
         {
             "prefix": prefix,
-            "objects": [_meta_body(meta) for meta in found],
+            "objects": [_meta_body(meta, resource=_shown(request, meta.resource)) for meta in found],
             "next": found[-1].key if len(found) == limit else None,
         }
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -222,6 +223,27 @@ async def test_list_pages_by_prefix(client: AppClient) -> None:
     assert rest["next"] is None
     bad = await client.get("/v1/objects", params={"limit": "0"})
     assert (bad.status, (await bad.json())["error"]) == (400, "bad_request")
+
+
+# Python's str.isdigit() takes any script's digits (and '²', which int() then refuses), and int() gives
+# up past 4300 digits: each was read as a number or answered 500.
+@pytest.mark.parametrize(
+    "limit",
+    ["1" * 4301, "1" + "0" * 5000, "\uff11", "\u0661", "\u0967", "\u00b2", "+5", "-5", " 5", "5 ", "5_0",
+     "05", "0", "1001", ""],
+    ids=lambda raw: f"{len(raw)}-chars" if len(raw) > 20 else ascii(raw),
+)  # fmt: skip
+async def test_a_limit_that_is_not_ascii_digits_in_range_is_400(
+    client: AppClient, caplog: pytest.LogCaptureFixture, limit: str
+) -> None:
+    await put(client, "n/1", b"x", 1)
+    with caplog.at_level("WARNING", logger="gateway.refusals"):
+        resp = await client.get("/v1/objects", params={"prefix": "n/", "limit": limit})
+        body = await resp.json()
+    assert (resp.status, body["error"]) == (400, "bad_request"), body
+    assert "1..1000" in body["detail"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # a client's mistake, not a failure
+    assert (await client.get("/v1/objects", params={"prefix": "n/", "limit": "1000"})).status == 200
 
 
 async def test_fence_endpoint_reports_the_mark(client: AppClient) -> None:

@@ -95,6 +95,70 @@ async def test_read_only_key_may_read_and_list_but_not_write_or_fence_read(
     assert await fence.json() == {"resource": "doc/a", "highest": 3}  # no refused request moved it
 
 
+async def test_a_resource_outside_the_keys_scope_is_never_named_to_it(
+    make_client: MakeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The admin binds alice's key `a/x` to `zzz/secret-payroll`; alice's scope (`a/`) does not cover it.
+
+    She still learns that the key belongs to another resource (and what to do), and reads the bytes her
+    scope covers, but no answer names that resource: not a 409, not a header, not a listing."""
+    path = tmp_path / "keys.json"
+    admin = {"Authorization": f"Bearer {add_key(path, 'admin', '--prefix', '', capsys=capsys)}"}
+    alice = {"Authorization": f"Bearer {add_key(path, 'alice', '--prefix', 'a/', capsys=capsys)}"}
+    both = ("--prefix", "a/", "--prefix", "zzz/", "--read-only")
+    auditor = {"Authorization": f"Bearer {add_key(path, 'auditor', *both, capsys=capsys)}"}
+    client = await make_client(api_keys=path)
+    secret = "zzz/secret-payroll"
+    bound = await client.put(
+        "/v1/objects/a/x", data=b"v", headers={**admin, "Fencing-Token": "5", "Fencing-Resource": secret}
+    )
+    assert bound.status == 201
+    assert (
+        await client.put("/v1/objects/a/y", data=b"w", headers={**alice, "Fencing-Token": "3"})
+    ).status == 201
+
+    mine = {**alice, "Fencing-Token": "7", "Fencing-Resource": "a/mine"}
+    for method in ("PUT", "GET", "DELETE"):  # a write, a fenced read, a delete
+        refused = await client.request(
+            method, "/v1/objects/a/x", data=b"new" if method == "PUT" else None, headers=mine
+        )
+        text = await refused.text()
+        assert "zzz" not in text, text
+        assert "payroll" not in text, text
+        body = json.loads(text)
+        assert (refused.status, body["error"], body["key"], body["resource"], body["object_resource"]) == (
+            409, "resource_mismatch", "a/x", "a/mine", None)  # fmt: skip
+        assert "belongs to another resource" in body["detail"]
+        assert "ask the operator" in body["detail"]  # the fix
+    for method in ("GET", "HEAD"):
+        plain = await client.request(method, "/v1/objects/a/x", headers=alice)
+        assert plain.status == 200
+        assert "Fencing-Resource" not in plain.headers
+        assert not [v for v in plain.headers.values() if "zzz" in v]
+        assert await plain.read() == (b"v" if method == "GET" else b"")
+    listing = await client.get("/v1/objects", params={"prefix": "a/"}, headers=alice)
+    assert "zzz" not in await listing.text()
+    assert [(o["key"], o["resource"]) for o in (await listing.json())["objects"]] == [
+        ("a/x", None),
+        ("a/y", "a/y"),
+    ]
+    assert await (await client.get("/v1/fences/a/mine", headers=alice)).json() == {
+        "resource": "a/mine",
+        "highest": 0,
+    }
+
+    # A key whose scope covers the resource sees its name, read-only or not; the admin's does too.
+    for who in (auditor, admin):
+        assert (await client.get("/v1/objects/a/x", headers=who)).headers["Fencing-Resource"] == secret
+        listed = await (await client.get("/v1/objects", params={"prefix": "a/"}, headers=who)).json()
+        assert listed["objects"][0]["resource"] == secret
+    refused = await client.put(
+        "/v1/objects/a/x", data=b"n", headers={**admin, "Fencing-Token": "7", "Fencing-Resource": "a/mine"}
+    )
+    assert (refused.status, (await refused.json())["object_resource"]) == (409, secret)
+    assert await (await client.get("/v1/objects/a/x", headers=admin)).read() == b"v"  # nothing changed
+
+
 async def test_revoked_key_stops_working_on_a_running_gateway(
     make_client: MakeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

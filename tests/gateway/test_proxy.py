@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from multidict import CIMultiDict
 
 from gateway.config import SQLITE_FILE
+from gateway.middlewares import SERVER_ERROR_DETAILS
 from storage import open_engine, verify_audit
 from tests.gateway.conftest import AppClient, MakeClient
 
@@ -144,6 +146,64 @@ async def test_upstream_errors_are_never_success(
     up.behaviour = fail
     resp = await proxy.put("/v1/objects/e", data=b"x", headers={"Fencing-Token": "1"})
     assert (resp.status, (await resp.json())["error"]) == (status, code)
+
+
+def written_by(*values: str) -> Behaviour:
+    """An upstream that answers each GET with the stored bytes and these `Fencing-Token` headers."""
+
+    async def answer(request: web.Request) -> web.Response | None:
+        if request.method != "GET":
+            return None
+        return web.Response(body=b"v", headers=CIMultiDict(("Fencing-Token", value) for value in values))
+
+    return answer
+
+
+# What the gateway accepts from a client is what it passes on: a decimal integer in 1..2**63-1, without
+# sign, spaces or leading zeros, in one header. A superscript two and a full-width five pass
+# str.isdigit(); int() refuses the one and 5000 digits, and would read the other as 5.
+@pytest.mark.parametrize(
+    "values",
+    [("\u00b2",), ("7" * 5000,), (str(2**63),), ("9" * 20,), ("0",), ("-5",), ("\uff15",), ("05",), ("",),
+     ("5", "6")],
+    ids=lambda values: "+".join(f"{len(v)}-chars" if len(v) > 20 else ascii(v) for v in values),
+)  # fmt: skip
+async def test_a_malformed_token_from_the_upstream_is_502_and_never_passed_on(
+    proxy: AppClient,
+    upstream: tuple[Upstream, TestServer],
+    caplog: pytest.LogCaptureFixture,
+    values: tuple[str, ...],
+) -> None:
+    up, _ = upstream
+    assert (await proxy.put("/v1/objects/w/1", data=b"v", headers={"Fencing-Token": "5"})).status == 201
+    up.behaviour = written_by(*values)
+    for fencing in ({}, {"Fencing-Token": "6"}):  # a plain read, and a fenced one
+        caplog.clear()
+        with caplog.at_level("ERROR", logger="gateway.refusals"):
+            read = await proxy.get("/v1/objects/w/1", headers=fencing)
+            body = await read.json()
+        assert (read.status, body["error"]) == (502, "upstream_failed"), body
+        assert (
+            body["detail"] == SERVER_ERROR_DETAILS["upstream_failed"]
+        )  # the fixed text, nothing of the value
+        assert "Fencing-Token" not in read.headers
+        [logged] = [r.getMessage() for r in caplog.records]
+        assert "Fencing-Token" in logged  # the cause, under the id the client was given
+        assert body["request_id"] in logged
+
+
+async def test_a_token_the_upstream_states_in_range_is_passed_on(
+    proxy: AppClient, upstream: tuple[Upstream, TestServer]
+) -> None:
+    up, _ = upstream
+    assert (await proxy.put("/v1/objects/w/2", data=b"v", headers={"Fencing-Token": "5"})).status == 201
+    for token in ("1", str(2**63 - 1)):
+        up.behaviour = written_by(token)
+        read = await proxy.get("/v1/objects/w/2")
+        assert (read.status, read.headers["Fencing-Token"], await read.read()) == (200, token, b"v")
+    up.behaviour = written_by()  # an upstream that keeps no tokens: none is stated
+    read = await proxy.get("/v1/objects/w/2")
+    assert (read.status, "Fencing-Token" in read.headers) == (200, False)
 
 
 async def test_an_upstream_that_does_not_answer_is_504(
