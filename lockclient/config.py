@@ -24,11 +24,13 @@ __all__ = [
     "DEFAULT_TTL",
     "DEFAULT_UNREACHABLE",
     "DEFAULT_WATCHDOG_FRACTION",
+    "MAX_TTL",
     "CertReqs",
     "RedlockSettings",
     "RetryPolicy",
     "TLSSettings",
     "check_masters",
+    "check_resource",
     "check_ttl",
     "require_positive",
 ]
@@ -49,10 +51,21 @@ DEFAULT_KEY_PREFIX = "fencegate:lock:"
 # An unreachable majority is an outage, not contention: a blocking acquire gives up after this many
 # seconds of it (Redisson's defaults, 3 attempts 1.5 s apart, give up after about 4.5 s).
 DEFAULT_UNREACHABLE = 5.0
+# The longest TTL a lease (or an extension) may ask for: a year. A Redlock lease is meant to be short
+# (step 7's watchdog keeps a long job's lease), and past this a TTL is almost surely a unit mistake
+# (milliseconds given as seconds). It is far inside what Redis takes for PX and PEXPIRE (now + ttl in
+# milliseconds must fit in a signed 64-bit integer, about 292 million years): a larger TTL got an
+# error reply from every master, which looked like an outage and wasted a token per attempt.
+MAX_TTL = 365 * 24 * 3600.0
 
 
 def check_ttl(ttl: float, node_timeout: float) -> None:
     require_positive("ttl", ttl, "give the lease's time to live in seconds, e.g. 10.0")
+    if ttl > MAX_TTL:
+        raise ConfigurationError(
+            f"ttl ({ttl!r}s) is above the maximum of {MAX_TTL:g}s (a year): give the lease's time to live "
+            "in seconds (not milliseconds), and keep a long job's lease with auto_extend=True"
+        )
     if node_timeout >= ttl:
         raise ConfigurationError(
             f"node_timeout ({node_timeout}s) must be much smaller than ttl ({ttl}s): "
@@ -67,6 +80,17 @@ def check_masters(masters: Sequence[str]) -> None:
         raise ConfigurationError(
             "masters lists a node twice: a duplicate would count twice toward the quorum"
         )
+
+
+def check_resource(resource: object) -> str:
+    """`resource` if it is a non-empty `str`; else `ConfigurationError`, before anything is drawn or sent
+    (an `int` or `bytes` name would otherwise get a token, or a key, of its own)."""
+    if not isinstance(resource, str) or not resource:
+        raise ConfigurationError(
+            f"resource must be a non-empty string, got {resource!r} ({type(resource).__name__}): "
+            "name the lock with a str, e.g. 'invoices'"
+        )
+    return resource
 
 
 def require_positive(name: str, value: float, fix: str) -> None:
@@ -100,7 +124,10 @@ class RetryPolicy:
     unreachable: float = DEFAULT_UNREACHABLE
 
     def __post_init__(self) -> None:
-        if self.attempts is not None and self.attempts < 1:
+        attempts: object = self.attempts  # an int, not a bool or a float: 1.5 attempts mean nothing
+        if attempts is not None and (
+            isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1
+        ):
             raise ConfigurationError(
                 f"RetryPolicy.attempts must be an int >= 1 or None, got {self.attempts!r}: "
                 "use 1 to try once, None to retry until the timeout"

@@ -147,11 +147,14 @@ class StaleToken(GatewayError):
 class ResourceMismatch(GatewayError):
     """409: the key belongs to `object_resource` and the request named `resource`; nothing changed.
 
+    `object_resource` is None when the gateway does not name it: it lies
+    outside the scope of the caller's API key (docs/security.md).
+
     A key is fenced by the mark of the resource it was first written under, for
     good: send that resource's lease.
     """
 
-    def __init__(self, message: str, *, key: str, resource: str, object_resource: str) -> None:
+    def __init__(self, message: str, *, key: str, resource: str, object_resource: str | None) -> None:
         super().__init__(message, status=409, code="resource_mismatch")
         self.key = key
         self.resource = resource

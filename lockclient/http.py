@@ -16,6 +16,12 @@ outcome is unknown, never that the write happened. Every write carries an
 is sent again with the same key a few times (`GatewayRetry`): the gateway
 applies it once and answers the first outcome to every retry. When the
 retries run out, `OutcomeUnknown` carries the key for a later retry.
+
+A key (or a resource in a path) is sent exactly as named: percent-encoded
+once, in a URL marked as encoded so nothing normalises it on the way out. A
+key with a `.` or `..` segment is refused (`ConfigurationError`, nothing
+sent): a URL resolves such segments, so `a/x/../b` would reach `a/b`, another
+object; the gateway refuses those keys too.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import json
 import math
 import os
 import random
+import re
 import ssl
 import uuid
 from collections.abc import Mapping
@@ -34,6 +41,7 @@ from typing import Any, TypedDict, Unpack
 from urllib.parse import quote, urlsplit
 
 import aiohttp
+from yarl import URL
 
 from lockclient._tls import client_context, explain
 from lockclient.errors import (
@@ -148,9 +156,14 @@ class FetchedObject:
     etag: str | None
 
 
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")  # ASCII digits, no sign or leading zeros, below 10**19
+
+
 def _int_header(headers: Mapping[str, str], name: str) -> int | None:
+    """A count or token the gateway sent, None if absent or not plain ASCII decimal: `str.isdigit()`
+    takes every script's digits (and superscripts, which `int()` then refuses)."""
     value = headers.get(name, "")
-    return int(value) if value.isdigit() else None
+    return int(value) if _DECIMAL.fullmatch(value) else None
 
 
 def _info(body: Mapping[str, Any], *, etag: str | None = None, created: bool = False) -> ObjectInfo:
@@ -205,6 +218,7 @@ class GatewayClient:
             else ""
         )
         self._base = base_url.rstrip("/")
+        self._origin = str(URL(self._base))  # percent-encoded: each request's path is appended as it is
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session = session
         self._owns_session = session is None
@@ -250,8 +264,11 @@ class GatewayClient:
             connector = aiohttp.TCPConnector(ssl=self._tls) if self._tls is not None else None
             self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         try:
+            # `encoded=True`: the path is already percent-encoded (`_in_path`); yarl would otherwise
+            # requote it and resolve dot segments, sending a request for another name than the caller's
+            url = URL(self._origin + path, encoded=True)
             async with self._session.request(
-                method, self._base + path, headers={**self._headers, **(headers or {})}, **kwargs
+                method, url, headers={**self._headers, **(headers or {})}, **kwargs
             ) as resp:
                 body = await resp.read()
                 status, resp_headers = resp.status, resp.headers
@@ -362,7 +379,7 @@ class GatewayClient:
             )
         if status == 429:
             wait = headers.get("Retry-After", "")
-            retry_after = float(wait) if wait.isdigit() else None
+            retry_after = None if _DECIMAL.fullmatch(wait) is None else float(wait)
             return TooManyRequests(message, status=status, code=code, retry_after=retry_after)
         if status >= 500 and status != 501:
             return OutcomeUnknown(f"{message}; the outcome is unknown", status=status, code=code)
@@ -371,7 +388,7 @@ class GatewayClient:
 
     @staticmethod
     def _object_path(key: str) -> str:
-        return "/v1/objects/" + quote(key, safe="/")
+        return "/v1/objects/" + _in_path("key", key)
 
     async def put(self, key: str, data: bytes, **options: Unpack[WriteOptions]) -> ObjectInfo:
         """Store `data` under `key`, fenced by the lease's token.
@@ -391,10 +408,9 @@ class GatewayClient:
         one has raised the mark all the same.
         """
         check_options(fencing, where="get", known=Fencing.__optional_keys__)
+        path = self._object_path(key)
         headers = self._fencing(key, fencing, required=False)
-        _, resp_headers, body = await self._request(
-            "GET", self._object_path(key), headers=headers, lease=fencing.get("lease")
-        )
+        _, resp_headers, body = await self._request("GET", path, headers=headers, lease=fencing.get("lease"))
         return FetchedObject(
             key=key,
             data=body,
@@ -416,11 +432,12 @@ class GatewayClient:
     ) -> tuple[int, Mapping[str, str], bytes]:
         """A fenced `PUT` or `DELETE` of `key`, sent with its Idempotency-Key."""
         check_options(options, where=method.lower(), known=WriteOptions.__optional_keys__)
+        path = self._object_path(key)
         headers = self._fencing(key, options, required=True)
         once = self._key(options.get("idempotency_key"))
         return await self._request(
             method,
-            self._object_path(key),
+            path,
             headers=headers | _idempotent(once),
             lease=options.get("lease"),
             idempotency_key=once,
@@ -441,7 +458,7 @@ class GatewayClient:
 
     async def fence(self, resource: str) -> int:
         """The resource's current high-water mark (0 if no token was ever accepted)."""
-        _, _, body = await self._request("GET", "/v1/fences/" + quote(resource, safe="/"))
+        _, _, body = await self._request("GET", "/v1/fences/" + _in_path("resource", resource))
         return int(json.loads(body)["highest"])
 
     def _key(self, given: str | None) -> str | None:
@@ -449,6 +466,23 @@ class GatewayClient:
         if given is not None or self._retry is None:
             return given
         return uuid.uuid4().hex
+
+
+def _in_path(what: str, name: object) -> str:
+    """`name` (a key or resource) percent-encoded for a URL path, every `/` kept as a separator.
+
+    Refused (`ConfigurationError`, nothing sent) unless a non-empty `str` without a `.` or `..`
+    segment: URLs resolve dot segments (RFC 3986), so `cl/x/../victim` would name `cl/victim`.
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"{what} must be a non-empty string, got {name!r}")
+    if any(segment in (".", "..") for segment in name.split("/")):
+        raise ConfigurationError(
+            f"{what} {name!r} has a '.' or '..' segment: in a URL it would name another object "
+            f"(dot segments are resolved), and the gateway refuses such names; give the {what} itself, "
+            "without them"
+        )
+    return quote(name, safe="/")
 
 
 def _idempotent(key: str | None) -> dict[str, str]:

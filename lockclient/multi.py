@@ -18,6 +18,7 @@ import math
 from collections.abc import AsyncIterator, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Generic, Protocol, Unpack
 
+from lockclient.config import check_resource
 from lockclient.errors import ConfigurationError, LockLost, LockNotAcquired
 from lockclient.lease import Lease, TokenT
 from lockclient.options import AcquireOptions, check_options
@@ -51,10 +52,12 @@ def canonical(resources: Iterable[str]) -> list[str]:
             f"lock_many takes a list of resource names, got the string {resources!r}: "
             f"write lock_many([{resources!r}]) or use lock()"
         )
-    names = sorted(set(resources))
-    if not names or not all(names):
-        raise ConfigurationError(f"lock_many needs one or more non-empty resource names, got {names!r}")
-    return names
+    given = list(resources)
+    if not given:
+        raise ConfigurationError("lock_many needs one or more non-empty resource names, got none")
+    for name in given:  # each checked before sorting (a mix of types would not sort) and before any is taken
+        check_resource(name)
+    return sorted(set(given))
 
 
 class MultiLease(Mapping[str, Lease[TokenT]], Generic[TokenT]):

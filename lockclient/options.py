@@ -44,7 +44,7 @@ class AcquireOptions(TypedDict, Generic[TokenT], total=False):
 
     ttl          seconds the lease lives [the Redlock's `ttl`]
     blocking     False tries once [True]
-    timeout      seconds to keep trying; None: no limit [None]
+    timeout      seconds to keep trying; None: no limit; 0: one attempt, as blocking=False [None]
     auto_extend  start the watchdog that renews the lease until it is released [False]
     on_lost      called once, on the event loop, when the lease is known lost [None]
     """

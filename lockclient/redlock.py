@@ -55,6 +55,7 @@ from lockclient.config import (
     RetryPolicy,
     TLSSettings,
     check_masters,
+    check_resource,
     check_ttl,
 )
 from lockclient.errors import (
@@ -177,16 +178,16 @@ class Redlock(Generic[TokenT]):
     ) -> Lease[TokenT]:
         """Take `resource` for `ttl` seconds; raise `LockNotAcquired` if no attempt got a quorum.
 
-        blocking=False tries once. Otherwise attempts repeat until `timeout`
-        seconds (None: no limit) or `retry.attempts` run out. `auto_extend`
+        blocking=False tries once, and so does timeout=0 (its token draw is
+        bounded by the source's own timeout, not by the zero). Otherwise
+        attempts repeat until `timeout` seconds (None: no limit; the token
+        draws included) or `retry.attempts` run out; an attempt never starts
+        once a wait has used up the timeout. `auto_extend`
         starts the watchdog; `owner` (default: the current task) is who may
         re-enter when the Redlock is `reentrant`. The options and their
         defaults are `AcquireOptions`'s; this is where the defaults apply.
         """
-        if self._closed:
-            raise ConfigurationError("this Redlock is closed: build a new one")
-        if not resource:
-            raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
+        self._check_open(resource)
         check_options(options, where="acquire")
         ttl = options.get("ttl")
         ttl = self.settings.ttl if ttl is None else ttl
@@ -196,6 +197,10 @@ class Redlock(Generic[TokenT]):
         check_ttl(ttl, self.settings.node_timeout)
         if timeout is not None and not timeout >= 0:
             raise ConfigurationError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
+        if timeout == 0:
+            # one attempt, as blocking=False: a deadline of "now" would leave the token draw no time
+            # at all, and a zero timeout with a token source could never succeed
+            blocking, timeout = False, None
         if owner is None:
             owner = asyncio.current_task()
         if self.settings.reentrant:
@@ -246,13 +251,11 @@ class Redlock(Generic[TokenT]):
                 outage_since = min(outage_since, drawn_at) if unreachable else math.inf
                 outages = outages + 1 if unreachable else 0
                 left = deadline - now
-                if unreachable and (
+                if (
                     not blocking or left <= 0 or attempts == retry.attempts
-                    or now - outage_since >= retry.unreachable
+                    or (unreachable and now - outage_since >= retry.unreachable)
                 ):  # fmt: skip
-                    raise self._unavailable(resource, result, began, attempts, now - outage_since)
-                if not blocking or left <= 0 or attempts == retry.attempts:
-                    raise self._not_acquired(resource, result, began, attempts)
+                    raise self._refusal(resource, result, began, attempts, outage_since)
                 held = result.tally.held_elsewhere()
                 self._events.retried(
                     resource, "unreachable" if unreachable else "held" if held else "split", result.failed
@@ -260,23 +263,21 @@ class Redlock(Generic[TokenT]):
                 if unreachable:  # nothing to wait for but the masters: back off, no subscription
                     budget = outage_since + retry.unreachable - now
                     await asyncio.sleep(max(0.0, min(retry.backoff(outages - 1), left, budget)))
-                    continue
-                if watch is None:
+                elif watch is None:
                     # Step 9: subscribe, then try again at once so a release before the
                     # subscription took effect is not missed.
                     # The wait for the masters' confirmation is part of the acquire's `timeout`: a
                     # master that accepts a connection and never answers confirms nothing.
                     watch = await self._notifier.watch(release_channel(self.key(resource)), within=left)
                     watch.own.add(value.encode())
-                    if deadline != math.inf and self._clock() >= deadline:
-                        raise self._not_acquired(resource, result, began, attempts)
-                    continue
-                pause = retry.poll if held else retry.backoff()
-                await watch.wait(min(pause, left))
-                if self._tokens is not None and self._clock() >= deadline:
-                    # the wait used up the timeout: no time is left to draw a token for another
-                    # attempt, so the answer is this attempt's, not a token source's timeout
-                    raise self._not_acquired(resource, result, began, attempts)
+                else:
+                    await watch.wait(min(retry.poll if held else retry.backoff(), left))
+                if deadline != math.inf and self._clock() >= deadline:
+                    # Every wait above (backoff, subscription, release message) is cut at the deadline.
+                    # One that reached it leaves no time for another attempt (nor for its token draw,
+                    # which would fail at once and blame a healthy source): the answer is the last
+                    # attempt's, an outage or contention as it was.
+                    raise self._refusal(resource, result, began, attempts, outage_since)
         finally:
             if watch is not None:
                 await self._notifier.unwatch(watch)
@@ -305,6 +306,15 @@ class Redlock(Generic[TokenT]):
             )
             self._events.unavailable(error, resource)
             raise error from exc
+
+    def _refusal(
+        self, resource: str, result: NotGranted, began: float, attempts: int, outage_since: float
+    ) -> LockNotAcquired:
+        """What the last attempt said, when no more attempts are made: `QuorumUnavailable` if no
+        quorum could answer it (an outage since `outage_since`), else `LockNotAcquired`."""
+        if result.tally.unreachable():
+            return self._unavailable(resource, result, began, attempts, self._clock() - outage_since)
+        return self._not_acquired(resource, result, began, attempts)
 
     def _not_acquired(
         self, resource: str, result: NotGranted, began: float, attempts: int
@@ -513,6 +523,7 @@ class Redlock(Generic[TokenT]):
         lease; for fenced writes, use `lock()` and pass the lease to the store.
         """
 
+        check_resource(resource)
         check_options(options, where="locked")
 
         def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -625,7 +636,8 @@ class Redlock(Generic[TokenT]):
         return leases
 
     def _check_open(self, resource: str) -> None:
+        """Refuse a call on a closed Redlock, or for a resource that is not a non-empty `str`: before
+        anything is drawn or sent."""
         if self._closed:
             raise ConfigurationError("this Redlock is closed: build a new one")
-        if not resource:
-            raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
+        check_resource(resource)

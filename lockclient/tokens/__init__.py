@@ -86,7 +86,12 @@ def open_token_source(url: str, *, allow_unsafe: bool = False) -> TokenSource:
     The Redis INCR source is refused unless the URL says `?unsafe=1` or
     `allow_unsafe=True`: it can go back after a restart, see `RedisIncrTokens`.
     """
-    scheme = urlsplit(url).scheme
+    try:
+        scheme = urlsplit(url).scheme
+    except ValueError as exc:  # e.g. an unclosed [IPv6 address]: not a URL at all
+        raise ConfigurationError(
+            f"token source URL cannot be parsed ({exc}): use one of {SUPPORTED}"
+        ) from exc
     if scheme == "sqlite":
         from lockclient.tokens.sqlite import SQLiteTokens
 

@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Any, Self
 from urllib.parse import parse_qsl
 
+from lockclient.config import check_resource  # one check for every entry point that takes a resource
 from lockclient.errors import ConfigurationError, MissingExtra, TokenSourceError
 
 __all__ = ["ClosingSource", "check_resource", "check_seconds", "map_errors", "missing_extra", "query_options"]
@@ -49,12 +50,6 @@ def query_options(
                 f"{name!r} is not {article} {scheme}:// URL parameter: use {names}{note}"
             )
     return options
-
-
-def check_resource(resource: str) -> str:
-    if not resource:
-        raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
-    return resource
 
 
 def check_seconds(**settings: float) -> None:

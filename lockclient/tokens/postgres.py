@@ -28,7 +28,7 @@ import asyncio
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from lockclient.errors import ConfigurationError
 from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors, missing_extra
@@ -37,7 +37,7 @@ from lockclient.tokens._batch import Batcher
 try:
     import asyncpg  # noqa: F401 (SQLAlchemy loads it by name; a missing one is reported here, with its extra)
     from sqlalchemy import TextClause, event, text
-    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+    from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
     from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
     from lockclient.postgres_tls import split_tls
@@ -54,14 +54,23 @@ CREATE_LOCK = 0x66656E6365736571
 SCHEMES = {"postgresql", "postgres", "postgresql+asyncpg"}
 IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 FIX = "check that PostgreSQL is reachable at the DSN and the role may create sequences"
+URL_FORM = "postgresql://user[:password]@host[:port]/database"
 
 
 def asyncpg_url(dsn: str) -> str:
     """`postgresql://...` (or `postgres://`) as SQLAlchemy's `postgresql+asyncpg://...`."""
-    parts = urlsplit(dsn)
-    if parts.scheme not in SCHEMES:
-        raise ConfigurationError(f"{dsn!r} is not a PostgreSQL URL: use postgresql://user@host:port/database")
-    return urlunsplit(parts._replace(scheme="postgresql+asyncpg"))
+    try:
+        parts = urlsplit(dsn)
+    except ValueError as exc:  # e.g. an unclosed [IPv6 address]
+        raise ConfigurationError(
+            f"the PostgreSQL URL cannot be parsed ({exc}): write it as {URL_FORM}"
+        ) from exc
+    if parts.scheme not in SCHEMES:  # the scheme only: the rest of a URL may hold a password
+        raise ConfigurationError(
+            f"a {parts.scheme or 'scheme-less'} URL is not a PostgreSQL URL: write it as {URL_FORM}"
+        )
+    # the scheme swapped on the text itself: urlunsplit drops the empty host of `postgresql:///db`
+    return "postgresql+asyncpg:" + dsn.split(":", 1)[1]
 
 
 class PostgresTokens(ClosingSource):
@@ -83,9 +92,15 @@ class PostgresTokens(ClosingSource):
         self.sequence = sequence
         self.timeout = timeout
         url, self.tls = split_tls(asyncpg_url(dsn))
-        self._engine: AsyncEngine = create_async_engine(
-            url, isolation_level="AUTOCOMMIT", pool_size=pool_size
-        )
+        try:
+            self._engine: AsyncEngine = create_async_engine(
+                url, isolation_level="AUTOCOMMIT", pool_size=pool_size
+            )
+        except (ArgumentError, ValueError) as exc:  # SQLAlchemy's URL parser: no host, a port not a number
+            # (its message never shows the URL, whose password must not reach a log either)
+            raise ConfigurationError(
+                f"the PostgreSQL URL cannot be used ({exc}): write it as {URL_FORM}"
+            ) from exc
         event.listen(self._engine.sync_engine, "do_connect", self.tls.do_connect)
         # the name passed IDENTIFIER above; identifiers cannot be bound parameters.
         # One value per draw of the batch; sorted by `_issue`, whatever order the rows come in.

@@ -18,6 +18,7 @@ from lockclient import (
     token_of,
 )
 from lockclient._quorum import drift
+from tests.lockclient._recorder import Recorder
 from tests.lockclient.conftest import StepClock, eventually, values
 
 ONCE = RetryPolicy(attempts=1)
@@ -211,6 +212,30 @@ async def test_a_contended_acquire_with_a_token_source_times_out_on_the_holder_n
     assert "token source" not in str(caught.value)
     assert set(caught.value.reasons) == set(urls)
     assert all(reason.startswith("refused") for reason in caught.value.reasons.values())
+
+
+async def test_timeout_zero_is_one_attempt_whose_draw_has_the_sources_own_timeout(
+    urls: list[str], resource: str, tmp_path: Path
+) -> None:
+    """A zero timeout left the token draw no time at all: with a source, it never succeeded. It is one
+    attempt, as blocking=False; a held lock refuses it on the masters' word, not the source's."""
+    tokens = tmp_path / "tokens.db"
+    recorder = Recorder()
+    async with (
+        Redlock(urls, tokens=SQLiteTokens(tokens), observer=recorder) as locker,
+        Redlock(urls, tokens=SQLiteTokens(tokens)) as other,
+    ):
+        lease = await locker.acquire(resource, timeout=0)
+        assert lease.token >= 1
+        with pytest.raises(LockNotAcquired) as caught:
+            await other.acquire(resource, timeout=0.0)
+        assert "token source" not in str(caught.value)
+        assert all(reason.startswith("refused") for reason in caught.value.reasons.values())
+        await locker.release(lease)
+        group = await locker.acquire_many([f"{resource}-a", f"{resource}-b"], timeout=0)
+        assert all(token >= 1 for token in group.tokens.values())
+        await locker.release_many(group)
+    assert [event["attempts"] for event in recorder.named("acquired")] == [1, 1, 1]
 
 
 async def test_retry_attempts_bound_a_blocking_acquire(urls: list[str], resource: str) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,7 @@ from lockclient import (
     QuorumUnavailable,
     Redlock,
     RetryPolicy,
+    SQLiteTokens,
     TokenSourceError,
     ZooKeeperTokens,
     open_token_source,
@@ -77,6 +79,43 @@ async def test_a_hung_majority_is_an_outage_too(cluster_factory: Factory) -> Non
             for name in MAJORITY:
                 cluster.resume(name)
     assert caught.value.unreachable == tuple(cluster.nodes[name].url for name in MAJORITY)
+
+
+@pytest.mark.parametrize("fault", ["paused", "killed"])
+async def test_an_outage_shorter_than_the_timeout_allows_is_reported_as_one_not_blamed_on_the_token_source(
+    cluster_factory: Factory, tmp_path: Path, fault: str
+) -> None:
+    """With a token source and `timeout` under `retry.unreachable`, the backoff between attempts ran
+    to the deadline, and the next attempt's draw, left no time, blamed the (healthy) source with no
+    reasons. The answer is the last attempt's: the outage, with each master's reason."""
+    cluster = await start(cluster_factory)
+    down = tuple(cluster.nodes[name].url for name in MAJORITY)
+    path = tmp_path / "tokens.db"
+    # no jitter: attempts start 0.3 s apart (after the previous one's 50 ms node timeout at most), so the
+    # deadline falls in a backoff, never in an attempt, and that backoff is cut at it
+    steady = RetryPolicy(delay=0.3, jitter=0.0, max_delay=0.3)
+    async with Redlock(cluster.redis_urls, tokens=SQLiteTokens(path), retry=steady) as locker:
+        for name in MAJORITY:
+            if fault == "paused":
+                cluster.pause(name)  # SIGSTOP: connections accept, nothing answers
+            else:
+                await asyncio.to_thread(cluster.kill, name)
+        try:
+            async with asyncio.timeout(30):
+                with pytest.raises(QuorumUnavailable) as caught:
+                    await locker.acquire("short", ttl=5.0, timeout=1.0)  # under retry.unreachable (5 s)
+        finally:
+            if fault == "paused":
+                for name in MAJORITY:
+                    cluster.resume(name)
+        async with SQLiteTokens(path) as tokens:
+            drawn = await tokens.upper_bound("short")
+    error = caught.value
+    assert "token source" not in str(error)
+    assert error.unreachable == down
+    assert set(error.reasons) == set(cluster.redis_urls)  # every master's answer to the last attempt
+    assert all(error.reasons[url] != "ok" for url in down)
+    assert drawn >= 2  # it did retry, with a fresh token each time, before the timeout ended it
 
 
 async def test_contention_is_waited_out_until_the_timeout_not_given_up_as_an_outage(
