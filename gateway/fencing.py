@@ -11,7 +11,12 @@ reset counter) and every honest client would be refused; that is answered
 
 The bound is cached per resource and the source is asked again only when a
 token exceeds it (bounds only grow while the source is healthy), or when a
-refusal needs explaining. Each ask has `ASK_DEADLINE` of its own: a source
+refusal needs explaining. Refusals of one resource explained at the same time
+share one read (a burst of stale writers would otherwise be a burst of reads
+of the source): any read of the bound tells a source that went back, and one
+that began a moment before the refusal only delays that news to the next
+refusal. A token above the bound never joins an earlier read: that read may
+predate the token's draw. Each ask has `ASK_DEADLINE` of its own: a source
 bounds one read, but not the reads queued behind it (the gateway asks once per
 request, so many at once while the source is paused or silent), and a read
 cancelled at a deadline may take seconds to wind down; the request does not
@@ -71,6 +76,7 @@ class FutureGuard:
         self._source = source
         self._metrics = metrics
         self._bounds: OrderedDict[str, int] = OrderedDict()
+        self._explaining: dict[str, asyncio.Future[int]] = {}  # per resource, the read refusals share
 
     @property
     def enabled(self) -> bool:
@@ -93,6 +99,22 @@ class FutureGuard:
             self._bounds.popitem(last=False)
         return bound
 
+    async def _shared_ask(self, resource: str) -> int:
+        """`_ask`, joined to a read of `resource` already out for another refusal; a caller that gives
+        up does not cancel it for the others."""
+        read = self._explaining.get(resource)
+        if read is None:
+            read = asyncio.ensure_future(self._ask(resource))
+            self._explaining[resource] = read
+            read.add_done_callback(lambda done: self._explained(resource, done))
+        return await asyncio.shield(read)
+
+    def _explained(self, resource: str, read: asyncio.Future[int]) -> None:
+        if self._explaining.get(resource) is read:
+            del self._explaining[resource]
+        if not read.cancelled():
+            read.exception()  # retrieved: every caller still waiting got it, and none may be left
+
     async def admit(self, resource: str, token: int) -> None:
         """422 if `token` is above everything the source has issued for `resource`."""
         if self._source is None or token <= self._bounds.get(resource, 0):
@@ -110,7 +132,7 @@ class FutureGuard:
         """503 token_source_regressed if the mark that refused `stale` is above the source's bound."""
         if self._source is None:
             return
-        bound = await self._ask(stale.resource)
+        bound = await self._shared_ask(stale.resource)
         if stale.highest > bound:
             self._metrics.token_source_regressed.inc()
             log.error(

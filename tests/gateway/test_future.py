@@ -7,15 +7,20 @@ on etcd over mutual TLS, as `serve --tokens` opens it.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
+from gateway.fencing import FutureGuard
+from gateway.metrics import Metrics
 from lockclient import open_token_source
 from lockclient.errors import TokenSourceError
+from storage.fenced import stale_token
 from tests.gateway.conftest import MakeClient
+from tests.waiting import eventually
 
 
 class CountingSource:
@@ -160,3 +165,44 @@ async def test_an_etcd_source_over_mutual_tls_guards_and_its_start_log_shows_no_
     assert resp.status == 201
     resp = await client.put(f"/v1/objects/{unique}", data=b"x", headers={"Fencing-Token": str(drawn + 10**6)})
     assert (resp.status, (await resp.json())["error"]) == (422, "token_from_the_future")
+
+
+class GatedSource(CountingSource):
+    """A `CountingSource` whose reads of the bound wait until the test opens the gate."""
+
+    def __init__(self, bound: int) -> None:
+        super().__init__(bound)
+        self.gate = asyncio.Event()
+
+    async def upper_bound(self, resource: str) -> int:
+        bound = await super().upper_bound(resource)
+        await self.gate.wait()
+        return bound
+
+
+async def test_refusals_explained_at_once_share_one_read_of_the_source() -> None:
+    """A burst of stale writers was a burst of reads of the source, one per refusal."""
+    source = GatedSource(10)
+    guard = FutureGuard(source, metrics=Metrics())
+    refusals = [asyncio.create_task(guard.explain(stale_token("r", 5, 10))) for _ in range(20)]
+    other = asyncio.create_task(guard.explain(stale_token("s", 5, 10)))  # another resource: a read of its own
+    await eventually(lambda: source.asked >= 2, what="the reads of r and s")
+    refusals[0].cancel()  # a caller that gives up leaves the shared read to the others
+    source.gate.set()
+    await asyncio.gather(*refusals[1:], other)
+    assert source.asked == 2
+    assert refusals[0].cancelled()
+
+
+async def test_a_shared_read_that_finds_the_source_went_back_answers_every_refusal_503() -> None:
+    source = GatedSource(3)  # the mark 10 is above what the source says it issued
+    guard = FutureGuard(source, metrics=Metrics())
+    refusals = [asyncio.create_task(guard.explain(stale_token("r", 5, 10))) for _ in range(8)]
+    await eventually(lambda: source.asked >= 1, what="the shared read")
+    source.gate.set()
+    answers = await asyncio.gather(*refusals, return_exceptions=True)
+    assert [getattr(answer, "code", None) for answer in answers] == ["token_source_regressed"] * 8
+    assert source.asked == 1
+    source.bound = 20  # moved past the mark: the next refusal reads again and is a plain stale refusal
+    await guard.explain(stale_token("r", 5, 10))
+    assert source.asked == 2
