@@ -84,6 +84,7 @@ def termination_held() -> Iterator[None]:
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+ENV_LOG_LEVEL = "FENCEGATE_LOG_LEVEL"  # --log-level's variable, as every serve option has one
 DETAIL_LINES = 20  # of an error's message after its first line (a server's log tail)
 
 # Package roots of the errors a user can cause, by module: checked only if that module was imported.
@@ -160,14 +161,39 @@ class Parser(argparse.ArgumentParser):
         self.add_argument(
             "--log-level",
             choices=LOG_LEVELS,
-            default="INFO" if top else argparse.SUPPRESS,
-            help="how much to log on stderr" + ("" if top else " (default: INFO)"),
+            # argparse checks no default against `choices`: main refuses a bad variable
+            default=(os.environ.get(ENV_LOG_LEVEL) or "INFO") if top else argparse.SUPPRESS,
+            help=f"how much to log on stderr (env {ENV_LOG_LEVEL}; a flag wins)"
+            + ("" if top else " (default: INFO)"),
         )
         self.set_defaults(prog=self.prog)
 
+    def parse_known_args(  # type: ignore[override]  # typeshed's overloads; this passes both through
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._words = list(sys.argv[1:] if args is None else args)  # for `error`: what this level was given
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
-        """A mistake on the command line: one line, and the help that shows the right form."""
+        """A mistake on the command line: one line, and the help that shows the right form.
+
+        argparse checks a missing sub-command before it reports an unknown option, so `fencegate --frob`
+        would read "required: COMMAND": the unknown option is the mistake to name.
+        """
+        unknown = [word for word in getattr(self, "_words", ()) if self._unknown_option(word)]
+        if unknown and message.startswith("the following arguments are required"):
+            message = f"unrecognized arguments: {' '.join(unknown)}"
         self.exit(USAGE, f"{self.prog}: {message}; see `{self.prog} --help`\n")
+
+    def _unknown_option(self, word: str) -> bool:
+        if not word.startswith("-") or word == "--" or word[1:2].isdigit():  # a value, -1 included
+            return False
+        name = word.partition("=")[0]
+        # argparse takes an unambiguous prefix of a long option (`--log` for `--log-level`)
+        known = (option for action in self._actions for option in action.option_strings)
+        return not any(
+            option == name or (name.startswith("--") and option.startswith(name)) for option in known
+        )
 
 
 # -- for each command's configure(parser): one way to describe a command, its actions and its examples
@@ -221,13 +247,27 @@ def count(text: str) -> int:
     return _whole_number(text, minimum=0)
 
 
-def _whole_number(text: str, *, minimum: int) -> int:
+def bounded(maximum: int, *, minimum: int = 1) -> Callable[[str], int]:
+    """A count from `minimum` to `maximum`: of processes, servers or steps, where a number past what
+    this machine could run would start work that never ends (and hold every server it started). Say
+    the bound in the option's help: `(1 to 64)`."""
+
+    def parse(text: str) -> int:
+        return _whole_number(text, minimum=minimum, maximum=maximum)
+
+    parse.__name__ = f"count from {minimum} to {maximum}"
+    return parse
+
+
+def _whole_number(text: str, *, minimum: int, maximum: int | None = None) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < minimum:
         raise argparse.ArgumentTypeError(f"{value}: give {minimum} or more")
+    if maximum is not None and value > maximum:
+        raise argparse.ArgumentTypeError(f"{value}: give at most {maximum}")
     return value
 
 
@@ -364,6 +404,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:  # said by the command they were given to, not by `fencegate`
         parser.exit(
             USAGE, f"{args.prog}: unrecognized arguments: {' '.join(extra)}; see `{args.prog} --help`\n"
+        )
+    if args.log_level not in LOG_LEVELS:  # a given flag is one of them: this came from the variable
+        parser.exit(
+            USAGE,
+            f"{args.prog}: {ENV_LOG_LEVEL} {args.log_level!r} is not a log level; give one of "
+            f"{', '.join(LOG_LEVELS)}, or unset it\n",
         )
     logging.basicConfig(
         level=args.log_level,

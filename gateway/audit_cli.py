@@ -6,13 +6,21 @@ the hash chain holds (and every `--head HASH@ID` exported earlier is still in
 it) and whether accepted tokens ever went back per resource; the exit code is
 0 when all holds, 1 when not, 2 for a bad URL or head and 3 when the
 database could not be read. The gateway need not run.
+
+A verify never creates a store or changes a file that is not one: a SQLite
+path that is missing, empty, not a SQLite database, or a database without
+fencegate's schema table is refused as bad input (2), found by a read-only
+look before the store is opened (opening would create the file, or make an
+empty one a database).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +31,7 @@ from gateway.config import check_storage_url, env_name
 from gateway.errors import ConfigurationError
 from gateway.storage_tls import open_storage
 from storage.chain import Head
+from storage.models import SchemaVersion
 from storage.verify import AuditReport, verify_audit
 
 ENV_STORAGE = env_name("storage")
@@ -45,6 +54,43 @@ def progress_printer() -> Callable[[int], None]:
     return show
 
 
+GATEWAY_FILE = "give the gateway's file (fencegate.db in its --data-dir)"
+
+
+def _read_only_uri(database: str) -> str:
+    """SQLite's URI for `database`, read-only: opening it cannot create the file or write to it."""
+    return f"{Path(database).resolve().as_uri()}?mode=ro"
+
+
+def check_sqlite_store(database: str) -> None:
+    """Refuse (`ConfigurationError`, exit 2) a path that is not a fencegate SQLite store; reads only.
+
+    An empty file is a valid empty database to SQLite, so the schema table is what tells a store.
+    """
+    if not Path(database).is_file():
+        # opening it would create an empty database there, and find nothing
+        raise ConfigurationError(f"--storage: there is no SQLite database at {database}; {GATEWAY_FILE}")
+    if Path(database).stat().st_size == 0:  # SQLite would read it as an empty database
+        raise ConfigurationError(
+            f"--storage: {database} is an empty file, not a gateway's store; {GATEWAY_FILE}"
+        )
+    try:
+        with contextlib.closing(sqlite3.connect(_read_only_uri(database), uri=True)) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                (SchemaVersion.__tablename__,),
+            ).fetchone()
+    except sqlite3.DatabaseError as exc:  # "file is not a database", "unable to open database file"
+        raise ConfigurationError(
+            f"--storage: {database} is not a SQLite database ({exc}); {GATEWAY_FILE}"
+        ) from None
+    if found is None:
+        raise ConfigurationError(
+            f"--storage: {database} is a SQLite database without fencegate's tables "
+            f"(no {SchemaVersion.__tablename__}), not a gateway's store; {GATEWAY_FILE}"
+        )
+
+
 async def _verify(url: str, heads: list[Head]) -> AuditReport:
     engine = open_storage(url)
     try:
@@ -65,11 +111,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise ConfigurationError(f"--head: {exc}") from None
     url = make_url(args.storage)
-    if url.get_backend_name() == "sqlite" and url.database and not Path(url.database).is_file():
-        raise ConfigurationError(  # opening it would create an empty database there, and find nothing
-            f"--storage: there is no SQLite database at {url.database}; give the gateway's file "
-            "(fencegate.db in its --data-dir)"
-        )
+    if url.get_backend_name() == "sqlite" and url.database:
+        check_sqlite_store(url.database)
     report = asyncio.run(_verify(args.storage, heads))
     print(json.dumps(report.as_dict(), indent=2) if args.json else "\n".join(report.lines()))
     return 0 if report.ok else 1

@@ -42,6 +42,8 @@ def _add(path: Path, name: str, prefixes: list[str], read_only: bool) -> int:
 
 
 def _list(path: Path) -> int:
+    if not path.exists():  # as `serve --api-keys` refuses it: a typo must not read as "no keys"
+        raise ConfigurationError(f"API key file {path} does not exist; create it with `fencegate keys add`")
     keys = read_keys(path)
     if not keys:
         print(f"no keys in {path}", file=sys.stderr)

@@ -28,6 +28,20 @@ CLI_NODE_TIMEOUT = 1.0
 EXAMPLE_MASTERS = "redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379"
 
 
+def _token(text: str) -> int:
+    """A fencing token as a holder is given one: a whole number from 1 (no source hands out 0 or less, so
+    such a `--token` could only match no holder and read as "held by another")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{value}: a fencing token is 1 or more; give the one `inspect` shows"
+        )
+    return value
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Look at a lock on the Redis masters (held? by which token? for how long on each master?) or, as "
@@ -65,10 +79,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     force.add_argument(
         "--token",
-        type=int,
+        type=_token,
         metavar="N",
-        help="delete only the lock of the holder with this token (as `inspect` showed it); a newer "
-        "holder's is kept and the exit code is 1 (default: any holder)",
+        help="delete only the lock of the holder with this token, 1 or more (as `inspect` showed it); a "
+        "newer holder's is kept and the exit code is 1 (default: any holder)",
     )
     _common(force)
     force.set_defaults(func=_force_unlock)

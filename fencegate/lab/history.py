@@ -210,7 +210,13 @@ def _lines(
     src: TextIO, name: str, *, tolerate_torn_tail: bool = False
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, parsed JSON object); a killed writer may leave a torn last line, which merge skips."""
-    raw = src.read().split("\n")
+    try:
+        raw = src.read().split("\n")
+    except UnicodeDecodeError as exc:
+        raise HistoryError(
+            f"{name}: not UTF-8 text (byte {exc.start}: {exc.reason}); a history is JSON lines, one event "
+            "a line, as `lab run --workdir DIR` writes them"
+        ) from exc
     for number, line in enumerate(raw, 1):
         if not line.strip():
             continue

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from fencegate.cli import INCOMPLETE, output_dir, output_file, positive_int
+from fencegate.cli import INCOMPLETE, bounded, output_dir, output_file
 from fencegate.lab.cluster import TERMINATED, until_terminated
 from fencegate.lab.deployments import DESIGNS, ETCD, MODES, Mode
 from fencegate.lab.errors import LabArgumentError, LabError
@@ -38,6 +38,11 @@ from fencegate.lab.timeline import write_html, write_svg
 HEADLINE = ("pause", "restart", "token-regress")
 ALL = tuple(name for name in SCENARIOS if name != "none")  # "none" is the fault-free baseline
 DEFAULT_REPORT = ".state/lab/report.html"  # a string: the parser checks it as it checks a given path
+# Bounds of the counts, refused as they are parsed: each client is a Python process and a run waits for
+# every one (a huge count never got past building their configs), so far past these a run never ends.
+MAX_CLIENTS = 64
+MAX_OPS = 10_000
+MAX_SEEDS = 1_000
 OLD_LOCK_ONLY = "redis-only"  # lock-only's name before the lab had a lock design that is not Redis
 
 
@@ -88,8 +93,15 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
         "postgres or etcd (started for the run), incr (redis INCR, unsafe); token-regress always adds "
         "incr; --lock etcd always uses etcd's revisions",
     )
-    parser.add_argument("--clients", type=positive_int, default=3, help="client processes per run (>= 2)")
-    parser.add_argument("--ops", type=positive_int, default=3, help="increments each client attempts")
+    parser.add_argument(
+        "--clients",
+        type=bounded(MAX_CLIENTS),
+        default=3,
+        help=f"client processes per run (2 to {MAX_CLIENTS})",
+    )
+    parser.add_argument(
+        "--ops", type=bounded(MAX_OPS), default=3, help=f"increments each client attempts (1 to {MAX_OPS})"
+    )
     parser.add_argument(
         "--ttl",
         type=_ttl,
@@ -98,7 +110,12 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
         "the fault eats into the lease: clock-jump, restart, failover, token-regress)",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the clients' jitter")
-    parser.add_argument("--seeds", type=positive_int, default=1, help="run seeds SEED..SEED+N-1")
+    parser.add_argument(
+        "--seeds",
+        type=bounded(MAX_SEEDS),
+        default=1,
+        help=f"run seeds SEED..SEED+N-1 (N from 1 to {MAX_SEEDS})",
+    )
     parser.add_argument(
         "--json",
         action="store_true",

@@ -26,7 +26,7 @@ from fencegate.cli import INCOMPLETE, add_action, add_actions, describe, output_
 from fencegate.lab.history import History
 from fencegate.lab.report import RunResult
 from fencegate.lab.timeline import write_html, write_svg
-from fencegate.model.doc import regenerate
+from fencegate.model.doc import block_args, regenerate
 from fencegate.model.errors import ModelArgumentError
 from fencegate.model.report import as_json, history_lines, markdown_table, text_table, trail_tables
 from fencegate.model.runner import DEFAULT_MAX_DEPTH, DEFAULT_MEMORY_MB, CheckResult, check_variant
@@ -268,6 +268,16 @@ def _doc(args: argparse.Namespace) -> int:
         text = args.path.read_text()
     except OSError as exc:
         raise ModelArgumentError(f"cannot read {args.path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ModelArgumentError(
+            f"{args.path} is not UTF-8 text (byte {exc.start}: {exc.reason}); give the Markdown page with "
+            f"the model tables (default: {DEFAULT_DOC})"
+        ) from exc
+    if not block_args(text):  # nothing to check or regenerate: a wrong file, not a doc that is current
+        raise ModelArgumentError(
+            f"{args.path} has no model-table markers (`<!-- model-table: ARGS -->`); give the Markdown page "
+            f"with the model tables (default: {DEFAULT_DOC})"
+        )
     cache: Cache = {}  # blocks that share a configuration search it once
     fresh = regenerate(
         text, lambda argv: render_block(argv, cache), only=quick if args.quick else lambda _: True

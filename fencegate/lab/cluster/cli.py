@@ -11,10 +11,9 @@ from pathlib import Path
 from fencegate.cli import (
     add_action,
     add_actions,
-    count,
+    bounded,
     describe,
     output_dir,
-    positive_int,
     positive_seconds,
     settings_from,
 )
@@ -23,6 +22,13 @@ from fencegate.lab.cluster.local import ClusterSpec, LocalCluster
 from fencegate.lab.cluster.servers import TLS_MODES
 
 DEFAULT_DIR = ".state/cluster"
+# Bounds of the counts, refused as they are parsed: each is a server process (or a client) started and
+# waited for on this machine, and a count far past them would start servers until interrupted.
+MAX_REDIS = 64
+MAX_ENSEMBLE = 9  # ZooKeeper and etcd members: quorum writes get slower with more, 5 or 7 is usual
+MAX_GATEWAYS = 16
+MAX_WORKERS = 256
+MAX_RESOURCES = 10_000
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +55,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         description="Start the servers asked for, wait until each answers, and print every endpoint as a "
         "URL, with the PIDs.",
     )
-    up.add_argument("--redis", type=count, default=5, metavar="N", help="independent redis-server masters")
+    up.add_argument(
+        "--redis",
+        type=bounded(MAX_REDIS, minimum=0),
+        default=5,
+        metavar="N",
+        help=f"independent redis-server masters (0 to {MAX_REDIS})",
+    )
     up.add_argument(
         "--aof",
         action="store_true",
@@ -61,10 +73,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     up.add_argument(
         "--zookeeper-ensemble",
-        type=count,
+        type=bounded(MAX_ENSEMBLE, minimum=0),
         default=0,
         metavar="N",
-        help="start a ZooKeeper ensemble of N members instead of one standalone server (default: 0, none)",
+        help=f"start a ZooKeeper ensemble of N members (0 to {MAX_ENSEMBLE}) instead of one standalone "
+        "server (default: 0, none)",
     )
     up.add_argument(
         "--zookeeper-tls",
@@ -91,11 +104,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     up.add_argument(
         "--etcd",
-        type=count,
+        type=bounded(MAX_ENSEMBLE, minimum=0),
         default=0,
         metavar="N",
-        help="also start an etcd cluster of N members (token source; its URL is `etcd` in the endpoints, "
-        "etcd://127.0.0.1:PORT,...) (default: %(default)s, none)",
+        help=f"also start an etcd cluster of N members, 0 to {MAX_ENSEMBLE} (token source; its URL is "
+        "`etcd` in the endpoints, etcd://127.0.0.1:PORT,...) (default: %(default)s, none)",
     )
     up.add_argument(
         "--etcd-tls",
@@ -107,11 +120,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     up.add_argument(
         "--gateways",
-        type=count,
+        type=bounded(MAX_GATEWAYS, minimum=0),
         default=0,
         metavar="N",
-        help="also start N `fencegate serve` replicas (on the PostgreSQL if any, tokens from ZooKeeper) "
-        "behind one HAProxy, whose URL is `load_balancer` in the endpoints (default: 0, none)",
+        help=f"also start N `fencegate serve` replicas, 0 to {MAX_GATEWAYS} (on the PostgreSQL if any, "
+        "tokens from ZooKeeper) behind one HAProxy, whose URL is `load_balancer` in the endpoints "
+        "(default: 0, none)",
     )
     up.add_argument(
         "--dir",
@@ -186,8 +200,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--gateway-key", metavar="PATH", help="the client certificate's key (default: in --gateway-cert)"
     )
     check.add_argument("--seconds", type=positive_seconds, default=10.0, help="load duration")
-    check.add_argument("--workers", type=positive_int, default=8, help="concurrent clients")
-    check.add_argument("--resources", type=positive_int, default=4, help="resources written")
+    check.add_argument(
+        "--workers", type=bounded(MAX_WORKERS), default=8, help=f"concurrent clients (1 to {MAX_WORKERS})"
+    )
+    check.add_argument(
+        "--resources",
+        type=bounded(MAX_RESOURCES),
+        default=4,
+        help=f"resources written (1 to {MAX_RESOURCES})",
+    )
 
 
 def _state_dir(parser: argparse.ArgumentParser, text: str) -> None:
