@@ -40,6 +40,15 @@ DEFAULT_GROUP_COMMIT = 256
 # PostgreSQL group-commit batches in flight at once per replica, each on a connection of its own. Equal
 # to storage.pgbatch.DEFAULT_LANES (a test holds them equal); not imported, for the same reason.
 DEFAULT_COMMIT_LANES = 2
+# The most each whole-number setting takes, shown in --help; more is refused, not clamped. A body is
+# held in memory whole (1 GiB: objects are values, not files); a batch holds its row locks until it
+# commits (past 10,000 one slow batch stalls every request in it); each commit lane keeps one of the
+# 20 connections of a replica's pool (storage.engine), and the plain reads need four.
+MAX_PORT = 65535
+MAX_MAX_BODY = 1024**3
+MAX_GROUP_COMMIT = 10_000
+MAX_COMMIT_LANES = 16
+SHOWN = 40  # characters of a bad value an error message repeats
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 SQLITE_FILE = "fencegate.db"
 
@@ -53,8 +62,10 @@ class Settings:
     )
     data_dir: Path = field(default=DEFAULT_DATA_DIR, metadata={"help": "where the default SQLite file lives"})
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
-    port: int = field(default=8080, metadata={"help": "port to listen on"})
-    max_body: int = field(default=DEFAULT_MAX_BODY, metadata={"help": "largest accepted body, bytes"})
+    port: int = field(default=8080, metadata={"help": "port to listen on", "most": MAX_PORT})
+    max_body: int = field(
+        default=DEFAULT_MAX_BODY, metadata={"help": "largest accepted body, bytes", "most": MAX_MAX_BODY}
+    )
     request_timeout: float = field(default=30.0, metadata={"help": "seconds a request may take (then 503)"})
     storage_timeout: float = field(
         default=10.0,
@@ -94,13 +105,17 @@ class Settings:
     )
     group_commit: int = field(
         default=DEFAULT_GROUP_COMMIT,
-        metadata={"help": "most fenced requests committed in one transaction (0: a transaction per request)"},
+        metadata={
+            "help": "most fenced requests committed in one transaction (0: a transaction per request)",
+            "most": MAX_GROUP_COMMIT,
+        },
     )
     commit_lanes: int = field(
         default=DEFAULT_COMMIT_LANES,
         metadata={
             "help": "PostgreSQL: group-commit batches in flight at once, each on its own connection; "
-            "1 when several replicas share one PostgreSQL (less CPU per request there)"
+            "1 when several replicas share one PostgreSQL (less CPU per request there)",
+            "most": MAX_COMMIT_LANES,
         },
     )
     tls_cert: Path | None = field(
@@ -116,18 +131,24 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ConfigurationError(f"port {self.port} is out of range; give 0..65535 (0 picks a free port)")
+        if not 0 <= self.port <= MAX_PORT:
+            raise ConfigurationError(
+                f"port {_short(self.port)} is out of range; give 0..{MAX_PORT} (0 picks a free port)"
+            )
         if self.event_loop not in EVENT_LOOPS:
             raise ConfigurationError(f"event_loop {self.event_loop!r} is not one of {', '.join(EVENT_LOOPS)}")
         if self.group_commit < 0:
             raise ConfigurationError(
-                f"group_commit {self.group_commit} is negative; give 0 (off) or a batch size"
+                f"group_commit {_short(self.group_commit)} is negative; give 0 (off) or a batch size"
             )
         if self.commit_lanes < 1:
-            raise ConfigurationError(f"commit_lanes {self.commit_lanes} must be at least 1")
+            raise ConfigurationError(f"commit_lanes {_short(self.commit_lanes)} must be at least 1")
         if self.max_body < 0:
-            raise ConfigurationError(f"max_body {self.max_body} is negative; give a size in bytes")
+            raise ConfigurationError(f"max_body {_short(self.max_body)} is negative; give a size in bytes")
+        for f in fields(self):
+            most = f.metadata.get("most")
+            if most is not None and getattr(self, f.name) > most:
+                raise ConfigurationError(f"{f.name} {_short(getattr(self, f.name))} {_too_big(most)}")
         if self.max_client_requests < 1:
             raise ConfigurationError(f"max_client_requests {self.max_client_requests} must be at least 1")
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -150,11 +171,7 @@ class Settings:
         if self.storage is not None:
             check_storage_url(self.storage)
         if self.upstream is not None:
-            parts = urlsplit(self.upstream)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ConfigurationError(
-                    f"upstream {self.upstream!r} is not an http(s) URL; e.g. http://10.0.0.5:9000/store"
-                )
+            check_upstream_url(self.upstream)
 
     @property
     def storage_url(self) -> str:
@@ -179,13 +196,45 @@ class Settings:
 
 def check_storage_url(url: str) -> None:
     """Refuse a storage URL the storage cannot open, before anything starts or is logged."""
+    from lockclient.transport.endpoint import redact
     from storage.engine import normalize_url  # loads SQLAlchemy: only once there is a URL to check
     from storage.errors import BadStorageURL
 
     try:
         normalize_url(url)
     except BadStorageURL as exc:
-        raise ConfigurationError(f"storage {exc}") from None
+        # storage names the URL as given (it may not import lockclient's mask): mask it here
+        raise ConfigurationError(f"storage {exc}".replace(repr(url), repr(redact(url)))) from None
+
+
+def check_upstream_url(url: str) -> None:
+    """Refuse an upstream the proxy could never reach: not http(s), no host, a port that cannot be."""
+    from lockclient.transport.endpoint import redact  # the one mask for a password in a URL
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError when it is no number or out of range
+    except ValueError:
+        parts, port = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+        raise ConfigurationError(
+            f"upstream {redact(url)!r} is not an http(s) URL with a host (and a port from 1 to 65535); "
+            "e.g. http://10.0.0.5:9000/store"
+        )
+
+
+def _short(value: object) -> str:
+    """`value` as a message repeats it: at most SHOWN characters, so a pasted megabyte stays one line."""
+    text = str(value)
+    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+
+
+def _too_big(most: int) -> str:
+    return f"is out of range; give at most {most}"
+
+
+class _OutOfRange(ValueError):
+    """A whole number too long for `int()` to read (Python stops at 4,300 digits): no setting takes it."""
 
 
 Parse = Callable[[str], object]
@@ -195,6 +244,8 @@ def _whole_number(raw: str) -> int:
     try:
         return int(raw)
     except ValueError:
+        if raw.strip().lstrip("+-").isdigit():
+            raise _OutOfRange("is out of range") from None
         raise ValueError("is not a whole number") from None
 
 
@@ -224,16 +275,24 @@ class _Option:
     kind: type
     default: object
     help: str
+    most: int | None = None  # the largest value taken, for a whole number
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
     def parse(self, raw: str, source: str) -> object:
+        """`raw` as the setting; a bad value is repeated in the message cut to SHOWN characters."""
         try:
-            return PARSERS[self.kind](raw)
+            value = PARSERS[self.kind](raw)
+        except _OutOfRange as exc:
+            fix = f"; give at most {self.most}" if self.most is not None else ""
+            raise ConfigurationError(f"{source} {_short(raw.strip())!r} {exc}{fix}") from None
         except ValueError as exc:
-            raise ConfigurationError(f"{source} {raw!r} {exc}") from None
+            raise ConfigurationError(f"{source} {_short(raw)!r} {exc}") from None
+        if self.most is not None and isinstance(value, int) and value > self.most:
+            raise ConfigurationError(f"{source} {_short(raw.strip())!r} {_too_big(self.most)}")
+        return value
 
 
 def options_of(settings: type[Any]) -> tuple[_Option, ...]:
@@ -247,7 +306,7 @@ def options_of(settings: type[Any]) -> tuple[_Option, ...]:
             raise TypeError(
                 f"{settings.__name__}.{f.name}: no parser for {hints[f.name]}; add one to PARSERS"
             )
-        options.append(_Option(f.name, kinds[0], f.default, f.metadata["help"]))
+        options.append(_Option(f.name, kinds[0], f.default, f.metadata["help"], f.metadata.get("most")))
     return tuple(options)
 
 
@@ -270,7 +329,8 @@ def _shown(default: object) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per setting (`--max-body`), each also read from `FENCEGATE_MAX_BODY`."""
     for option in OPTIONS:
-        text = f"{option.help} (default: {_shown(option.default)}; env {env_name(option.name)})"
+        most = "" if option.most is None else f", at most {option.most}"
+        text = f"{option.help}{most} (default: {_shown(option.default)}; env {env_name(option.name)})"
         text = text.replace("%", "%%")  # argparse formats help with %
         if option.kind is bool:
             parser.add_argument(option.flag, dest=option.name, action="store_const", const="1", help=text)

@@ -40,9 +40,11 @@ CLOSE_GRACE = 1.0  # seconds for handlers still running after the drain, before 
 
 async def _serve(settings: Settings, policy: Policy) -> None:
     tls = server_context(settings)  # before anything opens: a bad certificate is a bad setting
+    # a bad token source URL is a bad setting too: refused before the data dir is made (the source
+    # connects on its first draw, so there is nothing to close if the data dir then fails)
+    tokens = open_token_source(settings.tokens) if settings.tokens else None
     if settings.storage is None:  # storage_ctx makes it too, but only after the banner is logged
         make_data_dir(settings.data_dir)
-    tokens = open_token_source(settings.tokens) if settings.tokens else None
     app = create_app(settings, tokens=tokens, policy=policy)
     # Requests are drained first (below); what is left when the runner shuts down gets a short grace.
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=CLOSE_GRACE)

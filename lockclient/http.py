@@ -62,6 +62,7 @@ from lockclient.errors import (
 )
 from lockclient.options import check_options
 from lockclient.protocols import Fenced
+from lockclient.transport.endpoint import redact
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
 TLSPath = str | os.PathLike[str]
@@ -526,7 +527,9 @@ def _tls_context(
     if ca is None and cert is None and key is None:
         return None
     if not base_url.startswith("https://"):
-        raise ConfigurationError(f"ssl_* settings need an https:// base_url, got {base_url!r}: use https://")
+        raise ConfigurationError(
+            f"ssl_* settings need an https:// base_url, got {redact(base_url)!r}: use https://"
+        )
     if session is not None:
         raise ConfigurationError("give either session= or the ssl_* settings: a session brings its own TLS")
     if key is not None and cert is None:
@@ -548,7 +551,7 @@ def _check_base_url(base_url: str) -> None:
         parts, port = None, None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
         raise ConfigurationError(
-            f"base_url {base_url!r} must be an http(s) URL with a host and a port from 1 to 65535, "
+            f"base_url {redact(base_url)!r} must be an http(s) URL with a host and a port from 1 to 65535, "
             "e.g. http://127.0.0.1:8080"
         )
 

@@ -39,16 +39,26 @@ TLSReader = Callable[[str], tuple[str, DoConnect]]
 SQLITE_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write lock
 CONNECT_TIMEOUT = 5.0  # seconds to open a PostgreSQL connection (at most `command_timeout`), then 503
 USE = "use sqlite:///PATH or postgresql://USER@HOST/DB"
+MAX_PORT = 65535
 REFUSED_LOGIN = "28"  # SQLSTATE class 28, invalid authorization specification: pg_hba.conf said no
 READ_ONLY = "fencegate_read_only"  # execution option: a plain deferred BEGIN on SQLite
 
 
 def normalize_url(url: str) -> str:
-    """Map `sqlite:///path` and `postgresql://...` to their async drivers; any other URL is refused."""
+    """Map `sqlite:///path` and `postgresql://...` to their async drivers; any other URL, or one whose
+    port could never be connected to, is `BadStorageURL`. Its message repeats `url` as given: a caller
+    that shows it to a person masks the password first (the gateway's `check_storage_url`)."""
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
         raise BadStorageURL(f"{url!r} is not a URL; {USE}") from exc
+    except ValueError:  # SQLAlchemy's int() of a port that is no number (or of an unclosed [::1)
+        raise BadStorageURL(
+            f"{url!r}: its HOST:PORT cannot be read; give a port from 1 to 65535, "
+            "and an IPv6 address in brackets ([::1]:5432)"
+        ) from None
+    if parsed.port is not None and not 0 < parsed.port <= MAX_PORT:
+        raise BadStorageURL(f"{url!r}: port {parsed.port} is out of range; give a port from 1 to 65535")
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):

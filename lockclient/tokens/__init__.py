@@ -115,4 +115,6 @@ def open_token_source(url: str, *, allow_unsafe: bool = False) -> TokenSource:
         from lockclient.tokens.redis_incr import RedisIncrTokens
 
         return RedisIncrTokens(url, unsafe=allow_unsafe)
-    raise ConfigurationError(f"unknown token source URL {url!r}: use one of {SUPPORTED}")
+    from lockclient.transport.endpoint import redact  # on this error only: it loads the Redis codec
+
+    raise ConfigurationError(f"unknown token source URL {redact(url)!r}: use one of {SUPPORTED}")

@@ -204,6 +204,10 @@ def channel_options(request_timeout: float) -> dict[str, int]:
 
 def parse_endpoints(hosts: str) -> list[tuple[str, int]]:
     """'h1:p1,h2:p2' as [(h1, p1), (h2, p2)]; a clear error for anything else."""
+    if "@" in hosts:  # never shown: it may hold a password
+        raise ConfigurationError(
+            "etcd endpoints take no user or password: drop 'user:password@', give 'host:port[,host:port...]'"
+        )
     endpoints = []
     for part in hosts.split(","):
         host, colon, port = part.strip().rpartition(":")

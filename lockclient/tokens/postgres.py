@@ -101,6 +101,11 @@ class PostgresTokens(ClosingSource):
             raise ConfigurationError(
                 f"the PostgreSQL URL cannot be used ({exc}): write it as {URL_FORM}"
             ) from exc
+        port = self._engine.url.port
+        if port is not None and not 0 < port <= 65535:  # asyncpg would fail each connect with OverflowError
+            raise ConfigurationError(
+                f"the PostgreSQL URL's port {port} is out of range: give one from 1 to 65535 ({URL_FORM})"
+            )
         event.listen(self._engine.sync_engine, "do_connect", self.tls.do_connect)
         # the name passed IDENTIFIER above; identifiers cannot be bound parameters.
         # One value per draw of the batch; sorted by `_issue`, whatever order the rows come in.

@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 
 from lockclient.errors import ConfigurationError
 from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors
+from lockclient.transport.endpoint import redact
 
 __all__ = ["RedisIncrTokens"]
 
@@ -64,14 +65,21 @@ class RedisIncrTokens(ClosingSource):
         if not (unsafe or flagged):
             raise ConfigurationError(REFUSAL)
         if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
-            raise ConfigurationError(f"{url!r} is not a Redis URL: use redis://host:port?unsafe=1")
+            raise ConfigurationError(f"{redact(url)!r} is not a Redis URL: use redis://host:port?unsafe=1")
+        try:
+            self._client: Redis = Redis.from_url(url)
+        except ValueError as exc:  # redis-py's reading of a port that is no number, or out of range
+            raise ConfigurationError(
+                f"{redact(url)!r} is not a Redis URL ({exc}): use redis://host:port?unsafe=1 with a port "
+                "from 1 to 65535"
+            ) from None
         log.warning(
-            "UNSAFE token source in use: Redis INCR at %s can go back after a restart or failover", url
+            "UNSAFE token source in use: Redis INCR at %s can go back after a restart or failover",
+            redact(url),
         )
         self.url = url
         self.key_prefix = key_prefix
         self.timeout = timeout
-        self._client: Redis = Redis.from_url(url)
 
     async def _within(self, doing: str, call: Awaitable[Any]) -> Any:
         with map_errors("redis-incr", f"{doing} within {self.timeout:g} s", RedisError, OSError, fix=FIX):
@@ -91,4 +99,4 @@ class RedisIncrTokens(ClosingSource):
         await self._client.aclose()
 
     def __repr__(self) -> str:
-        return f"RedisIncrTokens({self.url!r}, unsafe=True)"
+        return f"RedisIncrTokens({redact(self.url)!r}, unsafe=True)"

@@ -54,7 +54,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from lockclient._tls import client_context, explain
 from lockclient.errors import ConfigurationError, TLSError, TokenSourceError
@@ -95,6 +95,7 @@ DEFAULT_TIMEOUT = 10.0  # seconds for one token across reconnects; also the sess
 WORKERS = 16  # kazoo calls in flight at once; each holds a thread until its answer or deadline
 IN_FLIGHT = 4  # token requests out at once; the rest of the draws wait to share the next ones
 MAX_BATCH = 64  # resources in one multi at most
+MAX_SHOWN = 40  # characters of a bad host an error message repeats
 FIX = "check that ZooKeeper is running and reachable at the given hosts (a secure client port needs use_ssl)"
 TLS_FIX = "check ca, certfile and keyfile against the server's secure client port"
 # URL query parameters: kazoo's names for its TLS settings
@@ -116,6 +117,37 @@ def znode_name(resource: str) -> str:
 def url_options(query: str) -> dict[str, Any]:
     """The TLS keywords of `ZooKeeperTokens` from a `zookeeper://` URL's query."""
     return query_options(query, scheme="zookeeper", flags=FLAGS, files=FILES)
+
+
+def check_hosts(hosts: str) -> None:
+    """`hosts` as kazoo will read them, `host[:port][,host[:port]...]`, or a `ConfigurationError` saying
+    which one is wrong: kazoo itself raises a bare ValueError on its first connect, or connects to a
+    host it read differently (a login before `@` is dropped without a word)."""
+    if "@" in hosts:  # never shown: it may hold a password
+        raise ConfigurationError(
+            "ZooKeeper hosts take no user or password: drop 'user:password@', give 'host:port[,host:port...]'"
+        )
+    if not hosts:
+        raise ConfigurationError("no ZooKeeper hosts given: give 'host:port[,host:port...]', e.g. zk1:2181")
+    if "/" in hosts:
+        raise ConfigurationError(
+            f"hosts must be 'host:port[,host:port...]' without a path, got {hosts!r}: pass chroot="
+        )
+    for host_port in hosts.split(","):
+        shown = host_port[:MAX_SHOWN]
+        try:
+            parts = urlsplit("zookeeper://" + host_port)  # as kazoo's collect_hosts reads it
+            port = parts.port
+        except ValueError as exc:  # a port that is no number or out of range, an unclosed [IPv6
+            raise ConfigurationError(
+                f"ZooKeeper host {shown!r} is not host[:port] ({exc}): give a port from 1 to 65535, "
+                "and an IPv6 address in brackets ([::1]:2181)"
+            ) from None
+        if not parts.hostname or not parts.hostname.strip() or port == 0:
+            raise ConfigurationError(
+                f"ZooKeeper host {shown!r} is not host[:port]: give e.g. zk1:2181 (a port from 1 to 65535; "
+                "hosts comma-separated, none empty)"
+            )
 
 
 class _Handler(SequentialThreadingHandler):  # type: ignore[misc] # kazoo is untyped
@@ -192,10 +224,7 @@ class ZooKeeperTokens(ClosingSource):
         check_hostname: bool = True,
     ) -> None:
         """`use_ssl` and the rest are kazoo's TLS settings; see the module docstring."""
-        if not hosts or "/" in hosts:
-            raise ConfigurationError(
-                f"hosts must be 'host:port[,host:port...]' without a path, got {hosts!r}: pass chroot="
-            )
+        check_hosts(hosts)
         if chroot and not chroot.startswith("/"):
             raise ConfigurationError(f"chroot must start with '/', got {chroot!r}")
         if not root.startswith("/") or root.endswith("/"):

@@ -19,7 +19,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from lockclient.config import TLSSettings
 from lockclient.errors import ConfigurationError
@@ -56,12 +56,17 @@ URL_PARAMETERS = ("db", *_TLS_PARAMETERS)
 
 
 def redact(url: str) -> str:
-    """`url` as messages and logs name a master: its password as `***`, without its query (settings)."""
-    parts = urlsplit(url)._replace(query="")
-    if parts.password is not None:
-        host = parts.netloc.rpartition("@")[2]
-        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
-    return urlunsplit(parts)
+    """`url` as messages and logs name a master, a token source or a storage: its password as `***`,
+    without its query (settings). Any string, even one that is no URL (an unclosed `[::1`), is masked:
+    the message naming a bad URL must not be the one that shows its password."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:  # no scheme: `user:password@host` is still a login
+        rest = url
+    rest = rest.partition("#")[0].partition("?")[0]
+    userinfo, at, host = rest.rpartition("@")
+    if at and ":" in userinfo:
+        rest = f"{userinfo.partition(':')[0]}:***@{host}"
+    return f"{scheme}{sep}{rest}" if sep else rest
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +84,13 @@ class Endpoint:
     @classmethod
     def from_url(cls, url: str, *, tls: TLSSettings | None = None) -> Endpoint:
         """Read `url`; `tls` are the settings of every `rediss://` master, which its URL may override."""
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # an unclosed [IPv6 address]
+            raise ValueError(
+                f"it cannot be read as a URL ({exc}): write redis://host:port, an IPv6 address "
+                "in brackets (redis://[::1]:6379)"
+            ) from None
         if parts.scheme not in SCHEMES:
             raise ValueError(
                 "it is not a Redis URL: use redis://host:port, rediss://host:port or unix:///path"

@@ -106,9 +106,11 @@ async def test_force_unlock_of_a_token_that_no_longer_holds_exits_1_and_keeps_th
 ) -> None:
     name = resource()
     async with Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "t.db")) as locker:
+        earlier = await locker.acquire(name, ttl=60.0)
+        await locker.release(earlier)
         lease = await locker.acquire(name, ttl=60.0)
         await eventually(lambda: set(lease.nodes.values()) == {"ok"})
-        older = str(lease.token - 1)
+        older = str(earlier.token)  # a real token (>= 1) that no longer holds
         code, out, err = await lock_cli("force-unlock", "--masters", masters, "--yes", "--token", older, name)
         assert (code, len(err)) == (1, 1)
         assert err[0] == (
