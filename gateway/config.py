@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
-from urllib.parse import urlsplit
 
 from gateway.errors import ConfigurationError
 from gateway.eventloop import EVENT_LOOPS
@@ -209,14 +208,9 @@ def check_storage_url(url: str) -> None:
 
 def check_upstream_url(url: str) -> None:
     """Refuse an upstream the proxy could never reach: not http(s), no host, a port that cannot be."""
-    from lockclient.transport.endpoint import redact  # the one mask for a password in a URL
+    from lockclient.transport.endpoint import is_http_url, redact  # one check, one mask for URLs
 
-    try:
-        parts = urlsplit(url)
-        port = parts.port  # ValueError when it is no number or out of range
-    except ValueError:
-        parts, port = None, None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+    if not is_http_url(url):
         raise ConfigurationError(
             f"upstream {redact(url)!r} is not an http(s) URL with a host (and a port from 1 to 65535); "
             "e.g. http://10.0.0.5:9000/store"

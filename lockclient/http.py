@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypedDict, Unpack
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import aiohttp
 from yarl import URL
@@ -62,7 +62,7 @@ from lockclient.errors import (
 )
 from lockclient.options import check_options
 from lockclient.protocols import Fenced
-from lockclient.transport.endpoint import redact
+from lockclient.transport.endpoint import is_http_url, redact
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
 TLSPath = str | os.PathLike[str]
@@ -544,12 +544,7 @@ def _tls_context(
 def _check_base_url(base_url: str) -> None:
     """An http(s) URL with a host and, if given, a port that exists: anything else could never be sent,
     and would otherwise surface at the first request as an outcome unknown and be retried."""
-    try:
-        parts = urlsplit(base_url)
-        port = parts.port  # ValueError when out of range or not a number
-    except ValueError:
-        parts, port = None, None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+    if not is_http_url(base_url):
         raise ConfigurationError(
             f"base_url {redact(base_url)!r} must be an http(s) URL with a host and a port from 1 to 65535, "
             "e.g. http://127.0.0.1:8080"

@@ -55,6 +55,16 @@ _TLS_PARAMETERS: dict[str, Callable[[str], Any]] = {
 URL_PARAMETERS = ("db", *_TLS_PARAMETERS)
 
 
+def is_http_url(url: str) -> bool:
+    """Whether `url` is http(s) with a host and, if it names one, a port from 1 to 65535; never raises."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError when it is no number or out of range
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and port != 0
+
+
 def redact(url: str) -> str:
     """`url` as messages and logs name a master, a token source or a storage: its password as `***`,
     without its query (settings). Any string, even one that is no URL (an unclosed `[::1`), is masked:
