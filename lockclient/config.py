@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_TTL",
     "DEFAULT_UNREACHABLE",
     "DEFAULT_WATCHDOG_FRACTION",
+    "MAX_RESOURCE_BYTES",
     "MAX_TTL",
     "CertReqs",
     "RedlockSettings",
@@ -57,6 +58,10 @@ DEFAULT_UNREACHABLE = 5.0
 # milliseconds must fit in a signed 64-bit integer, about 292 million years): a larger TTL got an
 # error reply from every master, which looked like an outage and wasted a token per attempt.
 MAX_TTL = 365 * 24 * 3600.0
+# The longest resource name, in UTF-8 bytes: four times the gateway's 256 characters, so a name the
+# gateway takes always fits, and small enough for every master and source (ZooKeeper escapes a name
+# into a znode path up to three times its length). A longer one is almost surely data given by mistake.
+MAX_RESOURCE_BYTES = 1024
 
 
 def check_ttl(ttl: float, node_timeout: float) -> None:
@@ -83,12 +88,25 @@ def check_masters(masters: Sequence[str]) -> None:
 
 
 def check_resource(resource: object) -> str:
-    """`resource` if it is a non-empty `str`; else `ConfigurationError`, before anything is drawn or sent
-    (an `int` or `bytes` name would otherwise get a token, or a key, of its own)."""
+    """`resource` if it is a non-empty `str` every master and source can hold; else `ConfigurationError`,
+    before anything is drawn or sent (an `int` or `bytes` name would otherwise get a token, or a key, of
+    its own; a name with no UTF-8 form, or megabytes long, got a token and then failed at a master)."""
     if not isinstance(resource, str) or not resource:
         raise ConfigurationError(
             f"resource must be a non-empty string, got {resource!r} ({type(resource).__name__}): "
             "name the lock with a str, e.g. 'invoices'"
+        )
+    try:
+        size = len(resource.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ConfigurationError(
+            "resource must be valid Unicode text (it holds a lone surrogate, which has no UTF-8 form): "
+            "decode the name with errors='strict' where it came from"
+        ) from None
+    if size > MAX_RESOURCE_BYTES:
+        raise ConfigurationError(
+            f"resource must be at most {MAX_RESOURCE_BYTES} bytes in UTF-8, got {size} "
+            f"(starting {resource[:32]!r}): name the lock, not its data; hash a long name if you must"
         )
     return resource
 

@@ -30,7 +30,7 @@ from lockclient import (
     ZooKeeperTokens,
     open_token_source,
 )
-from lockclient.config import MAX_TTL
+from lockclient.config import MAX_RESOURCE_BYTES, MAX_TTL
 from lockclient.tokens.postgres import asyncpg_url
 from tests.lockclient.conftest import values
 from tests.lockclient.silent import Listener
@@ -196,3 +196,61 @@ async def test_the_maximum_ttl_itself_is_taken_by_redis(
             )
         finally:
             await locker.release(lease)
+
+
+# a name no master or source can hold as given: a lone surrogate has no UTF-8 form (Redis, SQLite,
+# ZooKeeper and etcd each encode the name), and past MAX_RESOURCE_BYTES a name is almost surely data
+# given by mistake (a 2 MB name took ZooKeeper ~10 s to refuse, after a token was drawn)
+UNSENDABLE: dict[str, str] = {
+    "lone surrogate": "inv\ud800oice",
+    "one byte too long": "r" * (MAX_RESOURCE_BYTES + 1),
+    "too long in UTF-8, short in characters": "é" * (MAX_RESOURCE_BYTES // 2 + 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNSENDABLE))
+async def test_a_resource_no_master_can_hold_is_refused_before_a_token_is_drawn(
+    urls: list[str], raw: list[Redis], tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / "tokens.db"
+    bad = UNSENDABLE[name]
+    prefix = f"unsendable-{name.replace(' ', '-')}:"
+    async with Redlock(urls, tokens=SQLiteTokens(path), key_prefix=prefix) as locker:
+        for call in (
+            lambda: locker.acquire(bad),
+            lambda: locker.acquire(bad, blocking=False),
+            lambda: locker.acquire_many(["a", bad]),
+            lambda: locker.inspect(bad),
+        ):
+            with pytest.raises(ConfigurationError, match="resource must"):
+                await call()
+    assert not path.exists()  # no token drawn
+    for client in raw:
+        assert await client.keys(f"{prefix}*") == []  # no key set
+
+
+async def test_the_longest_resource_name_is_granted(urls: list[str], tmp_path: Path) -> None:
+    name = "é" * (MAX_RESOURCE_BYTES // 2)  # exactly MAX_RESOURCE_BYTES in UTF-8
+    async with Redlock(urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker:
+        lease = await locker.acquire(name, blocking=False)
+        assert lease.resource == name
+        assert lease.token >= 1
+        await locker.release(lease)
+
+
+@pytest.mark.parametrize("kind", sorted(SOURCES))
+async def test_every_token_source_refuses_a_name_it_cannot_hold_before_it_connects(
+    kind: str, silent_port: tuple[int, Listener], tmp_path: Path
+) -> None:
+    port, listener = silent_port
+    source = SOURCES[kind](port, tmp_path)
+    try:
+        for bad in UNSENDABLE.values():
+            with pytest.raises(ConfigurationError, match="resource must"):
+                await source.next_token(bad)
+            with pytest.raises(ConfigurationError, match="resource must"):
+                await source.upper_bound(bad)
+    finally:
+        await source.aclose()
+    assert listener.accepted == 0
+    assert not (tmp_path / "tokens.db").exists()
