@@ -202,8 +202,7 @@ def check_storage_url(url: str) -> None:
     try:
         normalize_url(url)
     except BadStorageURL as exc:
-        # storage names the URL as given (it may not import lockclient's mask): mask it here
-        raise ConfigurationError(f"storage {exc}".replace(repr(url), repr(redact(url)))) from None
+        raise ConfigurationError(f"storage {redact(url)!r}: {exc}") from None
 
 
 def check_upstream_url(url: str) -> None:

@@ -46,30 +46,30 @@ READ_ONLY = "fencegate_read_only"  # execution option: a plain deferred BEGIN on
 
 def normalize_url(url: str) -> str:
     """Map `sqlite:///path` and `postgresql://...` to their async drivers; any other URL, or one whose
-    port could never be connected to, is `BadStorageURL`. Its message repeats `url` as given: a caller
-    that shows it to a person masks the password first (the gateway's `check_storage_url`)."""
+    port could never be connected to, is `BadStorageURL`. Its message says what is wrong and never
+    repeats the URL (it may hold a password): a caller names it masked (`check_storage_url`)."""
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
-        raise BadStorageURL(f"{url!r} is not a URL; {USE}") from exc
+        raise BadStorageURL(f"the storage URL cannot be parsed; {USE}") from exc
     except ValueError:  # SQLAlchemy's int() of a port that is no number (or of an unclosed [::1)
         raise BadStorageURL(
-            f"{url!r}: its HOST:PORT cannot be read; give a port from 1 to 65535, "
+            "its HOST:PORT cannot be read; give a port from 1 to 65535, "
             "and an IPv6 address in brackets ([::1]:5432)"
         ) from None
     if parsed.port is not None and not 0 < parsed.port <= MAX_PORT:
-        raise BadStorageURL(f"{url!r}: port {parsed.port} is out of range; give a port from 1 to 65535")
+        raise BadStorageURL(f"port {parsed.port} is out of range; give a port from 1 to 65535")
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):
             raise BadStorageURL(
-                f"{url!r}: an in-memory SQLite database is not durable and not shared between "
+                "an in-memory SQLite database is not durable and not shared between "
                 "connections; give a file path, e.g. sqlite:///var/lib/fencegate/store.db"
             )
         return parsed.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False)
     if backend == "postgresql":
         return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
-    raise BadStorageURL(f"{url!r}: unsupported storage; {USE}")
+    raise BadStorageURL(f"unsupported storage {parsed.drivername!r}; {USE}")
 
 
 def open_engine(url: str, *, command_timeout: float = 10.0, tls: TLSReader | None = None) -> AsyncEngine:

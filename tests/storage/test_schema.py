@@ -113,6 +113,24 @@ def test_unusable_urls_are_refused_with_the_fix(url: str) -> None:
         open_engine(url)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://fg:s3cret-pw@db:99999/fg",
+        "postgresql://fg:s3cret-pw@[::1/fg",
+        "postgresql://fg:s3cret-pw@db:port/fg",
+        "mysql://fg:s3cret-pw@db/fg",
+        "sqlite://fg:s3cret-pw@/",
+    ],
+)
+def test_a_refused_url_is_never_repeated_in_the_error(url: str) -> None:
+    """The message says what is wrong; the URL (and its password) stays with the caller, who masks it."""
+    with pytest.raises(BadStorageURL) as refused:
+        open_engine(url)
+    assert "s3cret" not in str(refused.value)
+    assert "fg:" not in str(refused.value)
+
+
 async def test_gateways_starting_at_once_on_a_fresh_postgres_migrate_once(
     postgres_cluster: LocalCluster,
 ) -> None:
