@@ -37,10 +37,14 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.errors import ConfigurationError, Forbidden, Unauthorized
+from storage.models import MAX_CLIENT_LENGTH
 
 Access = Literal["read", "write"]
 ACCESS: tuple[Access, ...] = ("read", "write")
 SECRET_BYTES = 32  # 256 bits of randomness per generated key
+# A key's name is its client, `key:<name>`, in the audit trail and idempotency records, whose columns
+# hold MAX_CLIENT_LENGTH characters: PostgreSQL refuses a longer one, and every write would be 503.
+MAX_NAME_LENGTH = MAX_CLIENT_LENGTH - len("key:")
 # Compared against when no key is stored, to keep the work constant; no secret hashes to it
 # (empty secrets are refused before hashing).
 _NOBODY = hashlib.sha256(b"").hexdigest()
@@ -77,30 +81,68 @@ def new_secret() -> str:
     return "fg_" + secrets.token_urlsafe(SECRET_BYTES)
 
 
+def check_name(name: object) -> str:
+    """`name` if it can name a key in logs and the audit trail; ValueError otherwise."""
+    if not isinstance(name, str) or not name.strip() or not name.isprintable() or len(name) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"key name {name!r}: give a name the logs and the audit trail can show, at most "
+            f"{MAX_NAME_LENGTH} printable characters, e.g. billing-worker"
+        )
+    return name
+
+
+def _strings(entry: dict[str, object], field: str, default: object = None) -> tuple[str, ...]:
+    """A list of strings; `str()` of anything else would widen a scope (a string is a list of letters)."""
+    value = entry.get(field, default)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"key {entry.get('name')!r}: {field} must be a list of strings, not {value!r}")
+    return tuple(value)
+
+
 def _parse(entry: object) -> ApiKey:
     if not isinstance(entry, dict):
         raise TypeError(f"each key must be an object, not {entry!r}")
-    access = frozenset(map(str, entry.get("access", ACCESS)))
+    name = check_name(entry.get("name"))
+    access = frozenset(_strings(entry, "access", list(ACCESS)))
     unknown = access - set(ACCESS)
     if unknown or not access:
-        raise ValueError(f"key {entry.get('name')!r}: access must be a non-empty subset of {list(ACCESS)}")
-    digest = str(entry["sha256"]).lower()
-    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise ValueError(f"key {entry.get('name')!r}: sha256 must be 64 hex digits")
-    return ApiKey(
-        name=str(entry["name"]), sha256=digest, prefixes=tuple(map(str, entry["prefixes"])), access=access
-    )
+        raise ValueError(f"key {name!r}: access must be a non-empty subset of {list(ACCESS)}")
+    digest = entry.get("sha256")
+    if (
+        not isinstance(digest, str)
+        or len(digest) != 64
+        or any(c not in "0123456789abcdef" for c in digest.lower())
+    ):
+        raise ValueError(f"key {name!r}: sha256 must be 64 hex digits")
+    return ApiKey(name=name, sha256=digest.lower(), prefixes=_strings(entry, "prefixes"), access=access)
+
+
+def _unique(keys: list[ApiKey]) -> list[ApiKey]:
+    """`keys`, if no two share a name (a certificate's CN names one entry) or a hash (one secret, one
+    scope); ValueError otherwise: either way the entry that applied would depend on the order."""
+    for field in ("name", "sha256"):
+        seen: set[str] = set()
+        for key in keys:
+            value = getattr(key, field)
+            if value in seen:
+                raise ValueError(f"two keys have the {field} {value!r}; each key needs its own")
+            seen.add(value)
+    return keys
 
 
 def read_keys(path: Path) -> list[ApiKey]:
     """The keys stored in `path`; a missing file holds none."""
     try:
         document = json.loads(path.read_text())
-        return [_parse(entry) for entry in document["keys"]]
+        return _unique([_parse(entry) for entry in document["keys"]])
     except FileNotFoundError:
         return []
     except OSError as exc:  # the path, not the file's content, is wrong: no format hint
         raise ConfigurationError(f"cannot read API keys from {path}: {exc.strerror}") from exc
+    except RecursionError as exc:  # JSON nested past the parser's depth: a running gateway must keep going
+        raise ConfigurationError(
+            f"cannot read API keys from {path}: nested too deeply to be a key file"
+        ) from exc
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigurationError(
             f"cannot read API keys from {path}: {exc}; expected "

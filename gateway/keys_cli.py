@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gateway.auth import ACCESS, ApiKey, hash_secret, new_secret, read_keys, write_keys
+from gateway.auth import ACCESS, ApiKey, check_name, hash_secret, new_secret, read_keys, write_keys
 from gateway.config import env_name
 from gateway.errors import ConfigurationError
 
@@ -22,10 +22,10 @@ ENV_FILE = env_name("api_keys")
 
 def _add(path: Path, name: str, prefixes: list[str], read_only: bool) -> int:
     keys = read_keys(path)
-    if not name.strip() or not name.isprintable():
-        raise ConfigurationError(
-            f"key name {name!r}: give a name the logs and the audit trail can show, e.g. billing-worker"
-        )
+    try:
+        check_name(name)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
     if any(key.name == name for key in keys):
         raise ConfigurationError(f"a key named {name!r} exists; revoke it first or pick another name")
     secret = new_secret()

@@ -18,7 +18,9 @@ upsert that holds the resource's row lock) and checks:
 
 After a break the chain check goes on from the stored hash, so every break
 is listed, the first one first. It needs only the database, not a running
-gateway, and says what it read.
+gateway, and says what it read. It reads one snapshot (PostgreSQL: REPEATABLE
+READ; SQLite: a deferred read transaction, WAL), so a live gateway's appends
+while it reads are neither seen as a truncated tail nor blocked.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from sqlalchemy import Row, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from storage.chain import GENESIS_HEAD, HASHED, Head, entry_hash
+from storage.engine import READ_ONLY
 from storage.errors import MalformedRow, map_storage_errors
 from storage.models import AuditEntry, AuditHead, Fence, SchemaVersion
 from storage.records import FENCE_PASSED
@@ -129,8 +132,12 @@ async def verify_audit(
     entries = Decoder(AuditEntry, (*HASHED, "chain"), dialect)
     fences = Decoder(Fence, ("resource", "token"), dialect)
     head = Decoder(AuditHead, ("last_id", "hash"), dialect)
+    # One snapshot for the entries, the marks and the head row: read apart, an append between them
+    # showed as "entries were removed from the tail". SQLite's default BEGIN IMMEDIATE would also hold
+    # the write lock for the whole read, stopping a live gateway's writes.
+    snapshot = {READ_ONLY: True} if dialect.name == "sqlite" else {"isolation_level": "REPEATABLE READ"}
     with map_storage_errors("audit verification"):
-        async with engine.connect() as conn:
+        async with engine.execution_options(**snapshot).connect() as conn:
             after: int | None = None  # the first page has no lower bound: an id below 1 is malformed too
             while True:
                 query = select(*entries.stored).order_by(AuditEntry.id).limit(READ_BATCH)

@@ -1,0 +1,420 @@
+"""A hostile look at the security surface, on real gateways: key files, credentials, TLS, the audit trail.
+
+Each test is a probe an attacker or a careless operator could make and asserts the secure answer.
+Key files: a value of the wrong JSON type is refused, never read as something wider (`"prefixes":
+"billing/"` used to be the eight one-letter prefixes of its characters); two entries with one name or
+one hash are refused (which one applied depended on their order); a name the audit trail cannot hold
+is refused by `fencegate keys add` and at load (it made every write of that key 503 on PostgreSQL);
+a file nested past the JSON parser's depth is logged and keeps the previous keys (it ended the reload
+task, so revoked keys kept working). Credentials: only `Bearer` with the whole secret, and no header
+renames the client. TLS: `GatewayClient` refuses an expired or wrong-host gateway certificate, a
+mutual-TLS gateway refuses an expired client certificate, proxy mode refuses an upstream it cannot
+verify. Audit: whatever a client puts in a request, the trail still verifies, and `audit verify` on a
+live database reads one snapshot (an append while it read was reported as a truncated tail on
+PostgreSQL; on SQLite it held the write lock for the whole check).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import ssl
+import threading
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from sqlalchemy import event
+
+from fencegate.cli import main
+from fencegate.lab.cluster import LocalCluster
+from fencegate.lab.cluster.certs import Authority
+from fencegate.lab.cluster.errors import ServerStartError
+from fencegate.lab.cluster.gateway import GatewayProcess
+from gateway.auth import MAX_NAME_LENGTH, ApiKey, ApiKeys, hash_secret, write_keys
+from gateway.errors import ConfigurationError
+from lockclient import GatewayClient, GatewayError
+from storage import open_engine
+from storage.models import MAX_CLIENT_LENGTH
+from storage.verify import verify_audit
+from tests.databases import fresh_database, migrated_store
+from tests.gateway.conftest import AppClient, MakeClient, create_database
+from tests.gateway.test_headers import send
+from tests.tls_gateway import TLSGateways
+from tests.waiting import eventually
+
+RELOAD_DEADLINE = 10.0
+SECRET = "s3cret"
+
+
+def key_file(path: Path, *entries: dict[str, object]) -> Path:
+    path.write_text(json.dumps({"keys": list(entries)}))
+    return path
+
+
+def entry(name: str = "billing", secret: str = SECRET, **fields: object) -> dict[str, object]:
+    """A key file entry; `fields` replace any of its values (`name` too), whatever their type."""
+    return {"name": name, "sha256": hash_secret(secret), "prefixes": ["bill/"], **fields}
+
+
+async def fence(client: AppClient, resource: str, auth: dict[str, str]) -> int:
+    answer = await client.get(f"/v1/fences/{resource}", headers=auth)
+    assert answer.status == 200, await answer.text()
+    highest: int = (await answer.json())["highest"]
+    return highest
+
+
+# --- key files -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"prefixes": [None]},
+        {"prefixes": {"bill/": True}},
+        {"access": {"read": True}},
+        {"name": None},
+        {"name": ["billing"]},
+        {"sha256": int("1" * 64)},
+    ],
+    ids=["prefixes-null", "prefixes-object", "access-object", "name-null", "name-list", "sha256-number"],
+)
+def test_a_key_file_value_of_the_wrong_json_type_is_refused_not_read_as_another(
+    tmp_path: Path, fields: dict[str, object]
+) -> None:
+    path = key_file(tmp_path / "keys.json", entry() | fields)
+    with pytest.raises(ConfigurationError, match="cannot read API keys"):
+        ApiKeys.load(path)
+
+
+def test_a_prefix_written_as_a_string_is_refused_not_split_into_letters(tmp_path: Path) -> None:
+    """`"prefixes": "billing/"` was read as the prefixes b, i, l, n, g and /: the key could write
+    `ledger/...`, `invoices/...`, `gl/...`. `fencegate serve` now refuses the file at start."""
+    path = key_file(tmp_path / "keys.json", entry(prefixes="billing/"))
+    gateway = GatewayProcess(
+        tmp_path / "gw.log", "--data-dir", str(tmp_path / "data"), "--api-keys", str(path)
+    )
+    try:
+        with pytest.raises(ServerStartError, match="prefixes must be a list of strings"):
+            gateway.start()
+    finally:
+        gateway.stop()
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        (entry("billing", "one"), entry("billing", "two", prefixes=[""])),
+        (entry("billing", "one"), entry("admin", "one", prefixes=[""])),
+    ],
+    ids=["one-name", "one-hash"],
+)
+def test_two_keys_with_one_name_or_one_hash_are_refused(
+    tmp_path: Path, entries: tuple[dict[str, object], ...]
+) -> None:
+    """With one hash twice, the secret had the scope of the entry listed last; with one name twice, a
+    client certificate of that CN did."""
+    path = key_file(tmp_path / "keys.json", *entries)
+    with pytest.raises(ConfigurationError, match="two keys have the"):
+        ApiKeys.load(path)
+
+
+async def test_a_key_name_the_audit_trail_cannot_hold_is_refused_and_the_longest_one_writes(
+    make_client: MakeClient,
+    tmp_path: Path,
+    postgres_cluster: LocalCluster,
+    unique: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`key:<name>` is the client column of the audit trail and of idempotency records; one longer than
+    it made every write of that key 503 on PostgreSQL (`value too long`), while `keys add` took it."""
+    path = tmp_path / "keys.json"
+    too_long = "n" * (MAX_NAME_LENGTH + 1)
+    assert main(["keys", "--file", str(path), "add", too_long, "--prefix", ""]) == 2
+    assert "give a name the logs and the audit trail can show" in capsys.readouterr().err
+    assert not path.exists()
+    key_file(path, entry(too_long, prefixes=[""]))
+    with pytest.raises(ConfigurationError, match="give a name"):
+        ApiKeys.load(path)
+
+    longest = "n" * MAX_NAME_LENGTH
+    assert len(f"key:{longest}") == MAX_CLIENT_LENGTH
+    path.unlink()
+    assert main(["keys", "--file", str(path), "add", longest, "--prefix", ""]) == 0
+    auth = {"Authorization": f"Bearer {capsys.readouterr().out.strip()}"}
+    client = await make_client(api_keys=path, storage=postgres_cluster.postgres_dsn)
+    for token, idempotency in ((1, {}), (2, {"Idempotency-Key": unique})):
+        written = await client.put(
+            f"/v1/objects/{unique}", data=b"x", headers={**auth, "Fencing-Token": str(token), **idempotency}
+        )
+        assert written.status in (200, 201), await written.text()
+
+
+async def test_a_key_file_nested_too_deeply_keeps_the_keys_and_a_later_revoke_still_works(
+    make_client: MakeClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """JSON nested past the parser's depth raised RecursionError, which ended the reload task: the
+    gateway kept the keys it had, but no later `keys revoke` ever reached it."""
+    path = key_file(tmp_path / "keys.json", entry(), entry("other", "other-secret", prefixes=["o/"]))
+    client = await make_client(api_keys=path)
+    auth = {"Authorization": f"Bearer {SECRET}", "Fencing-Token": "1"}
+    assert (await client.put("/v1/objects/bill/1", data=b"x", headers=auth)).status == 201
+
+    with caplog.at_level(logging.ERROR, logger="gateway"):
+        path.write_text("[" * 100_000 + "]" * 100_000)
+        await eventually(
+            lambda: any("API keys not reloaded" in r.getMessage() for r in caplog.records),
+            within=RELOAD_DEADLINE,
+            what="the unreadable key file logged",
+        )
+    assert (await client.put("/v1/objects/bill/1", data=b"y", headers=auth)).status == 200  # kept
+
+    write_keys(path, [ApiKey(name="other", sha256=hash_secret("other-secret"), prefixes=("o/",))])
+
+    async def revoked() -> bool:
+        status = (await client.get("/v1/fences/bill/1", headers={"Authorization": f"Bearer {SECRET}"})).status
+        assert status in (200, 401)
+        return status == 401
+
+    await eventually(revoked, within=RELOAD_DEADLINE, what="the revoked key refused")
+
+
+async def test_a_star_prefix_is_a_name_not_a_wildcard(make_client: MakeClient, tmp_path: Path) -> None:
+    """Only `''` is every name; `*` is no character a key or resource may hold, so it covers nothing."""
+    client = await make_client(api_keys=key_file(tmp_path / "keys.json", entry(prefixes=["*"])))
+    auth = {"Authorization": f"Bearer {SECRET}"}
+    written = await client.put("/v1/objects/bill/1", data=b"x", headers={**auth, "Fencing-Token": "1"})
+    assert (written.status, (await written.json())["error"]) == (403, "forbidden")
+    assert (await client.get("/v1/objects", params={"prefix": ""}, headers=auth)).status == 403
+
+
+# --- credentials -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("authorization", "status"),
+    [
+        (f"Bearer {SECRET}", 201),
+        (f"bearer {SECRET}", 201),  # the scheme is case-insensitive (RFC 9110)
+        (f"BEARER  {SECRET} ", 201),
+        (f"Basic {SECRET}", 401),
+        (f"Token {SECRET}", 401),
+        (SECRET, 401),
+        ("Bearer", 401),
+        ("Bearer ", 401),
+        (f"Bearer\t{SECRET}", 401),
+        (f"Bearer {SECRET} {SECRET}", 401),
+        (f"Bearer {SECRET}, Bearer {SECRET}", 401),
+        (f"Bearer {SECRET.upper()}", 401),  # the secret is compared exactly
+        (f"Bearer {SECRET[:-1]}", 401),
+        (f"Bearer {hash_secret(SECRET)}", 401),  # what the key file holds lets nobody in
+    ],
+)
+async def test_only_a_bearer_scheme_with_the_whole_secret_authenticates(
+    make_client: MakeClient, tmp_path: Path, authorization: str, status: int
+) -> None:
+    client = await make_client(api_keys=key_file(tmp_path / "keys.json", entry()))
+    answer, body = await send(
+        client, "PUT", "/v1/objects/bill/1", [("Authorization", authorization), ("Fencing-Token", "1")], b"x"
+    )
+    assert answer == status, body
+    marks = await fence(client, "bill/1", {"Authorization": f"Bearer {SECRET}"})
+    assert marks == (1 if status == 201 else 0)  # a refused request moved nothing
+
+
+async def test_forwarding_headers_do_not_rename_the_client(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The identity (logs, audit trail, per-client limit) of an open gateway is the peer address; a
+    client cannot pick another one, nor hide among others, with X-Forwarded-For or Forwarded."""
+    client = await make_client()
+    spoofed = {"X-Forwarded-For": "10.9.9.9", "Forwarded": "for=10.9.9.9", "X-Real-IP": "10.9.9.9"}
+    with caplog.at_level(logging.WARNING, logger="gateway.refusals"):
+        refused = await client.put("/v1/objects/spoof", data=b"x", headers=spoofed)  # no token: 428
+    assert refused.status == 428
+    record = json.loads(caplog.records[-1].getMessage().removeprefix("refused "))
+    assert record["client"] == "ip:127.0.0.1"
+
+
+# --- TLS -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> Authority:
+    return Authority(tmp_path / "ca")
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [("expired", "certificate has expired"), ("wrong-host", "not valid for the name connected to")],
+)
+async def test_gateway_client_refuses_an_expired_or_wrong_host_gateway_certificate(
+    tls_gateways: TLSGateways, ca: Authority, kind: str, reason: str
+) -> None:
+    server = (
+        ca.issue("gateway", expired=True)
+        if kind == "expired"
+        else ca.issue("gateway", hosts=("elsewhere.test",))
+    )
+    url = tls_gateways.start(server)
+    async with GatewayClient(url, ssl_ca_certs=ca.cert, retry=None) as gateway:
+        with pytest.raises(GatewayError, match=reason) as refused:
+            await gateway.put("docs/a", b"to a stranger", token=1)
+    assert (refused.value.status, refused.value.code) == (None, "tls")
+    trusting = ssl.create_default_context(cafile=str(ca.cert))
+    trusting.check_hostname, trusting.verify_mode = False, ssl.CERT_NONE  # to look, not to write
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{url}/v1/fences/docs/a", ssl=trusting) as answer,
+    ):
+        assert (await answer.json())["highest"] == 0  # the refused client sent nothing
+
+
+async def test_mutual_tls_refuses_an_expired_client_certificate_of_its_own_ca(
+    tls_gateways: TLSGateways, ca: Authority
+) -> None:
+    url = tls_gateways.start(ca.issue("gateway"), "--tls-client-ca", str(ca.cert))
+    valid = ca.issue("billing", hosts=(), server=False, client=True)
+    expired = ca.issue("old-billing", hosts=(), server=False, client=True, expired=True)
+    async with GatewayClient(
+        url, ssl_ca_certs=ca.cert, ssl_certfile=expired.cert, ssl_keyfile=expired.key, retry=None
+    ) as gateway:
+        with pytest.raises(GatewayError) as refused:
+            await gateway.put("payroll/1", b"x", token=1)
+    assert refused.value.status is None  # no answer: the handshake (or, on TLS 1.3, the first read) failed
+    async with GatewayClient(
+        url, ssl_ca_certs=ca.cert, ssl_certfile=valid.cert, ssl_keyfile=valid.key, retry=None
+    ) as gateway:
+        assert (await gateway.fence("payroll/1")) == 0  # nothing was written
+    assert '"client": "cert:old-billing"' not in tls_gateways.started[0].log_path.read_text()
+
+
+@pytest.fixture
+async def tls_upstream(aiohttp_server: Any, tmp_path: Path) -> tuple[list[str], TestServer]:
+    """An HTTPS upstream whose certificate no system store trusts; it records what reached it."""
+    reached: list[str] = []
+
+    async def record(request: web.Request) -> web.Response:
+        reached.append(f"{request.method} {request.path}")
+        return web.Response(status=201)
+
+    app = web.Application()
+    app.router.add_route("*", "/store/{key:.*}", record)
+    server_cert = Authority(tmp_path / "upstream-ca").issue("upstream")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(server_cert.cert, server_cert.key)
+    server: TestServer = await aiohttp_server(app, ssl=context)
+    return reached, server
+
+
+async def test_proxy_mode_refuses_an_upstream_whose_certificate_it_cannot_verify(
+    make_client: MakeClient, tls_upstream: tuple[list[str], TestServer]
+) -> None:
+    reached, server = tls_upstream
+    upstream = str(server.make_url("/store"))
+    assert upstream.startswith("https://")
+    proxy = await make_client(upstream=upstream, upstream_timeout=5.0)
+    for method in ("PUT", "GET", "DELETE"):
+        answer = await proxy.request(method, "/v1/objects/doc", data=b"x", headers={"Fencing-Token": "1"})
+        text = await answer.text()
+        assert (answer.status, json.loads(text)["error"]) == (503, "upstream_unavailable"), text
+        assert str(server.port) not in text  # no address in the body
+        assert "certificate" not in text.lower()  # nor the driver's words
+    assert reached == []  # not one request was sent over the unverified connection
+
+
+# --- the audit trail -------------------------------------------------------------------------------
+
+
+async def test_what_a_client_puts_in_a_request_cannot_break_the_trail(
+    make_client: MakeClient,
+    tmp_path: Path,
+    postgres_cluster: LocalCluster,
+    unique: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Quotes, JSON, brackets and non-ASCII in a key's name, and refused requests carrying oversized,
+    non-ASCII or control-laden names and tokens, on PostgreSQL (whose columns have lengths): every
+    refusal is a 4xx, every one reaches the trail, and `fencegate audit verify` finds it sound."""
+    dsn = await create_database(postgres_cluster.postgres_dsn)
+    name = 'q"],[1,"x\\ ключ {"a": 1}'
+    path = tmp_path / "keys.json"
+    assert main(["keys", "--file", str(path), "add", name, "--prefix", ""]) == 0
+    auth = [("Authorization", f"Bearer {capsys.readouterr().out.strip()}")]
+    client = await make_client(api_keys=path, storage=dsn, group_commit=0)
+    assert (await send(client, "PUT", f"/v1/objects/{unique}", [*auth, ("Fencing-Token", "5")], b"v"))[
+        0
+    ] == 201
+
+    hostile: list[tuple[str, str, list[tuple[str, str]]]] = [
+        ("PUT", f"/v1/objects/{unique}", [*auth, ("Fencing-Token", "4")]),  # stale
+        ("PUT", f"/v1/objects/{unique}", [*auth, ("Fencing-Token", "9" * 4000)]),
+        ("PUT", f"/v1/objects/{unique}", [*auth, ("Fencing-Token", "5"), ("Fencing-Resource", "r" * 7000)]),
+        ("PUT", f"/v1/objects/{unique}", [*auth, ("Fencing-Token", "5"), ("Fencing-Resource", 'a"],"b')]),
+        ("PUT", "/v1/objects/" + "k" * 3000, [*auth, ("Fencing-Token", "5")]),
+        ("PUT", "/v1/objects/%E2%80%A8%0A%00x", [*auth, ("Fencing-Token", "5")]),
+        ("GET", "/v1/fences/" + "%22%5D%2C%5B" * 50, auth),
+        ("PUT", f"/v1/objects/{unique}", [("Authorization", 'Bearer \\"],[0'), ("Fencing-Token", "5")]),
+    ]
+    for method, target, headers in hostile:
+        status, body = await send(client, method, target, headers, b"x")
+        assert 400 <= status < 500, (target[:60], status, body)
+
+    verify = ["audit", "verify", "--storage", dsn, "--json"]
+
+    async def every_refusal_in_a_sound_trail() -> bool:
+        assert await asyncio.to_thread(main, verify) == 0  # its own event loop, off this one
+        report = json.loads(capsys.readouterr().out)
+        assert report["ok"], report["violations"]
+        return int(report["entries"]) - int(report["outcomes"].get("accepted", 0)) == len(hostile)
+
+    await eventually(every_refusal_in_a_sound_trail, within=RELOAD_DEADLINE, what="every refusal verified")
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+async def test_verify_reads_one_snapshot_while_a_gateway_appends(
+    engine: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """An operator runs `audit verify` on a live database. A write committed after verify read the
+    entries and before it read the head row made PostgreSQL's verify report "entries were removed
+    from the tail" (a false alarm of tampering); on SQLite verify held the write lock (BEGIN
+    IMMEDIATE) for its whole read, so the gateway's writes waited on it, up to the busy timeout."""
+    async with contextlib.AsyncExitStack() as stack:
+        if engine == "postgresql":
+            cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
+            url = await stack.enter_async_context(fresh_database(cluster, "snapshot"))
+        else:
+            url = f"sqlite:///{tmp_path / 'fencegate.db'}"
+        store = await stack.enter_async_context(migrated_store(url))
+        await store.put("k", b"1", resource="r", token=1)
+        verifying = open_engine(url)
+        stack.push_async_callback(verifying.dispose)
+        written: list[str] = []
+
+        def append_from_another_process() -> None:  # its own loop, engine and connection
+            async def put() -> None:
+                async with migrated_store(url) as other:
+                    await other.put("k", b"2", resource="r", token=2)
+
+            try:
+                asyncio.run(put())
+                written.append("committed")
+            except Exception as exc:  # noqa: BLE001 - the failure is what the test reports
+                written.append(f"{type(exc).__name__}: {exc}")
+
+        def between_the_entries_and_the_head_row(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if "fencegate_audit_head" in statement and not written:
+                writer = threading.Thread(target=append_from_another_process)
+                writer.start()
+                writer.join()
+
+        event.listen(verifying.sync_engine, "before_cursor_execute", between_the_entries_and_the_head_row)
+        report = await verify_audit(verifying)
+    assert written == ["committed"]  # not blocked by the verify
+    assert report.ok, report.violations
+    assert (report.rows, report.stored_head, report.chain.last_id) == (1, report.chain, 1)  # as of its start
