@@ -32,6 +32,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -183,7 +184,7 @@ class Parser(argparse.ArgumentParser):
         unknown = [word for word in getattr(self, "_words", ()) if self._unknown_option(word)]
         if unknown and message.startswith("the following arguments are required"):
             message = f"unrecognized arguments: {' '.join(unknown)}"
-        self.exit(USAGE, f"{self.prog}: {message}; see `{self.prog} --help`\n")
+        self.exit(USAGE, f"{self.prog}: {masked(message)}; see `{self.prog} --help`\n")
 
     def _unknown_option(self, word: str) -> bool:
         if not word.startswith("-") or word == "--" or word[1:2].isdigit():  # a value, -1 included
@@ -279,6 +280,21 @@ def positive_seconds(text: str) -> float:
 def seconds(text: str) -> float:
     """A duration where 0 means "skip it"."""
     return _seconds(text, positive=False)
+
+
+def seconds_up_to(maximum: float, *, positive: bool = True) -> Callable[[str], float]:
+    """A duration of at most `maximum` seconds (above 0, or 0 or more when not `positive`): for a run
+    that holds servers until it ends, where `1e12` would never end. Say the bound in the option's help:
+    `(above 0, at most 604800: a week)`."""
+
+    def parse(text: str) -> float:
+        value = _seconds(text, positive=positive)
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{text}: give at most {maximum:g} seconds")
+        return value
+
+    parse.__name__ = f"seconds up to {maximum:g}"
+    return parse
 
 
 def _seconds(text: str, *, positive: bool) -> float:
@@ -388,6 +404,19 @@ def _command_name(argv: Sequence[str]) -> str | None:
     return None
 
 
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"(),;]+")
+
+
+def masked(message: str) -> str:
+    """`message` with every URL in it masked: a mistyped command line (an argument in the wrong place,
+    a URL given to `--port`) may hold a password, and argparse repeats what it was given."""
+    if "://" not in message:
+        return message
+    from lockclient.transport.endpoint import redact  # one mask for every URL; loaded only when needed
+
+    return _URL.sub(lambda found: redact(found.group()), message)
+
+
 def error_code(exc: BaseException) -> int | None:
     """The exit code of an error a user can cause (see the module docstring); None for a bug."""
     roots = tuple(getattr(sys.modules[module], name) for module, name in ERROR_ROOTS if module in sys.modules)
@@ -398,12 +427,21 @@ def error_code(exc: BaseException) -> int | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before the command ran (`_main` answers one during it): while loading it
+        print("fencegate: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _main(argv: list[str]) -> int:
     name = _command_name(argv)
     parser = build_parser(load=() if name is None else (name,))
     args, extra = parser.parse_known_args(argv)
     if extra:  # said by the command they were given to, not by `fencegate`
         parser.exit(
-            USAGE, f"{args.prog}: unrecognized arguments: {' '.join(extra)}; see `{args.prog} --help`\n"
+            USAGE,
+            f"{args.prog}: unrecognized arguments: {masked(' '.join(extra))}; see `{args.prog} --help`\n",
         )
     if args.log_level not in LOG_LEVELS:  # a given flag is one of them: this came from the variable
         parser.exit(

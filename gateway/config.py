@@ -217,8 +217,12 @@ def check_upstream_url(url: str) -> None:
 
 
 def _short(value: object) -> str:
-    """`value` as a message repeats it: at most SHOWN characters, so a pasted megabyte stays one line."""
+    """`value` as a message repeats it: masked (a URL given to a number's flag may hold a password), at
+    most SHOWN characters, so a pasted megabyte stays one line."""
+    from lockclient.transport.endpoint import redact
+
     text = str(value)
+    text = redact(text) if "@" in text else text
     return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
 
 

@@ -51,7 +51,7 @@ def normalize_url(url: str) -> str:
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
-        raise BadStorageURL(f"the storage URL cannot be parsed; {USE}") from exc
+        raise BadStorageURL(f"not a URL; {USE}") from exc
     except ValueError:  # SQLAlchemy's int() of a port that is no number (or of an unclosed [::1)
         raise BadStorageURL(
             "its HOST:PORT cannot be read; give a port from 1 to 65535, "
@@ -69,7 +69,7 @@ def normalize_url(url: str) -> str:
         return parsed.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False)
     if backend == "postgresql":
         return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
-    raise BadStorageURL(f"unsupported storage {parsed.drivername!r}; {USE}")
+    raise BadStorageURL(f"unsupported storage; {USE}")
 
 
 def open_engine(url: str, *, command_timeout: float = 10.0, tls: TLSReader | None = None) -> AsyncEngine:

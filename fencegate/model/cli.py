@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from fencegate.cli import INCOMPLETE, add_action, add_actions, describe, output_dir, output_file
+from fencegate.cli import INCOMPLETE, add_action, add_actions, bounded, describe, output_dir, output_file
 from fencegate.lab.history import History
 from fencegate.lab.report import RunResult
 from fencegate.lab.timeline import write_html, write_svg
@@ -34,6 +34,17 @@ from fencegate.model.variants import PROPERTIES, VARIANTS, Sizes, pick
 
 log = logging.getLogger(__name__)
 DEFAULT_DOC = "docs/model.md"
+# Bounds of the sizes, refused as they are parsed (`variants.Sizes` checks them again for other callers):
+# each adds a dimension to the search, and 3 clients on 5 masters already outgrow 6 GB (docs/model.md).
+MAX_SIZE = 3  # clients, acquisitions per client, pauses, node faults
+MAX_NODES = 5  # Redis masters: 1, 3 or 5, an odd quorum
+# pan's -m: its DFS stack is allocated whole, about 53 bytes a step (53 MB here); the deepest search
+# in docs/model.md reaches 346, and past 2**31 pan refuses the option (an int).
+MAX_DEPTH = 1_000_000
+# -DMEMLIM, MB: the top is 64 GiB, a machine's RAM in order of magnitude (a bound past the machine's
+# memory ends a search by the kernel's OOM killer, not as `incomplete`); the floor is what pan's own hash
+# table (128 MB) and stack take before the first state, so a smaller bound could never finish a search.
+MIN_MEMORY_MB, MAX_MEMORY_MB = 256, 65_536
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -123,24 +134,66 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="P",
         help=f"{', '.join(PROPERTIES)}, a comma list, or all",
     )
-    parser.add_argument("--clients", type=int, default=2, metavar="K", help="clients")
-    parser.add_argument("--nodes", type=int, default=3, metavar="N", help="Redis masters")
-    parser.add_argument("--ops", type=int, default=1, help="acquisitions per client")
-    parser.add_argument("--pauses", type=int, default=1, help="times a whole TTL may pass")
+    parser.add_argument(
+        "--clients",
+        type=_size(MAX_SIZE, minimum=1, why="the model is sized for 1 to 3 clients"),
+        default=2,
+        metavar="K",
+        help=f"clients (1 to {MAX_SIZE})",
+    )
+    parser.add_argument(
+        "--nodes",
+        # an even count is refused by `Sizes`, which says why: an odd quorum
+        type=_size(MAX_NODES, minimum=1, why="use 1, 3 or 5 Redis masters"),
+        default=3,
+        metavar="N",
+        help=f"Redis masters (1, 3 or {MAX_NODES})",
+    )
+    parser.add_argument(
+        "--ops",
+        type=_size(MAX_SIZE, minimum=1, why="the model is sized for 1 to 3 acquisitions per client"),
+        default=1,
+        help=f"acquisitions per client (1 to {MAX_SIZE})",
+    )
+    parser.add_argument(
+        "--pauses",
+        type=_size(MAX_SIZE, minimum=0, why="the model is sized for 0 to 3 pauses"),
+        default=1,
+        help=f"times a whole TTL may pass (0 to {MAX_SIZE})",
+    )
     parser.add_argument(
         "--node-faults",
-        type=int,
+        type=_size(MAX_SIZE, minimum=0, why="the model is sized for 0 to 3 node faults"),
         default=1,
-        help="node restarts or clock jumps (token-regress: also token source restarts)",
+        help=f"node restarts or clock jumps (token-regress: also token source restarts) (0 to {MAX_SIZE})",
     )
-    parser.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH, metavar="D", help="pan -m")
+    parser.add_argument(
+        "--max-depth",
+        type=bounded(MAX_DEPTH),
+        default=DEFAULT_MAX_DEPTH,
+        metavar="D",
+        help=f"pan -m (1 to {MAX_DEPTH})",
+    )
     parser.add_argument(
         "--memory",
-        type=int,
+        type=bounded(MAX_MEMORY_MB, minimum=MIN_MEMORY_MB),
         default=DEFAULT_MEMORY_MB,
         metavar="MB",
-        help="pan's -DMEMLIM",
+        help=f"pan's -DMEMLIM ({MIN_MEMORY_MB} to {MAX_MEMORY_MB})",
     )
+
+
+def _size(maximum: int, *, minimum: int, why: str) -> Callable[[str], int]:
+    """`bounded`, its refusal followed by why the model stops there."""
+    parse = bounded(maximum, minimum=minimum)
+
+    def checked(text: str) -> int:
+        try:
+            return parse(text)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{exc} ({why})") from None
+
+    return checked
 
 
 def _names(table: Mapping[str, object], what: str) -> Callable[[str], str]:
@@ -167,8 +220,6 @@ def run_checks(args: argparse.Namespace, cache: Cache | None = None) -> list[Che
     )
     variants = pick(args.variant, VARIANTS, "variant")
     props = pick(args.property, PROPERTIES, "property")
-    if args.max_depth < 1 or args.memory < 64:
-        raise ModelArgumentError("--max-depth must be >= 1 and --memory >= 64 (MB)")
 
     def key(variant: str, prop: str) -> tuple[str, str, Sizes, int, int]:
         return (variant, prop, sizes, args.max_depth, args.memory)

@@ -22,11 +22,10 @@ from fencegate.bench.wrk import wrk_available
 from fencegate.cli import (
     UNAVAILABLE,
     USAGE,
+    bounded,
     describe,
     output_dir,
-    positive_int,
-    positive_seconds,
-    seconds,
+    seconds_up_to,
     settings_from,
 )
 from fencegate.lab.cluster import TERMINATED, until_terminated
@@ -34,6 +33,19 @@ from fencegate.soak.load import SoakConfig
 from fencegate.soak.run import STATE_DIR, soak
 
 DEFAULTS = SoakConfig()
+# Bounds of the counts and durations, refused as they are parsed: a soak holds 9 servers until it ends,
+# so a value far past these started a run that never ended (`--clients 10**22` never got past making
+# its clients). Each leased client keeps its own ZooKeeper session, and ZooKeeper takes 60 connections
+# from one address (maxClientCnxns), the gateways' and the writers' sessions included.
+MAX_CLIENTS = 32
+MAX_RESOURCES = 1024
+MAX_WRITERS = 64
+MAX_IN_FLIGHT = 64  # per writer: up to 4,096 requests in flight at the two gateways
+MAX_SCHEMATHESIS_EXAMPLES = 10_000  # per API operation
+MAX_RAW_EXAMPLES = 100_000
+MAX_DURATION = 7 * 24 * 3600  # a week
+MAX_OUTAGE = 3600  # an hour: PostgreSQL stopped, PostgreSQL paused and a Redis master paused, each
+MAX_BENCH_SECONDS = 3600
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -52,37 +64,63 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "fencegate soak --duration 300 --clients 16",
     )
     parser.add_argument(
-        "--duration", type=positive_seconds, default=DEFAULTS.duration, help="seconds of load"
+        "--duration",
+        type=seconds_up_to(MAX_DURATION),
+        default=DEFAULTS.duration,
+        help=f"seconds of load (above 0, at most {MAX_DURATION}: a week)",
     )
     parser.add_argument(
-        "--clients", type=positive_int, default=DEFAULTS.clients, help="concurrent leased clients"
+        "--clients",
+        type=bounded(MAX_CLIENTS),
+        default=DEFAULTS.clients,
+        help=f"concurrent leased clients (1 to {MAX_CLIENTS})",
     )
     parser.add_argument(
-        "--resources", type=positive_int, default=DEFAULTS.resources, help="contended resources"
+        "--resources",
+        type=bounded(MAX_RESOURCES),
+        default=DEFAULTS.resources,
+        help=f"contended resources (1 to {MAX_RESOURCES})",
     )
     parser.add_argument(
-        "--outage", type=positive_seconds, default=DEFAULTS.outage, help="seconds of each outage"
+        "--outage",
+        type=seconds_up_to(MAX_OUTAGE),
+        default=DEFAULTS.outage,
+        help=f"seconds of each outage (above 0, at most {MAX_OUTAGE}: an hour)",
     )
-    parser.add_argument("--writers", type=positive_int, default=DEFAULTS.writers, help="unleased writers")
+    parser.add_argument(
+        "--writers",
+        type=bounded(MAX_WRITERS),
+        default=DEFAULTS.writers,
+        help=f"unleased writers (1 to {MAX_WRITERS})",
+    )
     parser.add_argument(
         "--in-flight",
-        type=positive_int,
+        type=bounded(MAX_IN_FLIGHT),
         default=DEFAULTS.in_flight,
-        help="concurrent requests of each unleased writer",
+        help=f"concurrent requests of each unleased writer (1 to {MAX_IN_FLIGHT})",
     )
     parser.add_argument(
         "--bench-seconds",
-        type=seconds,
+        type=seconds_up_to(MAX_BENCH_SECONDS, positive=False),
         default=DEFAULTS.bench_seconds,
-        help="seconds of the unfaulted wrk burst that measures the gateways' rate (0: skip it)",
+        help="seconds of the unfaulted wrk burst that measures the gateways' rate "
+        f"(0 to {MAX_BENCH_SECONDS}; 0: skip it)",
     )
     parser.add_argument(
         "--json", action="store_true", help="print the results as JSON on stdout (progress stays on stderr)"
     )
     parser.add_argument(
-        "--schemathesis-examples", type=positive_int, default=50, help="generated cases per API operation"
+        "--schemathesis-examples",
+        type=bounded(MAX_SCHEMATHESIS_EXAMPLES),
+        default=50,
+        help=f"generated cases per API operation (1 to {MAX_SCHEMATHESIS_EXAMPLES})",
     )
-    parser.add_argument("--raw-examples", type=positive_int, default=500, help="raw fuzzed requests")
+    parser.add_argument(
+        "--raw-examples",
+        type=bounded(MAX_RAW_EXAMPLES),
+        default=500,
+        help=f"raw fuzzed requests (1 to {MAX_RAW_EXAMPLES})",
+    )
     parser.add_argument(
         "--state-dir",
         type=output_dir,

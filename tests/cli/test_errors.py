@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fencegate import cli
 from fencegate.cli import UNAVAILABLE, USAGE, error_code
 from fencegate.lab.cluster import ClusterError, MissingServerError
 from fencegate.lab.cluster.errors import ClusterArgumentError
@@ -53,7 +54,7 @@ def test_an_address_this_machine_does_not_have(tmp_path: Path) -> None:
 def test_a_bad_storage_url_is_refused_before_the_banner(tmp_path: Path) -> None:
     code, err = fencegate("serve", "--storage", "not a url", cwd=tmp_path)
     use = "use sqlite:///PATH or postgresql://USER@HOST/DB"
-    assert (code, err) == (USAGE, [f"fencegate serve: storage 'not a url' is not a URL; {use}"])
+    assert (code, err) == (USAGE, [f"fencegate serve: storage 'not a url': not a URL; {use}"])
 
 
 def test_a_bad_value_reads_the_same_from_a_flag_and_from_the_environment(tmp_path: Path) -> None:
@@ -237,3 +238,16 @@ def test_the_kind_of_an_error_is_its_exit_code() -> None:
     assert error_code(ClusterError("x")) == UNAVAILABLE
     assert error_code(ValueError("a bug, not a user's mistake")) is None
     assert error_code(KeyError("a bug")) is None
+
+
+def test_ctrl_c_while_a_command_loads_is_interrupted_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command's modules load after the parse (seconds for `lab`); Ctrl-C then is 130 and one line."""
+
+    def interrupted(name: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "import_module", interrupted)
+    assert cli.main(["lab", "run", "--scenario", "pause"]) == cli.INTERRUPTED
+    assert capsys.readouterr().err == "fencegate: interrupted\n"

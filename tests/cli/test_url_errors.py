@@ -153,3 +153,19 @@ def test_a_huge_port_is_out_of_range_in_a_short_line(tmp_path: Path, digits: int
     assert "out of range" in line
     assert "9" * 41 not in line  # no more of the value than 40 characters
     assert len(line) < 150
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [(("postgresql://u:sekrit@h/db",), "invalid choice: 'postgresql://u:***@h/db'"),
+     (("audit", "postgresql://u:sekrit@h/db"), "invalid choice: 'postgresql://u:***@h/db'"),
+     (("audit", "verify", "postgresql://u:sekrit@h/db"), "unrecognized arguments: postgresql://u:***@h/db"),
+     (("serve", "--bogus=redis://:sekrit@h:1"), "unrecognized arguments: --bogus=redis://:***@h:1"),
+     (("serve", "--port", "postgresql://u:sekrit@h/db"), "--port 'postgresql://u:***@h/db' is not a whole"),
+     (("lab", "run", "--clients", "redis://u:sekrit@h"), "'redis://u:***@h'")],
+)  # fmt: skip
+def test_a_url_in_the_wrong_place_is_repeated_masked(
+    tmp_path: Path, argv: tuple[str, ...], shown: str
+) -> None:
+    """argparse repeats what it was given: a URL pasted where a command, a flag or a number belongs."""
+    assert shown in refused(tmp_path, *argv)
