@@ -272,16 +272,6 @@ def _whole_number(text: str, *, minimum: int, maximum: int | None = None) -> int
     return value
 
 
-def positive_seconds(text: str) -> float:
-    """A duration that must be longer than nothing."""
-    return _seconds(text, positive=True)
-
-
-def seconds(text: str) -> float:
-    """A duration where 0 means "skip it"."""
-    return _seconds(text, positive=False)
-
-
 def seconds_up_to(maximum: float, *, positive: bool = True) -> Callable[[str], float]:
     """A duration of at most `maximum` seconds (above 0, or 0 or more when not `positive`): for a run
     that holds servers until it ends, where `1e12` would never end. Say the bound in the option's help:

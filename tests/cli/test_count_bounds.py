@@ -1,4 +1,4 @@
-"""`soak` and `model check` counts and durations have upper limits: refused as parsed, shown in --help.
+"""Counts and durations of `soak`, `model check` and `cluster check` are bounded: refused as parsed.
 
 A value past a bound is one line naming the option and the bound, exit 2,
 before anything starts. The soak runs with no `wrk` on PATH, so a bound that
@@ -141,3 +141,18 @@ def test_model_check_accepts_the_edges_of_each_bound_and_its_help_says_them(
     for option, smallest, largest, _ in MODEL_SIZES:
         said = "(1, 3 or 5)" if option == "--nodes" else f"({smallest} to {largest})"
         assert f"{said} (default: " in shown, option
+
+
+@pytest.mark.parametrize("value", ["86400.5", "1e12"])
+def test_cluster_check_refuses_a_load_longer_than_a_day(tmp_path: Path, value: str) -> None:
+    """It would hold its workers and clients (and the cluster's servers busy) until it ends."""
+    before = files_under(tmp_path)
+    code, err = fencegate(
+        "cluster", "check", "--dir", str(tmp_path / "none"), "--seconds", value, cwd=tmp_path
+    )
+    see = "see `fencegate cluster check --help`"
+    assert (code, err) == (
+        USAGE,
+        [f"fencegate cluster check: argument --seconds: {value}: give at most 86400 seconds; {see}"],
+    )
+    assert files_under(tmp_path) == before

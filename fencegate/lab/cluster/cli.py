@@ -14,7 +14,7 @@ from fencegate.cli import (
     bounded,
     describe,
     output_dir,
-    positive_seconds,
+    seconds_up_to,
     settings_from,
 )
 from fencegate.lab.cluster.errors import ClusterArgumentError
@@ -29,6 +29,7 @@ MAX_ENSEMBLE = 9  # ZooKeeper and etcd members: quorum writes get slower with mo
 MAX_GATEWAYS = 16
 MAX_WORKERS = 256
 MAX_RESOURCES = 10_000
+MAX_CHECK_SECONDS = 86_400.0  # a check holds its workers and clients until it ends: a day at most
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -199,7 +200,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     check.add_argument(
         "--gateway-key", metavar="PATH", help="the client certificate's key (default: in --gateway-cert)"
     )
-    check.add_argument("--seconds", type=positive_seconds, default=10.0, help="load duration")
+    check.add_argument(
+        "--seconds",
+        type=seconds_up_to(MAX_CHECK_SECONDS),
+        default=10.0,
+        help=f"load duration (above 0, at most {MAX_CHECK_SECONDS:g}: a day)",
+    )
     check.add_argument(
         "--workers", type=bounded(MAX_WORKERS), default=8, help=f"concurrent clients (1 to {MAX_WORKERS})"
     )
