@@ -17,7 +17,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "lockclient": frozenset(),
     "storage": frozenset(),
     "gateway": frozenset({"storage", "lockclient"}),
-    "fencegate.cli": frozenset(),
+    "fencegate.cli": frozenset({"lockclient"}),  # its URL mask, when a mistake is shown
     "fencegate.tables": frozenset(),
     "fencegate.lab.cluster": PRODUCT | {"fencegate.cli"},
     "fencegate.lab": PRODUCT | {"fencegate.lab.cluster", "fencegate.cli", "fencegate.tables"},
