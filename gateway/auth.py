@@ -14,7 +14,15 @@ loudly at start), refused elsewhere unless the operator passes
 With mutual TLS a request without `Authorization` is the entry named by its
 client certificate's subject CN (`gateway.tls`); a request that sends a
 bearer key is that key's entry alone, so a wrong key is 401 whatever the
-certificate.
+certificate. `Authorization` holds one credential: a comma makes it a list
+(RFC 9110 joins repeated fields with commas, and no bearer secret holds
+one), which is 400 as two `Authorization` headers are, never a 401 that
+reads as "wrong key" (docs/security.md, "One value per header").
+
+A prefix is literal: only `''` is every name. One holding a character no key
+or resource name can hold (`*`, a space) matches nothing, so it is refused
+with the fix, by `fencegate keys add` and in a key file, rather than read as a
+wildcard it is not.
 
 "write" is needed by everything that can move a mark: PUT, DELETE and a
 fenced GET. "read" covers plain reads, listing and `/v1/fences`.
@@ -30,13 +38,15 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gateway.errors import ConfigurationError, Forbidden, Unauthorized
+from gateway.errors import BadRequest, ConfigurationError, Forbidden, Unauthorized
+from gateway.parsing import KEY_PATTERN
 from storage.models import MAX_CLIENT_LENGTH
 
 Access = Literal["read", "write"]
@@ -48,6 +58,9 @@ MAX_NAME_LENGTH = MAX_CLIENT_LENGTH - len("key:")
 # Compared against when no key is stored, to keep the work constant; no secret hashes to it
 # (empty secrets are refused before hashing).
 _NOBODY = hashlib.sha256(b"").hexdigest()
+# What a key or resource name may hold, the slash between segments included: read off the pattern every
+# name is checked against (`gateway.parsing`), so a prefix check and the names never drift apart.
+NAME_CHARACTERS = frozenset(c for c in map(chr, range(0x20, 0x7F)) if re.fullmatch(KEY_PATTERN, f"a{c}a"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +104,19 @@ def check_name(name: object) -> str:
     return name
 
 
+def check_prefix(prefix: str) -> str:
+    """`prefix` if some name can start with it; ValueError otherwise (a `*` is no wildcard: it matches
+    nothing, and a user who wrote it believes the key covers everything)."""
+    odd = sorted(set(prefix) - NAME_CHARACTERS)
+    if odd:
+        raise ValueError(
+            f"prefix {prefix!r} holds {''.join(odd)!r}, which no key or resource name can hold, so it "
+            "would match nothing: prefixes are literal (no wildcards); use '' for every resource, or the "
+            "start of the names, e.g. billing/"
+        )
+    return prefix
+
+
 def _strings(entry: dict[str, object], field: str, default: object = None) -> tuple[str, ...]:
     """A list of strings; `str()` of anything else would widen a scope (a string is a list of letters)."""
     value = entry.get(field, default)
@@ -114,7 +140,13 @@ def _parse(entry: object) -> ApiKey:
         or any(c not in "0123456789abcdef" for c in digest.lower())
     ):
         raise ValueError(f"key {name!r}: sha256 must be 64 hex digits")
-    return ApiKey(name=name, sha256=digest.lower(), prefixes=_strings(entry, "prefixes"), access=access)
+    prefixes = _strings(entry, "prefixes")
+    for prefix in prefixes:
+        try:
+            check_prefix(prefix)
+        except ValueError as exc:
+            raise ValueError(f"key {name!r}: {exc}") from None
+    return ApiKey(name=name, sha256=digest.lower(), prefixes=prefixes, access=access)
 
 
 def _unique(keys: list[ApiKey]) -> list[ApiKey]:
@@ -218,7 +250,13 @@ class ApiKeys:
         return len(self._keys)
 
     def identify(self, authorization: str | None) -> ApiKey:
-        """The key behind an `Authorization: Bearer` header, or 401."""
+        """The key behind an `Authorization: Bearer` header; 400 if it is a list, 401 otherwise."""
+        if "," in (authorization or ""):  # two credentials joined, as a proxy may join two headers
+            raise BadRequest(
+                "Authorization holds a comma, so it is a list of credentials; send exactly one, "
+                "`Authorization: Bearer <key>`, once (a proxy in front may read another element of it "
+                "than the gateway does)"
+            )
         scheme, _, secret = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not secret.strip() or not secret.isascii():
             raise Unauthorized("send the API key as `Authorization: Bearer <key>`")

@@ -10,6 +10,14 @@ the per-client cap (`admission.ClientLimiter`) counts. Probes (`/healthz`,
 `/readyz`, `/metrics`) are not counted: a load balancer behind one address
 must always be able to ask. Every other request also counts toward
 `admission.Drain`, which graceful shutdown waits on.
+
+A certificate's name becomes `cert:<CN>` only if the client column of the
+audit trail and idempotency records can hold it: at most MAX_CLIENT_LENGTH
+characters, printable. X.509 bounds a CN at 64, but a CA can sign longer
+ones, and OpenSSL verifies them (a NUL too): such a name made every write of
+its client 503 on PostgreSQL (`value too long`; NUL is no character of a
+PostgreSQL text), while SQLite took it. That client is refused 401 before
+anything runs, with the fix; probes still answer it.
 """
 
 from __future__ import annotations
@@ -20,18 +28,22 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.auth import ApiKey
-from gateway.errors import Unauthorized
+from gateway.errors import BadRequest, Unauthorized
 from gateway.keys import AppKeys, RequestKeys
 from gateway.tls import peer_name
+from storage.models import MAX_CLIENT_LENGTH
 
 PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
+CERT = "cert:"  # the identity of a client named by its certificate alone
+MAX_CN_LENGTH = MAX_CLIENT_LENGTH - len(CERT)
 
 
 def _identify(request: web.Request) -> tuple[str, ApiKey | None]:
     api_keys = request.app[AppKeys.api_keys]
     header = request.headers.get("Authorization")
     if api_keys is not None and header is not None:
-        with contextlib.suppress(Unauthorized):
+        # A wrong or listed key is refused by the view (`_authorize`), which knows what the route needs.
+        with contextlib.suppress(Unauthorized, BadRequest):
             key = api_keys.identify(header)
             return f"key:{key.name}", key
     subject = peer_name(request) if request.app[AppKeys.settings].mutual_tls else None
@@ -40,7 +52,21 @@ def _identify(request: web.Request) -> tuple[str, ApiKey | None]:
     named = api_keys.named(subject) if api_keys is not None and header is None else None
     if named is not None:
         return f"key:{named.name}", named
-    return f"cert:{subject}", None
+    if request.path not in PROBES:  # a probe is answered whoever asks, and names no client anywhere
+        _check_subject(subject)
+    return f"{CERT}{subject}", None
+
+
+def _check_subject(subject: str) -> None:
+    """401 unless `cert:<subject>` fits the client column of the audit trail and idempotency records."""
+    if subject.strip() and subject.isprintable() and len(subject) <= MAX_CN_LENGTH:
+        return
+    raise Unauthorized(
+        f"the client certificate's subject CN {subject[:40]!r} ({len(subject)} characters) cannot name a "
+        f"client in the audit trail; ask the CA for a certificate whose CN is 1..{MAX_CN_LENGTH} "
+        "printable characters (X.509 allows 64), or, where the gateway has API keys, send "
+        "`Authorization: Bearer <key>`"
+    )
 
 
 @web.middleware

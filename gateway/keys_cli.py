@@ -13,7 +13,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from gateway.auth import ACCESS, ApiKey, check_name, hash_secret, new_secret, read_keys, write_keys
+from gateway.auth import (
+    ACCESS,
+    ApiKey,
+    check_name,
+    check_prefix,
+    hash_secret,
+    new_secret,
+    read_keys,
+    write_keys,
+)
 from gateway.config import env_name
 from gateway.errors import ConfigurationError
 
@@ -24,6 +33,8 @@ def _add(path: Path, name: str, prefixes: list[str], read_only: bool) -> int:
     keys = read_keys(path)
     try:
         check_name(name)
+        for prefix in prefixes:
+            check_prefix(prefix)
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
     if any(key.name == name for key in keys):

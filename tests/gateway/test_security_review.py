@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import logging
 import ssl
 import threading
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +36,7 @@ from sqlalchemy import event
 
 from fencegate.cli import main
 from fencegate.lab.cluster import LocalCluster
-from fencegate.lab.cluster.certs import Authority
+from fencegate.lab.cluster.certs import Authority, KeyPair
 from fencegate.lab.cluster.errors import ServerStartError
 from fencegate.lab.cluster.gateway import GatewayProcess
 from gateway.auth import MAX_NAME_LENGTH, ApiKey, ApiKeys, hash_secret, write_keys
@@ -184,13 +187,37 @@ async def test_a_key_file_nested_too_deeply_keeps_the_keys_and_a_later_revoke_st
     await eventually(revoked, within=RELOAD_DEADLINE, what="the revoked key refused")
 
 
-async def test_a_star_prefix_is_a_name_not_a_wildcard(make_client: MakeClient, tmp_path: Path) -> None:
-    """Only `''` is every name; `*` is no character a key or resource may hold, so it covers nothing."""
-    client = await make_client(api_keys=key_file(tmp_path / "keys.json", entry(prefixes=["*"])))
-    auth = {"Authorization": f"Bearer {SECRET}"}
-    written = await client.put("/v1/objects/bill/1", data=b"x", headers={**auth, "Fencing-Token": "1"})
-    assert (written.status, (await written.json())["error"]) == (403, "forbidden")
-    assert (await client.get("/v1/objects", params={"prefix": ""}, headers=auth)).status == 403
+@pytest.mark.parametrize("prefix", ["*", "bill/*", "bill/ ", "bill\\", "bill/é"])
+def test_a_prefix_no_name_can_start_with_is_refused_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], prefix: str
+) -> None:
+    """Only `''` is every name: `*` (or a space, a backslash, a letter outside ASCII) is no character a key
+    or resource may hold, so such a prefix matched nothing, and `keys add` and a key file took it without
+    a word while its user believed it a wildcard."""
+    path = tmp_path / "keys.json"
+    assert main(["keys", "--file", str(path), "add", "billing", "--prefix", "bill/", "--prefix", prefix]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "prefixes are literal (no wildcards); use '' for every resource" in err
+    assert not path.exists()
+    key_file(path, entry(prefixes=["bill/", prefix]))
+    with pytest.raises(ConfigurationError, match=r"cannot read API keys .* prefixes are literal"):
+        ApiKeys.load(path)
+
+
+async def test_the_empty_prefix_still_covers_every_name(
+    make_client: MakeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "keys.json"
+    odd = "a-z.A_Z~0:9@x=y+z,w/"  # the characters a name may hold ('%' too, left out of the URL here)
+    for name, prefix in (("all", ""), ("odd", odd)):
+        assert main(["keys", "--file", str(path), "add", name, "--prefix", prefix]) == 0
+    every, in_odd = (line for line in capsys.readouterr().out.split())
+    client = await make_client(api_keys=path)
+    for secret, key in ((every, "any/where"), (in_odd, f"{odd}k")):
+        headers = {"Authorization": f"Bearer {secret}", "Fencing-Token": "1"}
+        written = await client.put(f"/v1/objects/{key}", data=b"x", headers=headers)
+        assert written.status == 201, await written.text()
 
 
 # --- credentials -----------------------------------------------------------------------------------
@@ -209,7 +236,8 @@ async def test_a_star_prefix_is_a_name_not_a_wildcard(make_client: MakeClient, t
         ("Bearer ", 401),
         (f"Bearer\t{SECRET}", 401),
         (f"Bearer {SECRET} {SECRET}", 401),
-        (f"Bearer {SECRET}, Bearer {SECRET}", 401),
+        (f"Bearer {SECRET}, Bearer {SECRET}", 400),  # two credentials (RFC 9110): see below
+        (f"Bearer {SECRET},", 400),
         (f"Bearer {SECRET.upper()}", 401),  # the secret is compared exactly
         (f"Bearer {SECRET[:-1]}", 401),
         (f"Bearer {hash_secret(SECRET)}", 401),  # what the key file holds lets nobody in
@@ -225,6 +253,28 @@ async def test_only_a_bearer_scheme_with_the_whole_secret_authenticates(
     assert answer == status, body
     marks = await fence(client, "bill/1", {"Authorization": f"Bearer {SECRET}"})
     assert marks == (1 if status == 201 else 0)  # a refused request moved nothing
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [f"Bearer {SECRET}, Bearer {SECRET}", f"Bearer {SECRET}, Bearer other", f"Bearer other, Bearer {SECRET}"],
+)
+async def test_authorization_as_a_comma_list_is_400_as_two_headers_are(
+    make_client: MakeClient, tmp_path: Path, authorization: str
+) -> None:
+    """Authorization is a singleton field (RFC 9110): a comma list is two credentials, as a proxy makes
+    of two headers, and no bearer secret holds a comma. docs/security.md promised 400 like two headers
+    get; it was 401 `unknown API key`, which tells a client to fetch another key, not to send one."""
+    client = await make_client(api_keys=key_file(tmp_path / "keys.json", entry()))
+    for method in ("PUT", "DELETE", "GET"):
+        headers = [("Authorization", authorization), ("Fencing-Token", "1")]
+        status, body = await send(client, method, "/v1/objects/bill/1", headers, b"x")
+        assert (status, body["error"]) == (400, "bad_request"), body
+        detail = str(body["detail"])
+        assert "Authorization holds a comma" in detail
+        assert "send exactly one, `Authorization: Bearer <key>`" in detail
+        assert SECRET not in detail  # the answer does not echo a credential
+    assert await fence(client, "bill/1", {"Authorization": f"Bearer {SECRET}"}) == 0  # nothing written
 
 
 async def test_forwarding_headers_do_not_rename_the_client(
@@ -292,6 +342,102 @@ async def test_mutual_tls_refuses_an_expired_client_certificate_of_its_own_ca(
     ) as gateway:
         assert (await gateway.fence("payroll/1")) == 0  # nothing was written
     assert '"client": "cert:old-billing"' not in tls_gateways.started[0].log_path.read_text()
+
+
+def client_certificates(directory: Path, names: Sequence[str]) -> tuple[Path, list[KeyPair]]:
+    """A client CA of the test's own, and a client certificate for each subject CN in `names`, unchecked:
+    `cryptography` (and so `Authority.issue`) refuses a CN over X.509's 64 characters, but a CA is free
+    to sign one, and OpenSSL verifies it as any other (a NUL in it too)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    def signed(subject: x509.Name, key: ec.EllipticCurvePrivateKey, *, ca: bool) -> x509.Certificate:
+        now = datetime.datetime.now(datetime.UTC)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca else None), critical=True)
+        )
+        if not ca:
+            builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False)
+        return builder.sign(ca_key, hashes.SHA256())
+
+    def pem(path: Path, data: bytes) -> Path:
+        path.write_bytes(data)
+        path.chmod(0o600)
+        return path
+
+    directory.mkdir()
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "clients CA")])
+    ca_cert = pem(
+        directory / "ca.pem", signed(ca_name, ca_key, ca=True).public_bytes(serialization.Encoding.PEM)
+    )
+    pairs = []
+    for i, name in enumerate(names):
+        key = ec.generate_private_key(ec.SECP256R1())
+        with warnings.catch_warnings():  # the length warning: that CN is what is being tested
+            warnings.simplefilter("ignore", UserWarning)
+            subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name, _validate=False)])
+        cert = signed(subject, key, ca=False).public_bytes(serialization.Encoding.PEM)
+        key_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        pairs.append(
+            KeyPair(cert=pem(directory / f"{i}.crt", cert), key=pem(directory / f"{i}.key", key_pem))
+        )
+    return ca_cert, pairs
+
+
+async def test_a_client_certificate_name_the_trail_cannot_hold_is_401_and_the_longest_writes(
+    tls_gateways: TLSGateways, ca: Authority, tmp_path: Path, postgres_cluster: LocalCluster
+) -> None:
+    """Without a key file a mutual-TLS client is `cert:<CN>` in the audit trail and idempotency records
+    (128 characters). X.509 bounds a CN at 64, which fits, but a CA may sign a longer one: a CN of 124
+    characters or more made every write of its client 503 on PostgreSQL (`value too long`), and so did a
+    NUL (no PostgreSQL text holds one), while SQLite took them. Now such a client is 401 with the fix,
+    nothing is written, and the log has the reason; the longest CN that fits writes."""
+    longest = MAX_CLIENT_LENGTH - len("cert:")
+    fits = ["c" * 64, "c" * longest]
+    refused = ["c" * (longest + 1), "c" * 1000, "nul\x00cn", "bell\x07cn", "two\nlines", " "]
+    client_ca, pairs = client_certificates(tmp_path / "clients", [*fits, *refused])
+    dsn = await create_database(postgres_cluster.postgres_dsn)
+    url = tls_gateways.start(ca.issue("gateway"), "--tls-client-ca", str(client_ca), "--storage", dsn)
+
+    def context(pair: KeyPair) -> ssl.SSLContext:
+        trusting = ssl.create_default_context(cafile=str(ca.cert))
+        trusting.load_cert_chain(pair.cert, pair.key)
+        return trusting
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        for i, (name, pair) in enumerate(zip([*fits, *refused], pairs, strict=True)):
+            for token, extra in ((1, {}), (2, {"Idempotency-Key": f"retry-{i}"})):
+                headers = {"Fencing-Token": str(token), **extra}
+                async with http.put(
+                    f"{url}/v1/objects/r{i}", data=b"x", headers=headers, ssl=context(pair)
+                ) as resp:
+                    body = await resp.json()
+                    if name in fits:
+                        assert resp.status in (200, 201), (len(name), body)
+                    else:
+                        assert (resp.status, body["error"]) == (401, "unauthorized"), (name[:20], body)
+                        assert f"CN is 1..{longest} printable characters" in body["detail"], body
+            async with http.get(f"{url}/healthz", ssl=context(pair)) as probe:
+                assert probe.status == 200  # a probe is answered whoever asks
+        for i, name in enumerate([*fits, *refused]):
+            async with http.get(f"{url}/v1/fences/r{i}", ssl=context(pairs[0])) as resp:
+                assert (await resp.json())["highest"] == (2 if name in fits else 0), name[
+                    :20
+                ]  # nothing written
+    log = tls_gateways.started[0].log_path.read_text()
+    assert log.count("cannot name a client in the audit trail") == 2 * len(refused)
 
 
 @pytest.fixture
