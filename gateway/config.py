@@ -77,6 +77,13 @@ class Settings:
     upstream_timeout: float = field(
         default=10.0, metadata={"help": "seconds to wait for the upstream (then 504)"}
     )
+    upstream_ca: Path | None = field(
+        default=None,
+        metadata={
+            "help": "proxy mode: trust only this PEM CA (never the system's store) for the certificate of "
+            "an https --upstream; its host name is still checked"
+        },
+    )
     tokens: str | None = field(
         default=None,
         metadata={
@@ -171,6 +178,8 @@ class Settings:
             check_storage_url(self.storage)
         if self.upstream is not None:
             check_upstream_url(self.upstream)
+        if self.upstream_ca is not None:
+            check_upstream_ca(self.upstream_ca, upstream=self.upstream)
 
     @property
     def storage_url(self) -> str:
@@ -214,6 +223,22 @@ def check_upstream_url(url: str) -> None:
             f"upstream {redact(url)!r} is not an http(s) URL with a host (and a port from 1 to 65535); "
             "e.g. http://10.0.0.5:9000/store"
         )
+
+
+def check_upstream_ca(ca: Path, *, upstream: str | None) -> None:
+    """Refuse `--upstream-ca` without an https upstream, or a file that does not load as a CA. It is read
+    here, as `--tls-client-ca` is before serving, so a bad file is one line before anything is logged;
+    the proxy reads it again when it opens its session."""
+    from urllib.parse import urlsplit
+
+    if upstream is None or urlsplit(upstream).scheme != "https":
+        raise ConfigurationError(
+            "--upstream-ca needs an https upstream: give --upstream https://HOST/... too (a plain http "
+            "upstream has no certificate to check), or drop --upstream-ca"
+        )
+    from gateway.upstream import upstream_tls  # loads aiohttp: only once there is a CA to check
+
+    upstream_tls(ca)
 
 
 def _short(value: object) -> str:

@@ -26,7 +26,7 @@ from gateway.fencing import Fencer, FutureGuard
 from gateway.keys import AppKeys
 from gateway.readiness import check_token_source
 from gateway.storage_tls import open_storage
-from gateway.upstream import PROXY_LIMIT, UpstreamStore
+from gateway.upstream import PROXY_LIMIT, UpstreamStore, upstream_tls
 from storage import SqlObjectStore, StorageError, migrate
 from storage.batch import GroupCommitStore
 from storage.chain import read_head
@@ -115,11 +115,21 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
             yield
             return
         timeout = aiohttp.ClientTimeout(total=None, connect=settings.upstream_timeout)
-        async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
+        # without --upstream-ca, aiohttp's default: the system's store; the session closes the connector
+        connector = (
+            None
+            if settings.upstream_ca is None
+            else aiohttp.TCPConnector(ssl=upstream_tls(settings.upstream_ca))
+        )
+        async with aiohttp.ClientSession(
+            timeout=timeout, auto_decompress=False, connector=connector
+        ) as session:
             app[AppKeys.store] = UpstreamStore(
                 fences=fences, session=session, base_url=settings.upstream, timeout=settings.upstream_timeout
             )
             log.warning("upstream proxy mode, forwarding to %s: %s", settings.upstream, PROXY_LIMIT)
+            if settings.upstream_ca is not None:
+                log.info("upstream certificate: trusting only the CA in %s", settings.upstream_ca)
             yield
     finally:
         await _log_chain_head(engine)
