@@ -236,9 +236,9 @@ def check_upstream_ca(ca: Path, *, upstream: str | None) -> None:
             "--upstream-ca needs an https upstream: give --upstream https://HOST/... too (a plain http "
             "upstream has no certificate to check), or drop --upstream-ca"
         )
-    from gateway.upstream import upstream_tls  # loads aiohttp: only once there is a CA to check
+    from gateway.tls import upstream_context  # loads aiohttp: only once there is a CA to check
 
-    upstream_tls(ca)
+    upstream_context(ca)
 
 
 def _short(value: object) -> str:

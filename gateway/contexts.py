@@ -26,7 +26,8 @@ from gateway.fencing import Fencer, FutureGuard
 from gateway.keys import AppKeys
 from gateway.readiness import check_token_source
 from gateway.storage_tls import open_storage
-from gateway.upstream import PROXY_LIMIT, UpstreamStore, upstream_tls
+from gateway.tls import upstream_context
+from gateway.upstream import PROXY_LIMIT, UpstreamStore
 from storage import SqlObjectStore, StorageError, migrate
 from storage.batch import GroupCommitStore
 from storage.chain import read_head
@@ -119,7 +120,7 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         connector = (
             None
             if settings.upstream_ca is None
-            else aiohttp.TCPConnector(ssl=upstream_tls(settings.upstream_ca))
+            else aiohttp.TCPConnector(ssl=upstream_context(settings.upstream_ca))
         )
         async with aiohttp.ClientSession(
             timeout=timeout, auto_decompress=False, connector=connector

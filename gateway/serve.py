@@ -39,7 +39,8 @@ CLOSE_GRACE = 1.0  # seconds for handlers still running after the drain, before 
 
 
 async def _serve(settings: Settings, policy: Policy) -> None:
-    tls = server_context(settings)  # before anything opens: a bad certificate is a bad setting
+    # before anything opens: a bad certificate is a bad setting
+    tls = server_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
     # a bad token source URL is a bad setting too: refused before the data dir is made (the source
     # connects on its first draw, so there is nothing to close if the data dir then fails)
     tokens = open_token_source(settings.tokens) if settings.tokens else None

@@ -9,44 +9,65 @@ key entry whose scopes and access apply (`fencegate keys add NAME`), unless
 the request sends `Authorization: Bearer`, which then decides alone;
 without a key file, every certificate of the CA may use every name, and the
 client is `cert:<CN>` in logs, the audit trail and the per-client limit.
+
+In proxy mode, `--upstream-ca` is the one CA the gateway trusts for an https
+upstream's certificate, as `--tls-client-ca` is for clients' (the host name
+is still checked); without it, the system's store.
 """
 
 from __future__ import annotations
 
 import ssl
+from pathlib import Path
 
 from aiohttp import web
 
-from gateway.config import Settings
 from gateway.errors import ConfigurationError
 
 MINIMUM_VERSION = ssl.TLSVersion.TLSv1_2  # older versions have known weaknesses; every current client has 1.2
 
 
-def server_context(settings: Settings) -> ssl.SSLContext | None:
-    """The TLS context `fencegate serve` listens with, or None for plain HTTP."""
-    if settings.tls_cert is None or settings.tls_key is None:
+def server_context(cert: Path | None, key: Path | None, client_ca: Path | None) -> ssl.SSLContext | None:
+    """The TLS context `fencegate serve` listens with (`--tls-cert`, `--tls-key`, `--tls-client-ca`), or
+    None for plain HTTP."""
+    if cert is None or key is None:
         return None
     # PROTOCOL_TLS_SERVER loads no CA at all (create_default_context would load the system's store
     # and accept client certificates of any public CA).
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = MINIMUM_VERSION
     try:
-        context.load_cert_chain(settings.tls_cert, settings.tls_key)
+        context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigurationError(
-            f"cannot load the TLS certificate {settings.tls_cert} with the key {settings.tls_key}: {exc}; "
+            f"cannot load the TLS certificate {cert} with the key {key}: {exc}; "
             "give the PEM certificate (chain) and its unencrypted PEM private key"
         ) from exc
-    if settings.tls_client_ca is not None:
+    if client_ca is not None:
         try:
-            context.load_verify_locations(cafile=settings.tls_client_ca)
+            context.load_verify_locations(cafile=client_ca)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigurationError(
-                f"cannot load the client CA {settings.tls_client_ca}: {exc}; give the PEM certificate of "
+                f"cannot load the client CA {client_ca}: {exc}; give the PEM certificate of "
                 "the CA that signs the clients' certificates"
             ) from exc
         context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def upstream_context(ca: Path) -> ssl.SSLContext:
+    """The TLS context that trusts only `ca` for the upstream's certificate: the system's store is not
+    loaded (a certificate any public CA signed for the host gets no handshake), the host name is
+    checked, TLS 1.2 or newer. A file that cannot be read or holds no certificate is a bad setting."""
+    fix = "give the PEM certificate of the CA that signs the upstream's certificate"
+    try:
+        # with a cafile, create_default_context loads that file only, not the system's store
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError(f"cannot load the upstream CA {ca}: {exc}; {fix}") from exc
+    if not context.cert_store_stats()["x509"]:  # revocation lists alone load, and trust nothing
+        raise ConfigurationError(f"cannot load the upstream CA {ca}: it holds no certificate; {fix}")
+    context.minimum_version = MINIMUM_VERSION
     return context
 
 

@@ -25,8 +25,8 @@ else is 502 `upstream_failed`, the value in the log only: a client must not
 take a token the gateway itself would refuse for one it vouches for.
 
 An https upstream's certificate is verified, host name included: against
-the system's store, or with `--upstream-ca` against that CA alone (as
-`--tls-client-ca` trusts only its CA for clients). A handshake that fails
+the system's store, or with `--upstream-ca` against that CA alone
+(`gateway.tls.upstream_context`). A handshake that fails
 (untrusted, wrong host, expired) is 503 `upstream_unavailable` before any
 byte of the request is sent; the reason is in the log, not the answer.
 """
@@ -35,17 +35,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from urllib.parse import quote
 
 import aiohttp
 from multidict import CIMultiDict
 
-from gateway.errors import ConfigurationError, NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
+from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
 from gateway.parsing import MAX_TOKEN, token_or_none
-from gateway.tls import MINIMUM_VERSION
 from storage.errors import ObjectNotFound
 from storage.fenced import digest_of
 from storage.protocols import Caller, FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
@@ -55,22 +52,6 @@ PROXY_LIMIT = (
     "proxy mode is safe only if the path from this gateway to the upstream cannot delay or reorder "
     "requests; a delayed request can reach the upstream after a newer token's request"
 )
-
-
-def upstream_tls(ca: Path) -> ssl.SSLContext:
-    """The TLS context that trusts only `ca` for the upstream's certificate: the system's store is not
-    loaded (a certificate any public CA signed for the host gets no handshake), the host name is
-    checked, TLS 1.2 or newer. A file that cannot be read or holds no certificate is a bad setting."""
-    fix = "give the PEM certificate of the CA that signs the upstream's certificate"
-    try:
-        # with a cafile, create_default_context loads that file only, not the system's store
-        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigurationError(f"cannot load the upstream CA {ca}: {exc}; {fix}") from exc
-    if not context.cert_store_stats()["x509"]:  # revocation lists alone load, and trust nothing
-        raise ConfigurationError(f"cannot load the upstream CA {ca}: it holds no certificate; {fix}")
-    context.minimum_version = MINIMUM_VERSION
-    return context
 
 
 class ResourceLocks:
