@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fencegate.cli import INTERRUPTED
-from tests.lab.test_terminate import _children, _commands, _running
+from tests.lab.test_terminate import _children, _commands, _running, stop_if_running
 from tests.waiting import eventually_sync
 
 CLIENTS = 3
@@ -76,13 +76,7 @@ def test_ctrl_c_stops_a_lab_run_and_everything_it_started(tmp_path: Path) -> Non
         os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group
         assert run.wait(timeout=EXIT_WITHIN) == INTERRUPTED
     finally:
-        if run.poll() is None:  # the test failed before the run ended: stop it the way already tested
-            run.send_signal(signal.SIGTERM)
-            try:
-                run.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                run.kill()
-                run.wait()
+        stop_if_running(run)
     lines = err.read_text().splitlines()
     assert "Traceback" not in err.read_text(), lines
     assert lines == ["[1/1] none fenced redlock sqlite seed 1 ... stopped", "fencegate lab run: interrupted"]

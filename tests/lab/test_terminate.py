@@ -43,6 +43,17 @@ def _running(pid: int, started: str) -> bool:
     return stat is not None and stat[19] == started and stat[0] != "Z"
 
 
+def stop_if_running(run: subprocess.Popen[bytes]) -> None:
+    """A run the test failed to end: stopped by SIGTERM (its own tested way), killed if that hangs."""
+    if run.poll() is None:
+        run.send_signal(signal.SIGTERM)
+        try:
+            run.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+
+
 def test_sigterm_stops_a_lab_run_and_everything_it_started(tmp_path: Path) -> None:
     err = tmp_path / "stderr"
     argv = [sys.executable, "-m", "fencegate.cli", "lab", "run", "--scenario", "none", "--ops", "200"]
@@ -56,13 +67,7 @@ def test_sigterm_stops_a_lab_run_and_everything_it_started(tmp_path: Path) -> No
         run.send_signal(signal.SIGTERM)
         assert run.wait(timeout=60) == TERMINATED
     finally:
-        if run.poll() is None:  # the test failed before the run ended: stop it the way under test
-            run.send_signal(signal.SIGTERM)
-            try:
-                run.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                run.kill()
-                run.wait()
+        stop_if_running(run)
     assert "stopped by SIGTERM" in err.read_text()
     eventually_sync(
         lambda: not any(_running(pid, at) for pid, at in started.items()),
