@@ -238,16 +238,6 @@ def settings_from(cls: type[SettingsT], args: argparse.Namespace) -> SettingsT:
 # in the parser's one line (`fencegate lab run: argument --ops: 0: give 1 or more`) with exit code 2
 
 
-def positive_int(text: str) -> int:
-    """A count of which there must be at least one (clients, workers, resources)."""
-    return _whole_number(text, minimum=1)
-
-
-def count(text: str) -> int:
-    """A count where 0 means none (`cluster up --redis 0`: no Redis)."""
-    return _whole_number(text, minimum=0)
-
-
 def bounded(maximum: int, *, minimum: int = 1) -> Callable[[str], int]:
     """A count from `minimum` to `maximum`: of processes, servers or steps, where a number past what
     this machine could run would start work that never ends (and hold every server it started). Say
