@@ -149,7 +149,7 @@ class GroupCommitStore(QueuedStore):
             self._idle.clear()
             # After this loop iteration, so the requests that arrive together share the batch.
             asyncio.get_running_loop().call_soon(self._next_batch)
-        return await op.future
+        return await self._answer(op)
 
     def _next_batch(self) -> None:
         """Start the next batch, or go idle; on the loop, right after the previous batch settled.

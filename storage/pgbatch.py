@@ -229,8 +229,9 @@ class PgGroupCommitStore(QueuedStore):
         policy: Policy = FENCED,
         timeout: float = 10.0,
     ) -> None:
-        """`timeout`: seconds a plain read may take in all (`--storage-timeout`)."""
-        super().__init__(store, max_batch=max_batch)
+        """`timeout`: seconds a plain read, or a fenced request's wait for its batch, may take in all
+        (`--storage-timeout`)."""
+        super().__init__(store, max_batch=max_batch, deadline=timeout)
         self._engine = engine
         self._policy = policy
         self._lanes = max(1, lanes)
@@ -266,7 +267,7 @@ class PgGroupCommitStore(QueuedStore):
             )
         self._pending.append(op)
         self._wake.set()
-        return await op.future
+        return await self._answer(op)
 
     async def ping(self) -> None:
         await self._store.ping()
@@ -349,7 +350,7 @@ class PgGroupCommitStore(QueuedStore):
                 await transaction.rollback()
                 raced_ids = {id(op) for op in exc.ops}
                 batch[:] = [op for op in batch if id(op) not in raced_ids]
-                self._pending.extendleft(reversed(exc.ops))
+                self._pending.extendleft(reversed([op for op in exc.ops if not op.future.done()]))
                 self._wake.set()
                 log.info("a group commit met a concurrent transaction (%s): run again without them", exc)
                 continue

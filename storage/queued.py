@@ -5,6 +5,11 @@ requests: PUT, fenced GET and DELETE, and refusals for the audit trail go
 through `_submit` (the subclass's queue); plain reads go to the subclass's
 reader, listing and marks to the per-request store underneath; none of them
 waits behind a batch.
+
+A queued request waits for its answer at most `deadline` seconds in all (on
+PostgreSQL, `--storage-timeout`), behind earlier batches included. A request
+whose caller stops waiting (that deadline, or the request's own) while no
+batch has taken it yet leaves the queue: it is never run.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BATCH = 256  # requests per transaction; bounds how long one batch holds its locks
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # by identity: two identical retries are two requests
 class Op:
     """A queued fenced request, or refusals to append to the audit trail; answered through `future`."""
 
@@ -47,9 +52,10 @@ def settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
 class QueuedStore(ObjectStore):
     """The `ObjectStore` methods of a batching store; subclasses define its writer's life and queue."""
 
-    def __init__(self, store: SqlObjectStore, *, max_batch: int) -> None:
+    def __init__(self, store: SqlObjectStore, *, max_batch: int, deadline: float | None = None) -> None:
         self._store = store
         self._max_batch = max(1, max_batch)
+        self._deadline = deadline
         self._pending: deque[Op] = deque()  # submitted, not yet in a batch
         self._running = False  # taking requests
         self.batches = 0  # committed batches (tests read it to see that batching happened)
@@ -86,6 +92,37 @@ class QueuedStore(ObjectStore):
 
     async def _submit(self, op: Op) -> Any:
         raise NotImplementedError
+
+    async def _answer(self, op: Op) -> Any:
+        """`op`'s outcome once its batch settled, or 503 once the deadline from its queueing passed."""
+        deadline = asyncio.timeout(self._deadline)
+        try:
+            async with deadline:
+                return await op.future
+        except asyncio.CancelledError:  # the request's own deadline, or its client went away
+            self._abandon(op)
+            raise
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise
+            if self._abandon(op):
+                raise StorageUnavailable(
+                    f"no batch took this request within {self._deadline:g} s (the storage deadline); "
+                    "it was not applied; retry"
+                ) from exc
+            raise StorageUnavailable(
+                f"the batch holding this request did not commit within {self._deadline:g} s (the storage "
+                "deadline); its outcome is unknown; retry with the same Idempotency-Key"
+            ) from exc
+
+    def _abandon(self, op: Op) -> bool:
+        """Nobody waits for `op` any more: its answer is dropped; True if it left the queue unrun."""
+        op.future.cancel()
+        try:
+            self._pending.remove(op)
+        except ValueError:
+            return False  # a batch holds it
+        return True
 
     async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
         outcome: ObjectMeta | ObjectData = await self._submit(Op(request))

@@ -104,6 +104,32 @@ async def test_a_batch_that_cannot_commit_fails_every_request_and_writes_nothing
     assert (await batching.put("b0", b"x", resource="b", token=1)).version == 1
 
 
+async def test_a_request_cancelled_while_queued_is_never_run(sql: SqlObjectStore, db_path: Path) -> None:
+    """Its caller gave up (the request's deadline, a closed connection) before a batch took it: it leaves
+    the queue, and the batch it would have joined runs without it."""
+    store = GroupCommitStore(sql, path=str(db_path), busy_timeout=60.0)
+    await store.start()
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")  # the batch in flight waits for the write lock
+        first = asyncio.create_task(store.put("x/first", b"1", resource="x", token=1))
+        await eventually(lambda: store._busy and not store._pending, what="the first batch in flight")
+        queued = asyncio.create_task(store.put("x/queued", b"q", resource="x", token=2))
+        await eventually(lambda: len(store._pending) == 1, what="the request in the queue")
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        blocker.execute("ROLLBACK")
+        assert (await first).version == 1
+        assert (await store.put("x/after", b"a", resource="x", token=1)).version == 1
+    finally:
+        blocker.close()
+        await store.aclose()
+    with pytest.raises(ObjectNotFound):
+        await sql.read("x/queued", resource="x")
+    assert await sql.mark("x") == 1
+
+
 async def test_close_commits_what_is_queued_then_refuses(sql: SqlObjectStore, db_path: Path) -> None:
     store = GroupCommitStore(sql, path=str(db_path))
     await store.start()

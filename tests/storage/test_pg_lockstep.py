@@ -4,16 +4,18 @@ costs only the request that met it.
 On a fresh database of its own on the suite's PostgreSQL. The first test
 records the statements a batch sends; the second holds another
 transaction's claim open until the batch waits on it, then commits it; the
-last runs two replicas' writers at once on shared resources with and
-without Idempotency-Keys and counts deadlocks.
+third runs two replicas' writers at once on shared resources with and
+without Idempotency-Keys and counts deadlocks. The last ones hold a fence
+row locked so that a batch is stuck, and queue a request behind it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,7 +23,17 @@ import asyncpg
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
-from storage import SqlObjectStore, StaleToken, migrate, open_engine, pgbatch, pgconn, verify_audit
+from storage import (
+    ObjectNotFound,
+    SqlObjectStore,
+    StaleToken,
+    StorageUnavailable,
+    migrate,
+    open_engine,
+    pgbatch,
+    pgconn,
+    verify_audit,
+)
 from storage.fenced import FENCED
 from storage.pgbatch import PgGroupCommitStore, run_lockstep
 from storage.protocols import Caller, FencedRequest
@@ -167,3 +179,69 @@ async def test_two_replicas_with_and_without_idempotency_keys_never_deadlock(
     assert deadlocks == []
     assert len(answered) == 600
     assert report.ok, report.violations
+
+
+@contextlib.asynccontextmanager
+async def stuck_behind(url: str, resource: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """Another transaction holds `resource`'s fence row; yields a wait for a batch to be stuck on it.
+    The row is released on leaving."""
+    holder, watcher = await asyncpg.connect(url), await asyncpg.connect(url)
+    try:
+        async with holder.transaction():
+            await holder.execute("SELECT 1 FROM fencegate_fences WHERE resource = $1 FOR UPDATE", resource)
+
+            async def a_batch_waits() -> None:
+                async def waiting() -> bool:
+                    return bool(
+                        await watcher.fetchval(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                        )
+                    )
+
+                await eventually(waiting, what="a batch waiting on the held fence row")
+
+            yield a_batch_waits
+    finally:
+        await holder.close()
+        await watcher.close()
+
+
+@pytest.mark.parametrize("caller_gives_up", ["at the store's deadline", "by its own cancellation"])
+async def test_a_request_queued_behind_a_stuck_batch_leaves_the_queue_unrun_when_its_caller_stops_waiting(
+    url: str, caller_gives_up: str
+) -> None:
+    """The store's deadline counts from the moment a request is queued, not from when a batch takes it:
+    a request behind a batch stuck on a lock is answered 503 once its own deadline passes (before, it
+    waited that batch out and then its own batch's deadline), and it is never run; a caller cancelled
+    while queued leaves the queue too. The stuck batch's request was answered 503 as well, its outcome
+    unknown: it commits once the lock is released."""
+    engine = open_engine(url, command_timeout=120.0)  # the statements outlive the store's deadline
+    store = PgGroupCommitStore(SqlObjectStore(engine), engine=engine, lanes=1, timeout=0.5)
+    await store.start()
+    try:
+        await store.put("q/stuck", b"1", resource="r-stuck", token=1)
+        committed = store.batches
+        async with stuck_behind(url, "r-stuck") as a_batch_waits:
+            stuck = asyncio.create_task(store.put("q/stuck", b"2", resource="r-stuck", token=2))
+            await a_batch_waits()
+            queued = asyncio.create_task(store.put("q/queued", b"q", resource="r-queued", token=1))
+            async with asyncio.timeout(30):  # a test deadline: the stuck statement would wait 120 s
+                if caller_gives_up == "by its own cancellation":
+                    await eventually(lambda: len(store._pending) == 1, what="the request in the queue")
+                    queued.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await queued
+                else:
+                    with pytest.raises(StorageUnavailable, match="not applied"):
+                        await queued
+                with pytest.raises(StorageUnavailable, match="outcome is unknown"):
+                    await stuck
+        assert (await store.put("q/after", b"a", resource="r-queued", token=1)).version == 1
+        assert store.batches == committed + 2  # the stuck batch once released, then this one
+        assert (await store.read("q/stuck", resource="r-stuck")).data == b"2"
+        with pytest.raises(ObjectNotFound):
+            await store.read("q/queued", resource="r-queued")
+    finally:
+        await store.aclose()
+        await engine.dispose()
