@@ -3,7 +3,8 @@
 The key file is JSON: `{"keys": [{"name": "billing", "sha256": "<hex of the
 secret>", "prefixes": ["billing/"], "access": ["read", "write"]}]}`
 (`access` defaults to both). `fencegate keys add` writes entries and prints
-the secret once; the file never holds a usable secret. A client sends
+the secret once; the file never holds a usable secret. A file larger than
+`MAX_KEY_FILE` (16 MiB) is refused as a malformed one is. A client sends
 `Authorization: Bearer <secret>`; the gateway hashes it and compares the hash
 with every stored hash in constant time (`hmac.compare_digest`, no early
 exit), so neither the answer's timing nor its content says how close a guess
@@ -61,6 +62,10 @@ _NOBODY = hashlib.sha256(b"").hexdigest()
 # What a key or resource name may hold, the slash between segments included: read off the pattern every
 # name is checked against (`gateway.parsing`), so a prefix check and the names never drift apart.
 NAME_CHARACTERS = frozenset(c for c in map(chr, range(0x20, 0x7F)) if re.fullmatch(KEY_PATTERN, f"a{c}a"))
+# The largest key file read: it is parsed whole at start and on every change. An entry as `fencegate keys`
+# writes it is about 235 bytes, so this holds some 70,000 keys; a larger file is a mistake (a wrong path,
+# a runaway script), not keys.
+MAX_KEY_FILE = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,15 +167,32 @@ def _unique(keys: list[ApiKey]) -> list[ApiKey]:
     return keys
 
 
+def _read_bounded(path: Path) -> bytes:
+    """The key file's bytes, at most MAX_KEY_FILE; a larger file is refused. One read of up to one byte
+    more decides, not a stat first: the file may be replaced between a stat and a read."""
+    with path.open("rb") as file:
+        data = file.read(MAX_KEY_FILE + 1)
+        if len(data) > MAX_KEY_FILE:
+            size = max(os.fstat(file.fileno()).st_size, len(data))  # for the message only
+            raise ConfigurationError(
+                f"cannot read API keys from {path}: it holds {size} bytes, more than the {MAX_KEY_FILE} "
+                f"({MAX_KEY_FILE // 2**20} MiB) a key file may hold; check that the path names the key "
+                "file, or delete unused entries from it by hand (`fencegate keys` refuses it too)"
+            )
+    return data
+
+
 def read_keys(path: Path) -> list[ApiKey]:
     """The keys stored in `path`; a missing file holds none."""
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(_read_bounded(path).decode())
         return _unique([_parse(entry) for entry in document["keys"]])
     except FileNotFoundError:
         return []
     except OSError as exc:  # the path, not the file's content, is wrong: no format hint
         raise ConfigurationError(f"cannot read API keys from {path}: {exc.strerror}") from exc
+    except ConfigurationError:  # too large: the message already says the fix
+        raise
     except RecursionError as exc:  # JSON nested past the parser's depth: a running gateway must keep going
         raise ConfigurationError(
             f"cannot read API keys from {path}: nested too deeply to be a key file"

@@ -84,6 +84,16 @@ class Settings:
             "an https --upstream; its host name is still checked"
         },
     )
+    upstream_cert: Path | None = field(
+        default=None,
+        metadata={
+            "help": "proxy mode: present this PEM client certificate (chain) to an https --upstream that "
+            "requires mutual TLS; needs --upstream-key"
+        },
+    )
+    upstream_key: Path | None = field(
+        default=None, metadata={"help": "the unencrypted PEM private key of --upstream-cert"}
+    )
     tokens: str | None = field(
         default=None,
         metadata={
@@ -161,6 +171,11 @@ class Settings:
             raise ConfigurationError(
                 "give --tls-cert and --tls-key together (the certificate and its private key)"
             )
+        if (self.upstream_cert is None) != (self.upstream_key is None):
+            raise ConfigurationError(
+                "give --upstream-cert and --upstream-key together (the client certificate the gateway "
+                "presents to the upstream and its private key)"
+            )
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ConfigurationError("--tls-client-ca needs HTTPS: give --tls-cert and --tls-key too")
         # With client certificates required, only holders of the CA's certificates get in: not open.
@@ -178,8 +193,10 @@ class Settings:
             check_storage_url(self.storage)
         if self.upstream is not None:
             check_upstream_url(self.upstream)
-        if self.upstream_ca is not None:
-            check_upstream_ca(self.upstream_ca, upstream=self.upstream)
+        if self.upstream_ca is not None or self.upstream_cert is not None:
+            check_upstream_tls(
+                self.upstream_ca, self.upstream_cert, self.upstream_key, upstream=self.upstream
+            )
 
     @property
     def storage_url(self) -> str:
@@ -225,20 +242,27 @@ def check_upstream_url(url: str) -> None:
         )
 
 
-def check_upstream_ca(ca: Path, *, upstream: str | None) -> None:
-    """Refuse `--upstream-ca` without an https upstream, or a file that does not load as a CA. It is read
-    here, as `--tls-client-ca` is before serving, so a bad file is one line before anything is logged;
-    the proxy reads it again when it opens its session."""
+def check_upstream_tls(ca: Path | None, cert: Path | None, key: Path | None, *, upstream: str | None) -> None:
+    """Refuse `--upstream-ca` or `--upstream-cert`/`--upstream-key` without an https upstream, or files
+    that do not load. They are read here, as `--tls-client-ca` is before serving, so a bad file is one
+    line before anything is logged; the proxy reads them again when it opens its session."""
     from urllib.parse import urlsplit
 
     if upstream is None or urlsplit(upstream).scheme != "https":
+        flags = [
+            flag
+            for flag, path in (("--upstream-ca", ca), ("--upstream-cert", cert), ("--upstream-key", key))
+            if path is not None
+        ]
+        given = " and ".join([", ".join(flags[:-1]), flags[-1]] if len(flags) > 1 else flags)
+        need = "needs" if len(flags) == 1 else "need"
         raise ConfigurationError(
-            "--upstream-ca needs an https upstream: give --upstream https://HOST/... too (a plain http "
-            "upstream has no certificate to check), or drop --upstream-ca"
+            f"{given} {need} an https upstream: give --upstream https://HOST/... too (a plain http "
+            f"upstream has no certificate to check and takes none), or drop {given}"
         )
-    from gateway.tls import upstream_context  # loads aiohttp: only once there is a CA to check
+    from gateway.tls import upstream_context  # loads aiohttp: only once there is a file to check
 
-    upstream_context(ca)
+    upstream_context(ca, cert, key)
 
 
 def _short(value: object) -> str:

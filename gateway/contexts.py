@@ -116,12 +116,10 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
             yield
             return
         timeout = aiohttp.ClientTimeout(total=None, connect=settings.upstream_timeout)
-        # without --upstream-ca, aiohttp's default: the system's store; the session closes the connector
-        connector = (
-            None
-            if settings.upstream_ca is None
-            else aiohttp.TCPConnector(ssl=upstream_context(settings.upstream_ca))
-        )
+        # without --upstream-ca or --upstream-cert, aiohttp's default: the system's store, no client
+        # certificate; the session closes the connector
+        tls = upstream_context(settings.upstream_ca, settings.upstream_cert, settings.upstream_key)
+        connector = None if tls is None else aiohttp.TCPConnector(ssl=tls)
         async with aiohttp.ClientSession(
             timeout=timeout, auto_decompress=False, connector=connector
         ) as session:
@@ -131,6 +129,8 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
             log.warning("upstream proxy mode, forwarding to %s: %s", settings.upstream, PROXY_LIMIT)
             if settings.upstream_ca is not None:
                 log.info("upstream certificate: trusting only the CA in %s", settings.upstream_ca)
+            if settings.upstream_cert is not None:
+                log.info("upstream mutual TLS: presenting the client certificate %s", settings.upstream_cert)
             yield
     finally:
         await _log_chain_head(engine)

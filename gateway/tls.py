@@ -12,7 +12,9 @@ client is `cert:<CN>` in logs, the audit trail and the per-client limit.
 
 In proxy mode, `--upstream-ca` is the one CA the gateway trusts for an https
 upstream's certificate, as `--tls-client-ca` is for clients' (the host name
-is still checked); without it, the system's store.
+is still checked); without it, the system's store. `--upstream-cert` and
+`--upstream-key` are the client certificate the gateway presents to an
+upstream that requires mutual TLS.
 """
 
 from __future__ import annotations
@@ -36,13 +38,7 @@ def server_context(cert: Path | None, key: Path | None, client_ca: Path | None) 
     # and accept client certificates of any public CA).
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = MINIMUM_VERSION
-    try:
-        context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigurationError(
-            f"cannot load the TLS certificate {cert} with the key {key}: {exc}; "
-            "give the PEM certificate (chain) and its unencrypted PEM private key"
-        ) from exc
+    _present(context, cert, key, "TLS certificate")
     if client_ca is not None:
         try:
             context.load_verify_locations(cafile=client_ca)
@@ -55,20 +51,41 @@ def server_context(cert: Path | None, key: Path | None, client_ca: Path | None) 
     return context
 
 
-def upstream_context(ca: Path) -> ssl.SSLContext:
-    """The TLS context that trusts only `ca` for the upstream's certificate: the system's store is not
-    loaded (a certificate any public CA signed for the host gets no handshake), the host name is
-    checked, TLS 1.2 or newer. A file that cannot be read or holds no certificate is a bad setting."""
+def upstream_context(ca: Path | None, cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    """The TLS context for an https upstream (`--upstream-ca`, `--upstream-cert`, `--upstream-key`), or
+    None for aiohttp's default (the system's store, no client certificate) when none is given.
+
+    With `ca` only that CA is trusted for the upstream's certificate: the system's store is not loaded (a
+    certificate any public CA signed for the host gets no handshake). With `cert` and `key` the gateway
+    presents that certificate to an upstream that requires mutual TLS. The host name is checked, TLS 1.2
+    or newer. A file that cannot be read, a CA file with no certificate, or a key that is not the
+    certificate's is a bad setting."""
+    if ca is None and cert is None:
+        return None
     fix = "give the PEM certificate of the CA that signs the upstream's certificate"
     try:
-        # with a cafile, create_default_context loads that file only, not the system's store
+        # with a cafile, create_default_context loads that file only; without, the system's store
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigurationError(f"cannot load the upstream CA {ca}: {exc}; {fix}") from exc
-    if not context.cert_store_stats()["x509"]:  # revocation lists alone load, and trust nothing
+    # a file of revocation lists alone loads, and trusts nothing
+    if ca is not None and not context.cert_store_stats()["x509"]:
         raise ConfigurationError(f"cannot load the upstream CA {ca}: it holds no certificate; {fix}")
     context.minimum_version = MINIMUM_VERSION
+    if cert is not None:
+        _present(context, cert, key, "upstream client certificate")
     return context
+
+
+def _present(context: ssl.SSLContext, cert: Path, key: Path | None, what: str) -> None:
+    """Load the certificate `context` presents to its peers; a pair that does not load is a bad setting."""
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError(
+            f"cannot load the {what} {cert} with the key {key}: {exc}; "
+            "give the PEM certificate (chain) and its unencrypted PEM private key"
+        ) from exc
 
 
 def peer_name(request: web.Request) -> str | None:

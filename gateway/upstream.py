@@ -29,6 +29,10 @@ the system's store, or with `--upstream-ca` against that CA alone
 (`gateway.tls.upstream_context`). A handshake that fails
 (untrusted, wrong host, expired) is 503 `upstream_unavailable` before any
 byte of the request is sent; the reason is in the log, not the answer.
+With `--upstream-cert`/`--upstream-key` the gateway presents that client
+certificate; one the upstream refuses is 503 `upstream_unavailable` too
+(with TLS 1.3 the upstream refuses it after the gateway's side of the
+handshake, so the log may say only that the connection was reset).
 """
 
 from __future__ import annotations

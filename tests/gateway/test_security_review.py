@@ -1,17 +1,18 @@
 """A hostile look at the security surface, on real gateways: key files, credentials, TLS, the audit trail.
 
-Each test is a probe an attacker or a careless operator could make and asserts the secure answer.
-Key files: a value of the wrong JSON type is refused, never read as something wider (`"prefixes":
+Each test is a probe an attacker or a careless operator could make and asserts the secure answer. Key
+files: a value of the wrong JSON type is refused, never read as something wider (`"prefixes":
 "billing/"` used to be the eight one-letter prefixes of its characters); two entries with one name or
-one hash are refused (which one applied depended on their order); a name the audit trail cannot hold
-is refused by `fencegate keys add` and at load (it made every write of that key 503 on PostgreSQL);
-a file nested past the JSON parser's depth is logged and keeps the previous keys (it ended the reload
-task, so revoked keys kept working). Credentials: only `Bearer` with the whole secret, and no header
-renames the client. TLS: `GatewayClient` refuses an expired or wrong-host gateway certificate, a
-mutual-TLS gateway refuses an expired client certificate, proxy mode refuses an upstream it cannot
-verify. Audit: whatever a client puts in a request, the trail still verifies, and `audit verify` on a
-live database reads one snapshot (an append while it read was reported as a truncated tail on
-PostgreSQL; on SQLite it held the write lock for the whole check).
+one hash are refused (which one applied depended on their order); a name the audit trail cannot hold is
+refused by `fencegate keys add` and at load (it made every write of that key 503 on PostgreSQL); a file
+nested past the JSON parser's depth is logged and keeps the previous keys (it ended the reload task, so
+revoked keys kept working); a file past 16 MiB is refused at start and, on reload, logged with the
+previous keys kept (it was read and parsed whole, however large). Credentials: only `Bearer` with the
+whole secret, and no header renames the client. TLS: `GatewayClient` refuses an expired or wrong-host
+gateway certificate, a mutual-TLS gateway refuses an expired client certificate, proxy mode refuses an
+upstream it cannot verify. Audit: whatever a client puts in a request, the trail still verifies, and
+`audit verify` on a live database reads one snapshot (an append while it read was reported as a
+truncated tail on PostgreSQL; on SQLite it held the write lock for the whole check).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from tests.waiting import eventually
 
 RELOAD_DEADLINE = 10.0
 SECRET = "s3cret"
+KEY_FILE_LIMIT = 16 * 1024 * 1024  # bytes, as docs/security.md states it (`gateway.auth.MAX_KEY_FILE`)
 
 
 def key_file(path: Path, *entries: dict[str, object]) -> Path:
@@ -158,20 +160,28 @@ async def test_a_key_name_the_audit_trail_cannot_hold_is_refused_and_the_longest
         assert written.status in (200, 201), await written.text()
 
 
-async def test_a_key_file_nested_too_deeply_keeps_the_keys_and_a_later_revoke_still_works(
-    make_client: MakeClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("unreadable", ["nested too deeply", "past the size limit"])
+async def test_an_unreadable_key_file_keeps_the_keys_and_a_later_revoke_still_works(
+    make_client: MakeClient, tmp_path: Path, caplog: pytest.LogCaptureFixture, unreadable: str
 ) -> None:
     """JSON nested past the parser's depth raised RecursionError, which ended the reload task: the
-    gateway kept the keys it had, but no later `keys revoke` ever reached it."""
+    gateway kept the keys it had, but no later `keys revoke` ever reached it. A file of any size was
+    read and parsed whole; this oversized one drops `billing`: read, it would revoke it."""
     path = key_file(tmp_path / "keys.json", entry(), entry("other", "other-secret", prefixes=["o/"]))
     client = await make_client(api_keys=path)
     auth = {"Authorization": f"Bearer {SECRET}", "Fencing-Token": "1"}
     assert (await client.put("/v1/objects/bill/1", data=b"x", headers=auth)).status == 201
 
+    told = "nested too deeply" if unreadable == "nested too deeply" else f"more than the {KEY_FILE_LIMIT}"
     with caplog.at_level(logging.ERROR, logger="gateway"):
-        path.write_text("[" * 100_000 + "]" * 100_000)
+        if unreadable == "nested too deeply":
+            path.write_text("[" * 100_000 + "]" * 100_000)
+        else:
+            oversized(path, entry("other", "other-secret", prefixes=["o/"]))
         await eventually(
-            lambda: any("API keys not reloaded" in r.getMessage() for r in caplog.records),
+            lambda: any(
+                "API keys not reloaded" in r.getMessage() and told in r.getMessage() for r in caplog.records
+            ),
             within=RELOAD_DEADLINE,
             what="the unreadable key file logged",
         )
@@ -185,6 +195,37 @@ async def test_a_key_file_nested_too_deeply_keeps_the_keys_and_a_later_revoke_st
         return status == 401
 
     await eventually(revoked, within=RELOAD_DEADLINE, what="the revoked key refused")
+
+
+def oversized(path: Path, *entries: dict[str, object], size: int = KEY_FILE_LIMIT + 1) -> Path:
+    """A well-formed key file of `entries`, padded with spaces to `size` bytes (one past the limit), put
+    in place atomically (as `fencegate keys` writes), so a reload never reads half of it."""
+    text = json.dumps({"keys": list(entries)})
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text + " " * (size - len(text)))
+    temporary.replace(path)
+    return path
+
+
+def test_a_key_file_past_the_size_limit_is_refused_at_start_in_one_line(tmp_path: Path) -> None:
+    """Parsed whole, a key file of any size was read, however large; well-formed JSON, it was served."""
+    at_the_limit = oversized(tmp_path / "limit.json", entry(), size=KEY_FILE_LIMIT)
+    assert len(ApiKeys.load(at_the_limit)) == 1  # the limit itself is allowed
+    path = oversized(tmp_path / "keys.json", entry())
+    gateway = GatewayProcess(
+        tmp_path / "gw.log", "--data-dir", str(tmp_path / "data"), "--api-keys", str(path)
+    )
+    try:
+        with pytest.raises(ServerStartError, match="exited 2"):
+            gateway.start()
+    finally:
+        gateway.stop()
+    said = (tmp_path / "gw.log").read_text().strip()
+    assert said.startswith(
+        f"fencegate serve: cannot read API keys from {path}: it holds {KEY_FILE_LIMIT + 1} bytes, more "
+        f"than the {KEY_FILE_LIMIT} (16 MiB) a key file may hold; check that the path names the key file"
+    ), said
+    assert "\n" not in said  # one line: nothing was logged before it
 
 
 @pytest.mark.parametrize("prefix", ["*", "bill/*", "bill/ ", "bill\\", "bill/é"])
