@@ -25,6 +25,13 @@ async def test_a_release_answered_by_the_quorum_reaches_the_slow_minority_before
         await locker.connect()
         lease = await locker.acquire("closing", ttl=60.0)
         key = locker.key("closing")
+
+        def every_set_answered() -> bool:
+            # the acquire returns once a quorum answered: a SET still in flight to a master paused
+            # next would wait in its connection ahead of the delete
+            return all(m._link is not None and not m._link._inflight for m in locker._masters)
+
+        await eventually(every_set_answered, what="every master's answer to the acquire")
         for name in slow:
             cluster.pause(name)
         await locker.release(lease)  # answered by the three others; two deletes still in flight
