@@ -6,10 +6,10 @@ through `_submit` (the subclass's queue); plain reads go to the subclass's
 reader, listing and marks to the per-request store underneath; none of them
 waits behind a batch.
 
-A queued request waits for its answer at most `deadline` seconds in all (on
-PostgreSQL, `--storage-timeout`), behind earlier batches included. A request
-whose caller stops waiting (that deadline, or the request's own) while no
-batch has taken it yet leaves the queue: it is never run.
+A queued fenced request waits for its answer at most `deadline` seconds in
+all (on PostgreSQL, `--storage-timeout`), behind earlier batches included. A
+request whose caller stops waiting (that deadline, or the request's own)
+while no batch has taken it yet leaves the queue: it is never run.
 """
 
 from __future__ import annotations
@@ -94,7 +94,12 @@ class QueuedStore(ObjectStore):
         raise NotImplementedError
 
     async def _answer(self, op: Op) -> Any:
-        """`op`'s outcome once its batch settled, or 503 once the deadline from its queueing passed."""
+        """`op`'s outcome once its batch settled, or 503 once the deadline from its queueing passed.
+
+        Refusals for the audit trail stay queued whatever their caller does: they are written once,
+        with a later batch, and never lost to a shutdown that cancels their writer."""
+        if op.request is None:
+            return await op.future
         deadline = asyncio.timeout(self._deadline)
         try:
             async with deadline:

@@ -11,12 +11,14 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from storage import ObjectNotFound, SqlObjectStore, StaleToken, StorageUnavailable
+from storage import ObjectNotFound, SqlObjectStore, StaleToken, StorageUnavailable, verify_audit
 from storage.batch import GroupCommitStore
+from storage.protocols import Refused
 from storage.writer import INLINE_BYTES
 from tests.databases import migrated_store
 from tests.waiting import eventually
@@ -104,17 +106,26 @@ async def test_a_batch_that_cannot_commit_fails_every_request_and_writes_nothing
     assert (await batching.put("b0", b"x", resource="b", token=1)).version == 1
 
 
-async def test_a_request_cancelled_while_queued_is_never_run(sql: SqlObjectStore, db_path: Path) -> None:
-    """Its caller gave up (the request's deadline, a closed connection) before a batch took it: it leaves
-    the queue, and the batch it would have joined runs without it."""
+@pytest.mark.parametrize("queued_op", ["a fenced request", "refusals for the audit trail"])
+async def test_a_request_cancelled_while_queued_is_never_run_and_refusals_are_still_written(
+    sql: SqlObjectStore, db_path: Path, queued_op: str
+) -> None:
+    """A caller gave up (the request's deadline, a closed connection) before a batch took its request:
+    the request leaves the queue, and the batch it would have joined runs without it. Refusals stay:
+    the audit writer cancelled at shutdown must not lose them."""
     store = GroupCommitStore(sql, path=str(db_path), busy_timeout=60.0)
     await store.start()
+    refusal = Refused(datetime.now(UTC), "c", "PUT", "x/queued", "x", 1, 5, 409, "stale_token")
     blocker = sqlite3.connect(db_path, isolation_level=None)
     try:
         blocker.execute("BEGIN IMMEDIATE")  # the batch in flight waits for the write lock
         first = asyncio.create_task(store.put("x/first", b"1", resource="x", token=1))
         await eventually(lambda: store._busy and not store._pending, what="the first batch in flight")
-        queued = asyncio.create_task(store.put("x/queued", b"q", resource="x", token=2))
+        queued: asyncio.Task[object] = asyncio.create_task(
+            store.put("x/queued", b"q", resource="x", token=2)
+            if queued_op == "a fenced request"
+            else store.record_refusals([refusal])
+        )
         await eventually(lambda: len(store._pending) == 1, what="the request in the queue")
         queued.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -128,6 +139,9 @@ async def test_a_request_cancelled_while_queued_is_never_run(sql: SqlObjectStore
     with pytest.raises(ObjectNotFound):
         await sql.read("x/queued", resource="x")
     assert await sql.mark("x") == 1
+    report = await verify_audit(sql._engine)
+    assert report.ok, report.violations
+    assert report.outcomes["stale_token"] == (queued_op != "a fenced request")
 
 
 async def test_close_commits_what_is_queued_then_refuses(sql: SqlObjectStore, db_path: Path) -> None:
