@@ -215,7 +215,8 @@ async def test_a_request_queued_behind_a_stuck_batch_leaves_the_queue_unrun_when
     a request behind a batch stuck on a lock is answered 503 once its own deadline passes (before, it
     waited that batch out and then its own batch's deadline), and it is never run; a caller cancelled
     while queued leaves the queue too. The stuck batch's request was answered 503 as well, its outcome
-    unknown: it commits once the lock is released."""
+    unknown: it commits once the lock is released, and its retry with the same Idempotency-Key is a
+    replay."""
     engine = open_engine(url, command_timeout=120.0)  # the statements outlive the store's deadline
     store = PgGroupCommitStore(SqlObjectStore(engine), engine=engine, lanes=1, timeout=0.5)
     await store.start()
@@ -223,7 +224,8 @@ async def test_a_request_queued_behind_a_stuck_batch_leaves_the_queue_unrun_when
         await store.put("q/stuck", b"1", resource="r-stuck", token=1)
         committed = store.batches
         async with stuck_behind(url, "r-stuck") as a_batch_waits:
-            stuck = asyncio.create_task(store.put("q/stuck", b"2", resource="r-stuck", token=2))
+            retry = Caller("c", "retry-stuck", "digest-stuck-2")
+            stuck = asyncio.create_task(store.put("q/stuck", b"2", resource="r-stuck", token=2, caller=retry))
             await a_batch_waits()
             queued = asyncio.create_task(store.put("q/queued", b"q", resource="r-queued", token=1))
             async with asyncio.timeout(30):  # a test deadline: the stuck statement would wait 120 s
@@ -240,6 +242,9 @@ async def test_a_request_queued_behind_a_stuck_batch_leaves_the_queue_unrun_when
         assert (await store.put("q/after", b"a", resource="r-queued", token=1)).version == 1
         assert store.batches == committed + 2  # the stuck batch once released, then this one
         assert (await store.read("q/stuck", resource="r-stuck")).data == b"2"
+        # the answer was "outcome unknown": the retry the message asks for replays it, not a second write
+        replayed = await store.put("q/stuck", b"2", resource="r-stuck", token=2, caller=retry)
+        assert (replayed.token, replayed.version) == (2, 2)
         with pytest.raises(ObjectNotFound):
             await store.read("q/queued", resource="r-queued")
     finally:
