@@ -37,11 +37,14 @@ finds another transaction's row (PostgreSQL: two replicas racing for one
 new key, or two retries of one write) returns `Retry`: the driver rolls
 back and runs the request again, which then meets that row in step 1 or 2.
 So does a retried delete that finds no object because its twin deleted it
-and recorded the outcome while this one waited at the fence (it looks for
-the record again before answering 404). A serial writer (SQLite) never
-gets `Retry`: its reads in steps 1 and 2 already see every earlier write.
-`ObjectNotFound` from a fenced read or delete of a missing key
-is the one refusal that commits: the raised mark and the audit entry stand.
+and recorded the outcome while this one waited at the fence (its own
+record's claim meets the twin's). A serial writer (SQLite) never gets
+`Retry`: its reads in steps 1 and 2 already see every earlier write.
+`ObjectNotFound` from a fenced read or delete of a missing key is the one
+refusal that commits: the raised mark and the audit entry stand, and a
+delete's 404 is recorded under its `Idempotency-Key` (version
+`GONE_VERSION`), so its retry is answered 404 again even once the key was
+written since.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from storage.errors import (
 from storage.protocols import FencedRequest, ObjectData, ObjectMeta
 from storage.records import (
     ACCEPTED,
+    GONE_VERSION,
     NOT_FOUND,
     REPLAYED,
     audit_params,
@@ -186,11 +190,17 @@ async def apply(tx: Tx, request: FencedRequest, *, now: datetime, policy: Policy
             return Retry(f"key {request.key!r} was bound by a concurrent request")
     found = await (_change(tx, request, now) if policy.objects else _passed(request, created=bound is None))
     if found is None:
-        if claim is not None and await tx.row("idempotency_select", claim) is not None:
-            # A concurrent retry deleted the object and committed its record while this one waited
-            # at the fence: answer its outcome, not a 404 of its own.
-            return Retry(f"Idempotency-Key {caller.idempotency_key!r} was recorded by a concurrent retry")
         await _audit(tx, request, now, status=404, outcome=NOT_FOUND)
+        if claim is not None:
+            # The 404 is this delete's outcome: recorded, so a retry replays it rather than deleting an
+            # object written since. A concurrent retry that deleted the object and recorded its outcome
+            # while this one waited at the fence holds the record: answer its outcome, not a 404.
+            gone = ObjectMeta(
+                key=request.key, resource=request.resource, token=request.token,
+                version=GONE_VERSION, size=0, digest=None,
+            )  # fmt: skip
+            if await tx.row("idempotency_insert", idempotency_params(caller, gone, now=now)) is None:
+                return Retry(f"Idempotency-Key {caller.idempotency_key!r} was recorded by a concurrent retry")
         return ObjectNotFound(f"no object under key {request.key!r}", key=request.key, audited=True)
     meta = found.meta if isinstance(found, ObjectData) else found
     await _audit(tx, request, now, status=status_of(request.method, meta), outcome=ACCEPTED)
@@ -222,6 +232,9 @@ async def _replayed(tx: Tx, request: FencedRequest, record: Row, now: datetime) 
         meta = replay(request.caller, record)
     except IdempotencyKeyReused as exc:
         return exc
+    if meta.version == GONE_VERSION:
+        await _audit(tx, request, now, status=404, outcome=REPLAYED, mark=False)
+        return ObjectNotFound(f"no object under key {request.key!r}", key=request.key, audited=True)
     await _audit(tx, request, now, status=status_of(request.method, meta), outcome=REPLAYED, mark=False)
     return meta
 

@@ -119,7 +119,8 @@ class AuditHead(Base):
 
 
 class IdempotencyRecord(Base):
-    """The first accepted outcome of a write sent with an `Idempotency-Key`, per client.
+    """The first outcome of a write sent with an `Idempotency-Key`, per client: an accepted write, or a
+    delete that found no object (`version` 0, `records.GONE_VERSION`; NULL in proxy mode).
 
     Written in the same transaction as the write, so a retry after a lost
     answer finds it exactly when the write committed.

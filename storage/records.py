@@ -26,6 +26,9 @@ from storage.protocols import Caller, ObjectMeta, Refused
 ACCEPTED = "accepted"  # the fence passed and the change committed
 NOT_FOUND = "not_found"  # the fence passed (the mark rose) but there was no object to read or delete
 REPLAYED = "replayed"  # an Idempotency-Key retry answered from its first outcome
+# An idempotency record's version when its DELETE found no object: the 404 is the outcome a retry replays
+# (no object has version 0; proxy mode records none).
+GONE_VERSION = 0
 FENCE_PASSED = (ACCEPTED, NOT_FOUND)  # outcomes whose token raised (or kept) the mark
 
 
@@ -71,7 +74,8 @@ def refused_params(entry: Refused) -> dict[str, Any]:
 
 
 def idempotency_params(caller: Caller, meta: ObjectMeta, *, now: datetime) -> dict[str, Any]:
-    """The bound parameters of `Statements.idempotency_insert` for an accepted write."""
+    """The bound parameters of `Statements.idempotency_insert` for an accepted write (`meta`), or for a
+    delete that found no object (`meta.version` is `GONE_VERSION`)."""
     assert caller.idempotency_key is not None
     return {
         "client": caller.client,

@@ -129,3 +129,48 @@ async def test_concurrent_retries_of_a_delete_all_get_the_delete_not_a_404(engin
     assert {status for status, _ in answers} == {200}, answers
     assert len({body for _, body in answers}) == 1
     assert (await engine_client.get(f"/v1/objects/{key}")).status == 404
+
+
+async def test_a_delete_answered_404_is_answered_404_again_after_the_key_was_written(
+    engine_client: AppClient,
+) -> None:
+    """The 404 is the delete's outcome: its retry must not delete the object a PUT of the same lease
+    wrote since (it did, answering 200: one request, two outcomes)."""
+    key, idem = f"r{uuid.uuid4().hex[:10]}/doc", uuid.uuid4().hex
+    first = await engine_client.delete(f"/v1/objects/{key}", headers=headers(idem, 10))
+    assert (first.status, (await first.json())["error"]) == (404, "not_found")
+    written = await engine_client.put(f"/v1/objects/{key}", data=b"kept", headers={"Fencing-Token": "10"})
+    assert written.status == 201
+    retry = await engine_client.delete(f"/v1/objects/{key}", headers=headers(idem, 10))
+    assert (retry.status, await retry.json()) == (404, await first.json())
+    stored = await engine_client.get(f"/v1/objects/{key}")
+    assert (stored.status, await stored.read()) == (200, b"kept")
+    other = await engine_client.put(f"/v1/objects/{key}", data=b"x", headers=headers(idem, 11))
+    assert (other.status, (await other.json())["error"]) == (422, "idempotency_key_reused")
+
+
+async def test_retries_of_a_delete_racing_a_write_over_two_replicas_all_get_one_outcome(
+    replicas: list[str],
+) -> None:
+    """Identical retries of one delete, split over two replicas, race a PUT of the same lease: some
+    ran before it (404), some after (200) until the 404 was recorded; all must get the same answer."""
+    async with aiohttp.ClientSession() as session:
+
+        async def delete(i: int, key: str, idem: str) -> tuple[int, bytes]:
+            url = f"{replicas[i % 2]}/v1/objects/{key}"
+            async with session.delete(url, headers=headers(idem, 10)) as r:
+                return r.status, await r.read()
+
+        async def put(key: str) -> int:
+            async with session.put(
+                f"{replicas[1]}/v1/objects/{key}", data=b"w", headers={"Fencing-Token": "10"}
+            ) as r:
+                return r.status
+
+        for _ in range(5):
+            key, idem = f"r{uuid.uuid4().hex[:10]}/doc", uuid.uuid4().hex
+            writing = asyncio.ensure_future(put(key))
+            answers = await asyncio.gather(*(delete(i, key, idem) for i in range(8)))
+            assert await writing in (200, 201)
+            assert len(set(answers)) == 1, answers
+            assert {status for status, _ in answers} <= {200, 404}, answers
