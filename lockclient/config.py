@@ -6,14 +6,19 @@ built, and a bad value is refused when it is given, with the fix.
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import numbers
 import os
+import posixpath
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, TypeGuard, get_args
+from urllib.parse import urlsplit
 
 from lockclient.errors import ConfigurationError
+from lockclient.protocols import TokenSource
 
 __all__ = [
     "DEFAULT_DRIFT_FACTOR",
@@ -32,7 +37,9 @@ __all__ = [
     "TLSSettings",
     "check_masters",
     "check_resource",
+    "check_tokens",
     "check_ttl",
+    "is_number",
     "require_positive",
 ]
 
@@ -79,11 +86,86 @@ def check_ttl(ttl: float, node_timeout: float) -> None:
 
 
 def check_masters(masters: Sequence[str]) -> None:
+    """Refuse an empty list, an entry that is not a `str`, and one Redis server listed twice.
+
+    A server is its address: host (case, IPv6 brackets and spelling aside) and port, or a unix
+    socket's path; not the database, scheme, login or query, which one server answers for alike. Each
+    listing would count that server's one vote again toward the quorum: with `[A, A + "/1", B]`, A
+    alone is 2 of 3. `localhost`, 127.0.0.1 and ::1 (and 0.0.0.0, ::) count as one host: a Redis
+    server binds both loopbacks by default. Other aliases (a DNS name and its address, a TLS and a
+    plaintext port of one server, its unix socket and its TCP port) cannot be told apart without
+    asking it, and are not caught.
+    """
     if isinstance(masters, str) or not masters:
         raise ConfigurationError("masters must be a non-empty list of Redis URLs, e.g. ['redis://h1:6379']")
-    if len(set(masters)) != len(masters):
+    seen: dict[tuple[str, object], int] = {}
+    for index, url in enumerate(masters):
+        if not isinstance(url, str):
+            raise ConfigurationError(
+                f"masters[{index}] must be a Redis URL as a str, got {type(url).__name__}: "
+                "e.g. 'redis://h1:6379' (decode bytes first)"
+            )
+        server = _server(url)
+        if server is None:  # not readable as a URL: the master's own parser says what is wrong
+            continue
+        first = seen.setdefault(server, index)
+        if first != index:
+            where = _server_text(masters[first], server)
+            raise ConfigurationError(
+                f"masters[{first}] and masters[{index}] name the same Redis server ({where}): whatever "
+                "their database, scheme or login, that one server would count twice toward the quorum "
+                "and could grant a lock alone; list each server once (Redlock needs independent masters)"
+            )
+
+
+# Addresses that reach this host's loopback server: a Redis server binds 127.0.0.1 and ::1 by default,
+# and connecting to the unspecified address reaches whatever listens on this host.
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"})  # noqa: S104 - compared, not bound
+
+
+def _server(url: str) -> tuple[str, object] | None:
+    """The server `url` reaches: (host, port) or ("unix", path); None if it cannot be read as a URL."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme == "unix":
+        return ("unix", posixpath.normpath(parts.path)) if parts.path else None
+    if parts.scheme not in ("redis", "rediss"):  # not a Redis URL: the master's own parser says so
+        return None
+    host = (parts.hostname or "localhost").rstrip(".")  # lower case, without the IPv6 brackets
+    try:
+        address = ipaddress.ip_address(host)  # a scope (%eth0) is kept: it may be another link
+    except ValueError:
+        pass  # a name: compared as written (resolving it here would make construction wait on DNS)
+    else:
+        mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+        host = str(mapped or address)  # one spelling of each address (::0:1 is ::1)
+    if host in _LOOPBACK:
+        host = "localhost"
+    return (host, port or 6379)
+
+
+def _server_text(url: str, server: tuple[str, object]) -> str:
+    """The server as `url` spells it, for a message: its host and port, or its socket; never its login."""
+    if server[0] == "unix":
+        return f"unix socket {server[1]}"
+    host = urlsplit(url).hostname or "localhost"
+    return f"[{host}]:{server[1]}" if ":" in host else f"{host}:{server[1]}"
+
+
+def check_tokens(tokens: object) -> None:
+    """Refuse a `tokens` that is neither None nor a `TokenSource`, before any acquire draws from it."""
+    if isinstance(tokens, type):  # the class has the methods too, unbound: every draw would fail
         raise ConfigurationError(
-            "masters lists a node twice: a duplicate would count twice toward the quorum"
+            f"tokens must be a TokenSource instance, got the class {tokens.__name__}: build one, "
+            f"e.g. {tokens.__name__}(...), or use lockclient.open_token_source(url)"
+        )
+    if tokens is not None and not isinstance(tokens, TokenSource):
+        raise ConfigurationError(
+            f"tokens must be a TokenSource (async next_token, upper_bound and aclose) or None, got "
+            f"{type(tokens).__name__}: e.g. lockclient.open_token_source('sqlite:///tokens.db')"
         )
 
 
@@ -111,8 +193,14 @@ def check_resource(resource: object) -> str:
     return resource
 
 
-def require_positive(name: str, value: float, fix: str) -> None:
-    if not (math.isfinite(value) and value > 0):
+def is_number(value: object) -> TypeGuard[float]:
+    """Whether `value` is a real number and not a bool: `True` is 1 to Python, but never a duration,
+    a factor or a count anyone meant; a str ("10") is a value read from text and not yet converted."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def require_positive(name: str, value: object, fix: str) -> None:
+    if not (is_number(value) and math.isfinite(value) and value > 0):
         raise ConfigurationError(f"{name} must be a finite number > 0, got {value!r}: {fix}")
 
 
@@ -152,7 +240,7 @@ class RetryPolicy:
             )
         for name in ("delay", "jitter", "max_delay", "unreachable"):
             value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
+            if not (is_number(value) and math.isfinite(value) and value >= 0):
                 raise ConfigurationError(f"RetryPolicy.{name} must be a finite number >= 0, got {value!r}")
         require_positive(
             "RetryPolicy.poll", self.poll, "give the longest wait without a release message, e.g. 1.0"
@@ -182,16 +270,47 @@ class RedlockSettings:
     def __post_init__(self) -> None:
         require_positive("node_timeout", self.node_timeout, "a few tens of ms, e.g. 0.05")
         check_ttl(self.ttl, self.node_timeout)
-        if self.drift_factor < 0 or not math.isfinite(self.drift_factor):
+        retry: object = self.retry
+        if not isinstance(retry, RetryPolicy):
             raise ConfigurationError(
-                f"drift_factor must be >= 0, got {self.drift_factor!r}: the paper uses 0.01"
+                f"retry must be a RetryPolicy, got {retry!r}: e.g. RetryPolicy(attempts=1) to try once, "
+                "or leave it out for the default"
             )
-        if self.max_extensions < 0:
-            raise ConfigurationError(f"max_extensions must be >= 0, got {self.max_extensions!r}")
-        if not 0 < self.watchdog_fraction < 1:
+        # Step 3: validity = ttl - elapsed - (ttl * drift_factor + 2 ms): at 1 or more nothing is left,
+        # every attempt is refused (and draws a token) however fast the masters answer.
+        drift_factor: object = self.drift_factor
+        if not (is_number(drift_factor) and 0 <= drift_factor < 1):
             raise ConfigurationError(
-                f"watchdog_fraction must be in (0, 1), got {self.watchdog_fraction!r}: try 1/3"
+                f"drift_factor must be a number >= 0 and < 1, got {drift_factor!r}: it is the share of "
+                "the ttl set aside for clock drift, and 1 or more leaves no validity; the paper uses 0.01"
             )
+        max_extensions: object = self.max_extensions
+        if isinstance(max_extensions, bool) or not isinstance(max_extensions, int) or max_extensions < 0:
+            raise ConfigurationError(
+                f"max_extensions must be an int >= 0, got {max_extensions!r}: 0 forbids extend(); "
+                "a long job keeps its lease with auto_extend=True"
+            )
+        fraction: object = self.watchdog_fraction
+        if not (is_number(fraction) and 0 < fraction < 1):
+            raise ConfigurationError(
+                f"watchdog_fraction must be a number in (0, 1), got {fraction!r}: try 1/3"
+            )
+        reentrant: object = self.reentrant
+        if not isinstance(reentrant, bool):
+            raise ConfigurationError(f"reentrant must be True or False, got {reentrant!r}")
+        key_prefix: object = self.key_prefix
+        if not isinstance(key_prefix, str):
+            raise ConfigurationError(
+                f"key_prefix must be a str, got {key_prefix!r}: e.g. 'myapp:lock:' "
+                f"(the default is {DEFAULT_KEY_PREFIX!r})"
+            )
+        try:
+            key_prefix.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigurationError(
+                "key_prefix must be valid Unicode text (it holds a lone surrogate, which has no UTF-8 "
+                "form): decode it with errors='strict' where it came from"
+            ) from None
 
 
 CertReqs = Literal["required", "optional", "none"]
