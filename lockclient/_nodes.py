@@ -14,15 +14,18 @@ them as one batch, with no task or future per node.
 from __future__ import annotations
 
 import functools
+from typing import TypeVar
 
 from lockclient._scripts import EXTEND, RELEASE
 from lockclient.config import TLSSettings
 from lockclient.errors import ConfigurationError
 from lockclient.transport.codec import Command, Script, pack
-from lockclient.transport.connection import Connection, Link, Push
+from lockclient.transport.connection import Connection, Link, Push, Reply
 from lockclient.transport.endpoint import Endpoint, redact
 
 __all__ = ["PING", "Master", "extend", "release", "release_channel", "set_nx"]
+
+T = TypeVar("T")
 
 RELEASE_SCRIPT = Script(RELEASE)
 EXTEND_SCRIPT = Script(EXTEND)
@@ -85,6 +88,10 @@ class Master(Connection):
     `url` names it in per-node reasons; messages name it without its password.
     `tls` are the settings of every `rediss://` master (its URL may override
     them); given them, a plaintext URL is refused.
+
+    Once closed it stays closed: a command sent after `aclose()` fails at
+    once (`ConnectionAbortedError`) instead of opening a connection that
+    nothing would close again.
     """
 
     def __init__(self, url: str, *, connect_timeout: float, tls: TLSSettings | None = None) -> None:
@@ -94,9 +101,23 @@ class Master(Connection):
         except ValueError as exc:  # a certificate or key file that cannot be used
             raise ConfigurationError(f"master {redact(url)!r}: {exc}") from None
         self.url = url
+        self.closed = False
+
+    def send(self, command: Command[T]) -> Reply[T]:
+        if not self.closed:
+            return super().send(command)
+        reply: Reply[T] = Reply(command.convert, command.fallback)
+        reply.resolve(ConnectionAbortedError(f"connection to {self.name} closed by the client"))
+        return reply
+
+    async def aclose(self) -> None:
+        self.closed = True
+        await super().aclose()
 
     async def subscriber(self, push: Push, *, timeout: float) -> Link:  # noqa: ASYNC109 - a handshake bound
         """A new connection of its own for pub/sub, every message passed to `push`."""
+        if self.closed:
+            raise ConnectionAbortedError(f"connection to {self.name} closed by the client")
         link = await self.connect(timeout=timeout)
         link.push = push
         return link

@@ -56,6 +56,7 @@ from lockclient.config import (
     TLSSettings,
     check_masters,
     check_resource,
+    check_tokens,
     check_ttl,
 )
 from lockclient.errors import (
@@ -81,6 +82,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 CONNECT_TIMEOUT = 1.0  # for connect(): a handshake on a loaded machine may take far longer than a command
+CLOSED = "this Redlock is closed: build a new one"
+# aclose() waits this long beyond one node timeout for the acquires it stopped to finish their undo
+CLOSE_UNDO_GRACE = 1.0
 
 
 class Redlock(Generic[TokenT]):
@@ -128,6 +132,7 @@ class Redlock(Generic[TokenT]):
         observer: Observer | None = None,
     ) -> None:
         check_masters(masters)
+        check_tokens(tokens)
         self.settings = RedlockSettings(
             ttl=ttl, node_timeout=node_timeout, retry=retry, drift_factor=drift_factor,
             max_extensions=max_extensions, watchdog_fraction=watchdog_fraction, reentrant=reentrant,
@@ -150,6 +155,10 @@ class Redlock(Generic[TokenT]):
             events=self._events, undo=lambda lease: self._undo(lease.key, lease.value, self._masters),
         )  # fmt: skip
         self._closed = False
+        # Tasks inside `_acquire`, and those of them that `aclose()` cancelled (see `_stop_acquires`).
+        self._acquiring: set[asyncio.Task[object]] = set()
+        self._stopping: set[asyncio.Task[object]] = set()
+        self._acquires_ended: asyncio.Event | None = None
 
     @property
     def masters(self) -> list[str]:
@@ -216,6 +225,36 @@ class Redlock(Generic[TokenT]):
         return lease
 
     async def _acquire(
+        self,
+        resource: str,
+        ttl: float,
+        blocking: bool,
+        timeout: float | None,  # noqa: ASYNC109 - the wait bounds many attempts and their pauses
+        owner: Hashable,
+        on_lost: OnLost[TokenT] | None,
+    ) -> Lease[TokenT]:
+        """`_attempts`, ended by `aclose()`: a closed Redlock grants nothing, so an acquire in flight
+        then raises `ConfigurationError` (after undoing its attempt, as on any cancellation)."""
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("Redlock.acquire must run in an asyncio task")
+        self._acquiring.add(task)
+        try:
+            return await self._attempts(resource, ttl, blocking, timeout, owner, on_lost)
+        except asyncio.CancelledError:
+            if task not in self._stopping:
+                raise
+            self._stopping.discard(task)
+            if task.uncancel() > 0:  # cancelled by its caller too: that cancellation goes on
+                raise
+            raise ConfigurationError(CLOSED) from None
+        finally:
+            self._acquiring.discard(task)
+            self._stopping.discard(task)
+            if not self._acquiring and self._acquires_ended is not None:
+                self._acquires_ended.set()
+
+    async def _attempts(
         self,
         resource: str,
         ttl: float,
@@ -545,15 +584,36 @@ class Redlock(Generic[TokenT]):
     # -- lifetime ------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Stop watchdogs, close subscriber and master connections and the token source."""
+        """End the acquires in flight, stop watchdogs, close subscriber and master connections and the
+        token source."""
         if self._closed:
             return
         self._closed = True
+        await self._stop_acquires()
         await self._renewals.aclose()
         await self._notifier.aclose()
         await asyncio.gather(*(master.aclose() for master in self._masters))  # each waits for its replies
         if self._tokens is not None:
             await self._tokens.aclose()
+
+    async def _stop_acquires(self) -> None:
+        """Cancel every acquire in flight (each then raises `ConfigurationError`, see `_acquire`) and
+        wait for them to end, so that their undo reaches the masters before the connections close.
+
+        Cancelling the task is how `asyncio.timeout` ends a block too: every wait (a draw, a fan-out,
+        a backoff, a release message) ends at once, and the attempt's shielded undo runs. An undo is
+        bounded by the node timeout; a master that has not answered by then keeps the key until its
+        TTL, as when it is unreachable.
+        """
+        if not self._acquiring:
+            return
+        self._acquires_ended = asyncio.Event()
+        for task in self._acquiring:
+            self._stopping.add(task)
+            task.cancel()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.settings.node_timeout + CLOSE_UNDO_GRACE):
+                await self._acquires_ended.wait()
 
     async def connect(self) -> dict[str, str]:
         """Open a connection to every master now, each answer in words (`async with` does this).
@@ -639,5 +699,5 @@ class Redlock(Generic[TokenT]):
         """Refuse a call on a closed Redlock, or for a resource that is not a non-empty `str`: before
         anything is drawn or sent."""
         if self._closed:
-            raise ConfigurationError("this Redlock is closed: build a new one")
+            raise ConfigurationError(CLOSED)
         check_resource(resource)

@@ -15,6 +15,9 @@ one waits for the next, so per resource every token is different.
 
 A failed request fails each of its draws with the same error; a cancelled
 draw leaves its request running (its token is wasted: gaps are fine).
+`aclose(within=...)` waits that long at most for the requests already sent,
+then gives up on them: their draws, and those still queued, fail with the
+error it is given (the source closes its client under them).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class Batcher:
         self._queue: deque[tuple[str, asyncio.Future[int]]] = deque()
         self._out = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._abandoned: Callable[[], Exception] | None = None  # set while aclose() gives up on requests
 
     async def draw(self, resource: str) -> int:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -50,6 +54,8 @@ class Batcher:
         return await future
 
     def _dispatch(self) -> None:
+        if self._abandoned is not None:  # closing: nothing new is sent
+            return
         while self._out < self.in_flight:
             batch = self._take()
             if not batch:
@@ -82,8 +88,12 @@ class Batcher:
             if len(tokens) != len(batch):
                 raise RuntimeError(f"a request for {len(batch)} draws returned {len(tokens)} tokens")
         except asyncio.CancelledError:
+            abandoned = self._abandoned
             for _, future in batch:
-                future.cancel()
+                if abandoned is None:
+                    future.cancel()
+                elif not future.done():
+                    future.set_exception(abandoned())
             raise
         except Exception as exc:  # noqa: BLE001 (not swallowed: every draw of the request raises it)
             for _, future in batch:
@@ -97,7 +107,25 @@ class Batcher:
             self._out -= 1
             self._dispatch()
 
-    async def aclose(self) -> None:
-        """Wait for the requests already sent (their draws get their answers)."""
+    async def aclose(
+        self, *, within: float | None = None, abandoned: Callable[[], Exception] = ConnectionAbortedError
+    ) -> None:
+        """Wait for the requests already sent (their draws get their answers), `within` seconds at most
+        (None: until they end); then cancel them and fail their draws and the queued ones with
+        `abandoned()`. The batcher can be used again afterwards."""
         if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.wait(self._tasks, timeout=within)
+        late = set(self._tasks)  # those still out, and any sent meanwhile for the queued draws
+        if not late:
+            return
+        self._abandoned = abandoned
+        try:
+            for task in late:
+                task.cancel()
+            await asyncio.wait(late)  # unlike awaiting them, never swallows the caller's own cancellation
+            queued, self._queue = self._queue, deque()
+            for _, future in queued:
+                if not future.done():
+                    future.set_exception(abandoned())
+        finally:
+            self._abandoned = None

@@ -23,7 +23,11 @@ its one connection), so draws for one resource still overlap.
 
 Bounded: the first connection gives up after `connect_timeout`, a draw after
 `timeout` (reconnects included), each with a `TokenSourceError`; a member that
-accepts a connection and does not answer is left after `connect_timeout` too. kazoo's own
+accepts a connection and does not answer is left after `connect_timeout` too.
+A worker thread never waits for kazoo longer than the draw's deadline (kazoo's
+blocking calls wait without one, for ever on a hung member), and `aclose()`
+gives the requests in flight `CLOSE_GRACE` seconds, then closes the client
+under them (their draws fail with a `TokenSourceError`). kazoo's own
 connection chatter ("Connection dropped", once per retry while ZooKeeper is
 down) goes to the logger `lockclient.tokens.zookeeper.kazoo`, which passes on
 only errors unless the application sets its level.
@@ -51,6 +55,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -95,6 +100,8 @@ DEFAULT_TIMEOUT = 10.0  # seconds for one token across reconnects; also the sess
 WORKERS = 16  # kazoo calls in flight at once; each holds a thread until its answer or deadline
 IN_FLIGHT = 4  # token requests out at once; the rest of the draws wait to share the next ones
 MAX_BATCH = 64  # resources in one multi at most
+# how long aclose() lets the requests already sent finish before it closes the client under them
+CLOSE_GRACE = 1.0
 MAX_SHOWN = 40  # characters of a bad host an error message repeats
 FIX = "check that ZooKeeper is running and reachable at the given hosts (a secure client port needs use_ssl)"
 TLS_FIX = "check ca, certfile and keyfile against the server's secure client port"
@@ -306,15 +313,25 @@ class ZooKeeperTokens(ClosingSource):
             f"zookeeper token source could not connect over TLS to {failure}; {TLS_FIX}", source="zookeeper"
         )
 
-    def _retrying(self, client: KazooClient, call: Callable[[], T]) -> T:
-        """Retry through connection loss and session expiry (a ZooKeeper restart) until the deadline."""
+    def _retrying(self, client: KazooClient, call: Callable[[Callable[[Any], Any]], T]) -> T:
+        """Retry through connection loss and session expiry (a ZooKeeper restart) until the deadline.
+
+        `call` gets `answer`, which waits for one of kazoo's async results until the deadline at most
+        (kazoo's blocking calls wait for ever while a member is hung), then raises KazooTimeoutError.
+        """
+        stop_at = time.monotonic() + self.timeout
+
+        def answer(result: Any) -> Any:
+            return result.get(timeout=max(0.0, stop_at - time.monotonic()))
 
         def attempt() -> T:
             if client.client_state == KeeperState.CLOSED:
                 self._revive(client)
             try:
-                return call()
+                return call(answer)
             except ConnectionClosedError as exc:  # KazooRetry gives up on this one; we revive instead
+                if self._client is not client:  # closed by aclose(): nothing to revive
+                    raise
                 raise ForceRetryError(str(exc)) from exc
 
         retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=0.5, deadline=self.timeout)
@@ -354,17 +371,17 @@ class ZooKeeperTokens(ClosingSource):
     def _set(self, client: KazooClient, paths: Sequence[str]) -> list[int]:
         """One multi that writes every path (distinct, see the module docstring); each one's new mzxid."""
 
-        def write() -> list[int]:
+        def write(answer: Callable[[Any], Any]) -> list[int]:
             while True:
                 transaction = client.transaction()
                 for path in paths:
                     transaction.set_data(path, b"")
-                results = transaction.commit()
+                results = answer(transaction.commit_async())
                 missing = [path for path, r in zip(paths, results, strict=True) if isinstance(r, NoNodeError)]
                 if not missing:
                     break
                 for path in missing:  # a resource's first token: create its znode, then write them all
-                    client.ensure_path(path)
+                    answer(client.ensure_path_async(path))
             failed = [r for r in results if isinstance(r, Exception)]
             if failed:
                 raise failed[0]
@@ -373,12 +390,12 @@ class ZooKeeperTokens(ClosingSource):
         return self._retrying(client, write)
 
     def _bound(self, client: KazooClient, root: str) -> int:
-        def write() -> Any:
+        def write(answer: Callable[[Any], Any]) -> Any:
             try:
-                return client.set(root, b"")
+                return answer(client.set_async(root, b""))
             except NoNodeError:
-                client.ensure_path(root)
-                return client.set(root, b"")
+                answer(client.ensure_path_async(root))
+                return answer(client.set_async(root, b""))
 
         return int(self._retrying(client, write).mzxid)
 
@@ -424,7 +441,14 @@ class ZooKeeperTokens(ClosingSource):
         return bound
 
     async def aclose(self) -> None:
-        await self._batch.aclose()
+        """Close the client (and its thread pool) after the requests in flight, `CLOSE_GRACE` seconds at
+        most: a hung ZooKeeper cannot hold the close (the source opens again on its next use)."""
+        await self._batch.aclose(
+            within=CLOSE_GRACE,
+            abandoned=lambda: TokenSourceError(
+                "zookeeper token source was closed before ZooKeeper answered", source="zookeeper"
+            ),
+        )
         async with self._start_lock:  # a start in progress ends first (connect_timeout at most)
             client, self._client = self._client, None
         if client is not None:
