@@ -63,7 +63,7 @@ class Redlock(Generic[TokenT]):
     def __init__(
         self, masters: Sequence[str], *, tokens: TokenSource | None = None, **options: Unpack[RedlockOptions]
     ) -> None:
-        self._thread = LoopThread("lockclient-sync")
+        self._thread = LoopThread("lockclient-sync", owner="lockclient.sync.Redlock")
         self._run = self._thread.run
 
         async def build() -> redlock.Redlock[Any]:

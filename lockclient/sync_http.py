@@ -37,7 +37,7 @@ class GatewayClient:
 
     def __init__(self, base_url: str, **options: Unpack[GatewayOptions]) -> None:
         self._async = http.GatewayClient(base_url, **options)  # checks the arguments before a thread starts
-        self._thread = LoopThread("lockclient-gateway")
+        self._thread = LoopThread("lockclient-gateway", owner="lockclient.sync.GatewayClient")
         self._run = self._thread.run
 
     @property
