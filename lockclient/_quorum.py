@@ -128,7 +128,8 @@ class NotGranted:
     ) -> None:
         self.tally = tally
         self.nodes = nodes
-        self.failed = failed
+        # as `nodes` names them (`display_url`), so `nodes[failed[0]]` finds that master's answer
+        self.failed = tuple(display_url(url) for url in failed)
         if tally.has_quorum():
             self.summary = (
                 f"a quorum answered but the attempt took {elapsed * 1000:.1f} ms of a {ttl}s TTL "
@@ -156,7 +157,11 @@ def reason(outcome: Outcome[object], timeout: float) -> str:
 
 
 class NodeAnswers(Mapping[str, str]):
-    """Each master's answer in words, worked out only when read: the hot path just keeps the outcomes."""
+    """Each master's answer in words, worked out only when read: the hot path just keeps the outcomes.
+
+    Keyed by each master's `display_url`: these answers end up in `repr(lease)`, `Lease.nodes` and
+    `LockNotAcquired.reasons`, which get logged, so they never show a password. A master's full URL
+    (as given to the `Redlock`) finds its answer too."""
 
     __slots__ = ("_outcomes", "_per_node", "_urls")
 
@@ -166,14 +171,17 @@ class NodeAnswers(Mapping[str, str]):
         self._per_node = per_node
 
     def __getitem__(self, url: str) -> str:
-        try:
+        if url in self._urls:
             index = self._urls.index(url)
-        except ValueError:
-            raise KeyError(url) from None
+        else:
+            shown = [display_url(given) for given in self._urls]
+            if url not in shown:
+                raise KeyError(url)
+            index = shown.index(url)
         return reason(self._outcomes[index], self._per_node)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._urls)
+        return (display_url(url) for url in self._urls)
 
     def __len__(self) -> int:
         return len(self._urls)

@@ -22,6 +22,14 @@ once, in a URL marked as encoded so nothing normalises it on the way out. A
 key with a `.` or `..` segment is refused (`ConfigurationError`, nothing
 sent): a URL resolves such segments, so `a/x/../b` would reach `a/b`, another
 object; the gateway refuses those keys too.
+
+What the HTTP API would refuse in a header is refused here, before anything
+is sent (`ConfigurationError`): a token that is not an `int` in 1..2^63-1
+(no `bool`, `float` or `str`), a resource that is not a name of the API
+(segments of `A-Za-z0-9_.~:@=+%-` joined by single slashes, at most 256
+characters), an `Idempotency-Key` outside 1..128 printable ASCII characters
+without spaces or commas, and data that is not bytes. Messages name the
+gateway without its password.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ import aiohttp
 from yarl import URL
 
 from lockclient._tls import client_context, explain
+from lockclient.config import require_positive
 from lockclient.errors import (
     BadRequest,
     BodyTimeout,
@@ -65,6 +74,13 @@ from lockclient.protocols import Fenced
 from lockclient.transport.endpoint import is_http_url, redact
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
+# the HTTP API's rules for what it reads from headers (docs/gateway.md; lockclient does not import
+# the gateway): `Fencing-Token` is a decimal in 1..2^63-1 (the signed 64-bit mark), `Fencing-Resource`
+# a name of printable segments (no comma, which separates list values in a header) of at most 256
+MAX_TOKEN = 2**63 - 1
+MAX_RESOURCE_LENGTH = 256
+_RESOURCE = re.compile(r"[A-Za-z0-9_.~:@=+%-]+(?:/[A-Za-z0-9_.~:@=+%-]+)*")
+_IDEMPOTENCY_KEY = re.compile(r"[!-+\--~]{1,128}")  # printable ASCII without space and comma
 TLSPath = str | os.PathLike[str]
 # each error of the API (docs/gateway.md) as its exception; the 409s and 422s with fields are built in
 # `_error`; another 5xx (500 internal_error, 502, 503 and its codes, 504) is `OutcomeUnknown`
@@ -210,6 +226,8 @@ class GatewayClient:
         retry: GatewayRetry | None = DEFAULT_GATEWAY_RETRY,
     ) -> None:
         _check_base_url(base_url)
+        # aiohttp reads a total of 0 (or less) as "no timeout": a hung gateway would hang every call
+        require_positive("timeout", timeout, "give the seconds one request may take, e.g. 30")
         self._tls = _tls_context(base_url, session, ssl_ca_certs, ssl_certfile, ssl_keyfile)
         # over TLS 1.3 a gateway that requires a client certificate closes the connection after
         # the handshake, which reaches the client as a plain disconnect: the message names the fix
@@ -219,6 +237,7 @@ class GatewayClient:
             else ""
         )
         self._base = base_url.rstrip("/")
+        self._shown = redact(self._base)  # the gateway as messages name it: never with its password
         self._origin = str(URL(self._base))  # percent-encoded: each request's path is appended as it is
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._session = session
@@ -251,9 +270,9 @@ class GatewayClient:
             if required:
                 raise ConfigurationError(f"writing {key!r} needs a fencing token: pass lease= (or token=)")
             return {}
-        headers = {"Fencing-Token": str(token)}
+        headers = {"Fencing-Token": _token_header(token)}
         if resource is not None:
-            headers["Fencing-Resource"] = resource
+            headers["Fencing-Resource"] = _resource_header(resource)
         return headers
 
     async def _send(
@@ -283,20 +302,22 @@ class GatewayClient:
             why = _tls_failure(exc)
             if why is not None:
                 raise GatewayError(
-                    f"{method} {path}: cannot connect to the gateway at {self._base}: TLS: {why}; "
+                    f"{method} {path}: cannot connect to the gateway at {self._shown}: TLS: {why}; "
                     "nothing was sent",
                     status=None,
                     code="tls",
                 ) from exc
             raise GatewayError(
-                f"{method} {path}: cannot connect to the gateway at {self._base} ({exc}); nothing was sent",
+                f"{method} {path}: cannot connect to the gateway at {self._shown} "
+                f"({_hide(exc, self._base)}); nothing was sent",
                 status=None,
                 code="unreachable",
             ) from exc
         except aiohttp.ClientError as exc:
             raise OutcomeUnknown(
-                f"{method} {path}: the connection to {self._base} failed after the request may have been "
-                f"sent ({exc or type(exc).__name__}); the outcome is unknown{self._no_certificate_hint}",
+                f"{method} {path}: the connection to {self._shown} failed after the request may have been "
+                f"sent ({_hide(exc, self._base) or type(exc).__name__}); the outcome is unknown"
+                f"{self._no_certificate_hint}",
                 status=None,
                 code="disconnected",
             ) from exc
@@ -399,6 +420,10 @@ class GatewayClient:
         first outcome instead of writing twice. Raises `OutcomeUnknown` (with
         the key) when every send's outcome stayed unknown.
         """
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise ConfigurationError(
+                f"data must be bytes, got {type(data).__name__}: encode text first, e.g. text.encode()"
+            )
         status, resp_headers, body = await self._write("PUT", key, options, data=data)
         return _info(json.loads(body), etag=resp_headers.get("ETag"), created=status == 201)
 
@@ -436,6 +461,11 @@ class GatewayClient:
         path = self._object_path(key)
         headers = self._fencing(key, options, required=True)
         once = self._key(options.get("idempotency_key"))
+        if once is not None and not _readable(once, _IDEMPOTENCY_KEY):
+            raise ConfigurationError(
+                f"idempotency_key {once!r} must be 1..128 printable ASCII characters without spaces or "
+                "commas: a UUID is a good choice"
+            )
         return await self._request(
             method,
             path,
@@ -484,6 +514,47 @@ def _in_path(what: str, name: object) -> str:
             "without them"
         )
     return quote(name, safe="/")
+
+
+def _token_header(token: object) -> str:
+    """`Fencing-Token` for `token`: an `int` in 1..2^63-1, else `ConfigurationError` (nothing sent).
+
+    The gateway refuses any other value, but a `bool` (`True`), a `float` or a `str` would otherwise be
+    sent as its text (`"True"`, `"1.5"`, `"12 ; x"`), and a value outside the range has no meaning."""
+    if not isinstance(token, int) or isinstance(token, bool) or not 1 <= token <= MAX_TOKEN:
+        raise ConfigurationError(
+            f"token must be an int from 1 to 2**63-1, got {token!r} ({type(token).__name__}): "
+            "pass the lease (lease=) or the token it was granted"
+        )
+    return str(token)
+
+
+def _resource_header(resource: object) -> str:
+    """`Fencing-Resource` for `resource` if the API can read it, else `ConfigurationError` (nothing sent):
+    an empty name, a comma, a space or a control character (CR, LF, NUL) is no name of the API."""
+    if not isinstance(resource, str) or not resource:
+        raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
+    if (
+        len(resource) > MAX_RESOURCE_LENGTH
+        or _RESOURCE.fullmatch(resource) is None
+        or any(segment in (".", "..") for segment in resource.split("/"))
+    ):
+        raise ConfigurationError(
+            f"resource {resource[:80]!r} cannot be sent to the gateway: it takes at most "
+            f"{MAX_RESOURCE_LENGTH} characters of letters, digits and _.~:@=+%- in segments separated by "
+            "single slashes, with no '.' or '..' segment; name the lock that way"
+        )
+    return resource
+
+
+def _readable(value: object, pattern: re.Pattern[str]) -> bool:
+    """Whether `value` is a `str` the API reads (annotations do not hold at run time)."""
+    return isinstance(value, str) and pattern.fullmatch(value) is not None
+
+
+def _hide(exc: BaseException, base: str) -> str:
+    """`exc` in words, the gateway's URL in it without its password (aiohttp names the URL it tried)."""
+    return str(exc).replace(base, redact(base))
 
 
 def _idempotent(key: str | None) -> dict[str, str]:

@@ -23,6 +23,7 @@ import os
 from collections.abc import Callable, Hashable, Mapping
 from typing import Generic, TypeVar
 
+from lockclient._quorum import display_url
 from lockclient.errors import LockLost
 from lockclient.protocols import Clock
 
@@ -164,4 +165,5 @@ class Lease(Generic[TokenT]):
     def __repr__(self) -> str:
         reason = self.lost_reason
         state = f"lost: {reason}" if reason else f"valid {self.remaining():.3f}s of {self.ttl}s"
-        return f"<Lease {self._resource!r} token={self._token} {state} masters={self.nodes!r}>"
+        masters = {display_url(url): answer for url, answer in self.nodes.items()}  # no password shown
+        return f"<Lease {self._resource!r} token={self._token} {state} masters={masters!r}>"

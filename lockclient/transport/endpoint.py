@@ -72,10 +72,13 @@ def redact(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:  # no scheme: `user:password@host` is still a login
         rest = url
-    rest = rest.partition("#")[0].partition("?")[0]
+    # the login first, then the query and fragment: a password may hold an unencoded '#' or '?'
+    # (`redis://:pa#ss@host`), and cutting there first would show its start as the URL. Everything up
+    # to the last '@' counts as the login, so an '@' in a query may mask more than needed, never less.
     userinfo, at, host = rest.rpartition("@")
     if at and ":" in userinfo:
         rest = f"{userinfo.partition(':')[0]}:***@{host}"
+    rest = rest.partition("#")[0].partition("?")[0]
     return f"{scheme}{sep}{rest}" if sep else rest
 
 
@@ -131,8 +134,13 @@ class Endpoint:
             return cls(path=parts.path, username=username, password=password, db=db)
         try:
             port = parts.port or 6379
-        except ValueError as exc:
-            raise ValueError(f"its port is not valid ({exc})") from None
+        except ValueError:
+            # not `exc`: it quotes the port as read, which is part of the password when the password
+            # holds an unencoded '#', '?' or '/' (`redis://:pa#ss@host` reads as port `pa`)
+            raise ValueError(
+                "its port is not valid: give a number from 1 to 65535, and percent-encode any "
+                "'#', '?', '/' or '@' in the login (e.g. '#' as %23)"
+            ) from None
         settings = None
         if parts.scheme == "rediss":
             settings = _with_overrides(tls or TLSSettings(), overrides)

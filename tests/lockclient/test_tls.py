@@ -26,6 +26,7 @@ from fencegate.lab.cluster.servers import Node
 from lockclient import ConfigurationError, LockNotAcquired, Redlock, RetryPolicy, TLSSettings
 from lockclient import sync as lockclient_sync
 from lockclient._nodes import release_channel
+from lockclient._quorum import display_url
 from lockclient.transport.endpoint import Endpoint
 from tests.closing import closing
 from tests.lockclient.conftest import eventually, values
@@ -227,7 +228,7 @@ async def test_a_wrong_tls_setup_fails_naming_the_master_and_the_reason(tls: TLS
     async with Redlock([url], node_timeout=5.0, ttl=30.0) as locker:
         with pytest.raises(LockNotAcquired) as caught:
             await locker.acquire(f"tls-bad-{uuid.uuid4().hex[:8]}", blocking=False)
-    reason = caught.value.reasons[url]
+    reason = caught.value.reasons[display_url(url)]
     assert reason.startswith(f"TLSError: cannot connect to {name}: TLS: "), reason
     for phrase in phrases:
         assert phrase in reason, reason
@@ -243,7 +244,7 @@ async def test_a_rediss_master_is_never_spoken_to_in_plaintext(tls: TLSMasters) 
         async with Redlock([url], node_timeout=1.0, ttl=30.0) as locker:
             with pytest.raises(LockNotAcquired) as caught:
                 await locker.acquire(resource, blocking=False)
-        assert "no answer" in caught.value.reasons[url]  # the TLS handshake never finished
+        assert "no answer" in caught.value.reasons[display_url(url)]  # the TLS handshake never finished
         assert await raw.get(locker.key(resource)) is None
         assert "cmdstat_set" not in await raw.info("commandstats")
 
