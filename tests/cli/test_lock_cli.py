@@ -140,7 +140,7 @@ def test_an_unreachable_master_is_one_line_and_exit_3(action: list[str]) -> None
 @pytest.mark.parametrize(
     ("masters", "message"),
     [("not-a-url", "master 'not-a-url': it is not a Redis URL"),
-     ("redis://127.0.0.1:1,redis://127.0.0.1:1", "masters lists a node twice")],
+     ("redis://127.0.0.1:1,redis://127.0.0.1:1", "name the same Redis server")],
 )  # fmt: skip
 def test_bad_masters_are_refused_with_exit_2(masters: str, message: str) -> None:
     code, out, err = run("lock", "inspect", "--masters", masters, "x")
