@@ -13,5 +13,23 @@ use which.
 
 from lockclient.sql._fence import create_marks, fence, fenced
 from lockclient.sql._marks import MARKS_TABLE, marks_statements
+from lockclient.sql._trigger import (
+    BAD_INPUT_SQLSTATE,
+    MOVED_SQLSTATE,
+    STALE_SQLSTATE,
+    install_statements,
+    uninstall_statements,
+)
 
-__all__ = ["MARKS_TABLE", "create_marks", "fence", "fenced", "marks_statements"]
+__all__ = [
+    "BAD_INPUT_SQLSTATE",
+    "MARKS_TABLE",
+    "MOVED_SQLSTATE",
+    "STALE_SQLSTATE",
+    "create_marks",
+    "fence",
+    "fenced",
+    "install_statements",
+    "marks_statements",
+    "uninstall_statements",
+]
