@@ -22,11 +22,12 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fencegate.cli import OK, add_action, add_actions, describe, seconds_up_to
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = ["configure"]
@@ -250,6 +251,18 @@ def _reason(exc: BaseException) -> str:
     return (str(cause).strip().splitlines() or [type(cause).__name__])[0]
 
 
+def _driver_autocommit(dbapi_connection: Any, _record: Any) -> None:
+    """SQLite's driver begins a transaction only before a row is written, so the DDL before it would
+    commit one statement at a time; the command begins its own transaction instead (`_begin_immediate`)."""
+    dbapi_connection.isolation_level = None
+
+
+def _begin_immediate(conn: Connection) -> None:
+    """The check and the install in one transaction holding the write lock: all or nothing, and no
+    second install runs between this one's check and its statements."""
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
 def _engine(target: Target, timeout: float) -> AsyncEngine:
     from sqlalchemy import event
     from sqlalchemy.ext.asyncio import create_async_engine
@@ -264,7 +277,10 @@ def _engine(target: Target, timeout: float) -> AsyncEngine:
             )
         # mode=rw: the driver never creates a file the check above did not see
         url = f"sqlite+aiosqlite:///file:{path}?mode=rw&uri=true"
-        return create_async_engine(url, connect_args={"timeout": timeout})
+        sqlite = create_async_engine(url, connect_args={"timeout": timeout})
+        event.listen(sqlite.sync_engine, "connect", _driver_autocommit)
+        event.listen(sqlite.sync_engine, "begin", _begin_immediate)
+        return sqlite
     from lockclient.postgres_tls import split_tls
     from lockclient.tokens.postgres import asyncpg_url
 

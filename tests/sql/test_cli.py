@@ -164,3 +164,17 @@ def test_a_database_it_cannot_reach_is_one_line_exit_2(
     assert "secret" not in err
     assert sql("uninstall", "--url", "mysql://app@db/shop", "--table", "orders") == 2
     assert "postgresql:// or sqlite:///" in capsys.readouterr().err
+
+
+def test_an_install_that_fails_half_way_leaves_nothing(
+    app_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One transaction: a statement refused after the marks table was created takes it back too."""
+    with sqlite3.connect(app_db) as conn:
+        conn.execute("CREATE VIEW fencegate_sql_schema AS SELECT 'x' AS component, 1 AS version")
+    before = objects(app_db)
+    assert sql("install", "--url", f"sqlite:///{app_db}", *COLUMNS) == 2
+    err = capsys.readouterr().err
+    assert "could not install" in err
+    assert "nothing was changed" in err
+    assert objects(app_db) == before
