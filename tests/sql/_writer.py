@@ -2,6 +2,8 @@
 
     python -m tests.sql._writer OUT URL MODE ISOLATION TOKENS SEED ROUNDS
 
+ISOLATION is the level of every transaction of this writer (`-`: the driver's own, for SQLite).
+
 Each round draws a fresh token from the shared SQLite token source, sometimes sends an older one
 instead (a writer that paused), and runs one transaction on `counters` that first records the attempt
 in `history`, then writes the counter's row: through `fence()` (MODE call), relying on the trigger
@@ -105,6 +107,7 @@ async def main(
                     "token": token,
                     "outcome": outcome,
                     "retries": retries,
+                    "isolation": isolation,
                 }
             )
     finally:
