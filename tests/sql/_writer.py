@@ -5,12 +5,13 @@
 ISOLATION is the level of every transaction of this writer (`-`: the driver's own, for SQLite).
 
 Each round draws a fresh token from the shared SQLite token source, sometimes sends an older one
-instead (a writer that paused), and runs one transaction on `counters` that first records the attempt
-in `history`, then writes the counter's row: through `fence()` (MODE call), relying on the trigger
-(MODE trigger), or with a read-check-write of the row's token (MODE naive: the race users write by
-hand, with a pause between the read and the write, so the race shows). A retryable failure
-(serialization, deadlock, SQLite's lock) runs the same attempt again. Every attempt's outcome is
-written to OUT as a JSON line.
+instead (a writer that paused), and runs one transaction that first inserts the attempt into
+`history`, then takes the resource's next `seq` from its `counters` row and records it on the
+attempt. It is fenced through `fence()` after the insert (MODE call), by a trigger on `history` that
+it knows nothing of (MODE trigger: the real one, or its naive control), or by a read-check-write of
+the counter's token (MODE naive: the race users write by hand, with a pause between the read and the
+write, so the race shows). A retryable failure (serialization, deadlock, SQLite's lock) runs the
+same attempt again. Every attempt's outcome is written to OUT as a JSON line.
 """
 
 from __future__ import annotations

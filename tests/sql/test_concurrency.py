@@ -45,19 +45,45 @@ async def database(kind: str, cluster: LocalCluster, tmp_path: Path) -> AsyncIte
         yield asyncpg_url(url)
 
 
-async def prepare(url: str, mode: str) -> None:
+# The control of the trigger (PostgreSQL): the mark read, compared, then written in three steps.
+NAIVE_TRIGGER = [
+    """CREATE FUNCTION naive_fence() RETURNS trigger LANGUAGE plpgsql AS $naive$
+DECLARE
+  mark bigint;
+BEGIN
+  SELECT held.token INTO mark FROM fencegate_marks AS held WHERE held.resource = NEW.resource;
+  IF mark IS NOT NULL AND NEW.token < mark THEN
+    RAISE EXCEPTION 'stale' USING ERRCODE = 'FG409';
+  END IF;
+  PERFORM pg_sleep(0.01);
+  INSERT INTO fencegate_marks (resource, token) VALUES (NEW.resource, NEW.token)
+    ON CONFLICT (resource) DO UPDATE SET token = excluded.token;
+  RETURN NEW;
+END
+$naive$""",
+    "CREATE TRIGGER naive_fence BEFORE INSERT OR UPDATE ON history "
+    "FOR EACH ROW EXECUTE FUNCTION naive_fence()",
+]
+
+
+async def prepare(url: str, fencing: str) -> None:
+    """The tables, the marks, and the fence of `fencing`: "trigger" (on `history`: every row a
+    transaction inserts is fenced, and rows of one resource are distinct rows, so no row lock of the
+    user's table serializes them), "naive-trigger" (its control), or none ("call", "naive")."""
     engine = create_async_engine(url)
     try:
         async with engine.begin() as conn:
             for statement in TABLES:
                 await conn.execute(text(statement))
-            if mode == "trigger":
+            await conn.run_sync(create_marks)
+            if fencing == "trigger":
                 for statement in install_statements(
-                    engine.dialect.name, table="counters", token_column="token", resource_column="resource"
+                    engine.dialect.name, table="history", token_column="token", resource_column="resource"
                 ):
                     await conn.exec_driver_sql(statement)
-            else:
-                await conn.run_sync(create_marks)
+            elif fencing == "naive-trigger":
+                for statement in NAIVE_TRIGGER:
+                    await conn.exec_driver_sql(statement)
             for resource in RESOURCES:
                 await conn.execute(text("INSERT INTO counters VALUES (:r, 0, 1)"), {"r": resource})
     finally:
@@ -163,6 +189,19 @@ async def test_the_same_check_finds_the_race_of_a_naive_read_check_write(
     async with database(kind, postgres_cluster, tmp_path) as url:
         await prepare(url, "naive")
         outcomes = await race(url, "naive", ["READ COMMITTED" if kind == "postgresql" else "-"], tmp_path)
+        tables = await held(url)
+    check(outcomes, tables)
+    assert violations(tables["history"]) != []
+
+
+async def test_the_same_check_finds_the_race_of_a_naive_trigger(
+    postgres_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A trigger that reads the mark, compares, then writes it (READ COMMITTED): two writers read the same
+    mark, and the older token commits after the newer one. The writers are the trigger test's own."""
+    async with database("postgresql", postgres_cluster, tmp_path) as url:
+        await prepare(url, "naive-trigger")
+        outcomes = await race(url, "trigger", ["READ COMMITTED"], tmp_path)
         tables = await held(url)
     check(outcomes, tables)
     assert violations(tables["history"]) != []
