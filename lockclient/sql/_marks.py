@@ -27,7 +27,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, CheckConstraint, Column, Connection, MetaData, Table, Text, select
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    Connection,
+    MetaData,
+    Table,
+    Text,
+    bindparam,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -65,9 +75,9 @@ def dialect_of(executor: Executor) -> str:
     return check_dialect(bind.dialect.name)
 
 
-def _upsert(dialect: str, resource: str, token: int) -> Any:
+def _upsert(dialect: str) -> Any:
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(MARKS).values(resource=resource, token=token)
+    statement = insert(MARKS).values(resource=bindparam("resource"), token=bindparam("token"))
     return statement.on_conflict_do_update(
         index_elements=[MARKS.c.resource],
         set_={"token": statement.excluded.token},
@@ -75,15 +85,21 @@ def _upsert(dialect: str, resource: str, token: int) -> Any:
     ).returning(MARKS.c.token)
 
 
+# built once per dialect, with bound parameters: each fence only binds its resource and token
+UPSERT = {dialect: _upsert(dialect) for dialect in DIALECTS}
+READ = select(MARKS.c.token).where(MARKS.c.resource == bindparam("resource"))
+
+
 def raise_mark(executor: Executor, resource: str, token: int) -> bool:
     """Raise `resource`'s mark to `token` in the executor's transaction; False (nothing changed) if the
     mark is above it."""
-    return executor.execute(_upsert(dialect_of(executor), resource, token)).first() is not None
+    found = executor.execute(UPSERT[dialect_of(executor)], {"resource": resource, "token": token})
+    return found.first() is not None
 
 
 def read_mark(executor: Executor, resource: str) -> int:
     """The mark, read after `raise_mark` refused: the row it conflicted on (locked, on PostgreSQL)."""
-    found = executor.execute(select(MARKS.c.token).where(MARKS.c.resource == resource)).scalar()
+    found = executor.execute(READ, {"resource": resource}).scalar()
     return 0 if found is None else int(found)
 
 
