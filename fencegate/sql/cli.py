@@ -251,6 +251,15 @@ def _reason(exc: BaseException) -> str:
     return (str(cause).strip().splitlines() or [type(cause).__name__])[0]
 
 
+def _open_existing(path: Path) -> Any:
+    """A connect that opens `path` read-write and never creates it (SQLite's `mode=rw`)."""
+
+    def connect(dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+        return dialect.connect(f"{path.absolute().as_uri()}?mode=rw", uri=True, **cparams)
+
+    return connect
+
+
 def _driver_autocommit(dbapi_connection: Any, _record: Any) -> None:
     """SQLite's driver begins a transaction only before a row is written, so the DDL before it would
     commit one statement at a time; the command begins its own transaction instead (`_begin_immediate`)."""
@@ -275,9 +284,9 @@ def _engine(target: Target, timeout: float) -> AsyncEngine:
             raise ConfigurationError(
                 f"no SQLite database at {path}: give the file that holds the table (nothing was created)"
             )
-        # mode=rw: the driver never creates a file the check above did not see
-        url = f"sqlite+aiosqlite:///file:{path}?mode=rw&uri=true"
-        sqlite = create_async_engine(url, connect_args={"timeout": timeout})
+        sqlite = create_async_engine("sqlite+aiosqlite://", connect_args={"timeout": timeout})
+        # the file itself, as checked above: a URL (or a file: URI) would read '?' and '#' in its name
+        event.listen(sqlite.sync_engine, "do_connect", _open_existing(path))
         event.listen(sqlite.sync_engine, "connect", _driver_autocommit)
         event.listen(sqlite.sync_engine, "begin", _begin_immediate)
         return sqlite

@@ -20,6 +20,7 @@ client knows is lost (`LockLost`).
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, overload
 
@@ -34,6 +35,8 @@ from lockclient.protocols import Fenced
 from lockclient.sql._marks import MARKS_TABLE, Executor, dialect_of, marks_statements, raise_mark, read_mark
 
 __all__ = ["create_marks", "fence", "fenced"]
+
+log = logging.getLogger(__name__)
 
 MISSING_MARKS = (
     f"the marks table {MARKS_TABLE} does not exist in this database: create it once with "
@@ -106,6 +109,7 @@ def _fence(executor: Executor, resource: str, token: int) -> None:
         if raise_mark(executor, resource, token):
             return
         highest = read_mark(executor, resource)
+    log.info("fence refused %r: token %d is below the mark %d", resource, token, highest)
     raise StaleToken(
         f"resource {resource!r}: token {token} is below the mark {highest}; nothing was changed: "
         "roll back, this lease is no longer the newest",
