@@ -178,3 +178,17 @@ def test_an_install_that_fails_half_way_leaves_nothing(
     assert "could not install" in err
     assert "nothing was changed" in err
     assert objects(app_db) == before
+
+
+def test_a_sqlite_path_with_a_space_and_a_hash_is_the_file_it_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "my data#1"
+    folder.mkdir()
+    path = folder / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(TABLE)
+    assert sql("install", "--url", f"sqlite:///{path}", *COLUMNS) == 0
+    assert "fencegate_marks" in objects(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my data#1"]  # nothing made beside it
+    assert sorted(p.name for p in folder.iterdir()) == ["app.db"]
