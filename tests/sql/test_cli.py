@@ -9,6 +9,7 @@ import socket
 import sqlite3
 from pathlib import Path
 
+import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -192,3 +193,36 @@ def test_a_sqlite_path_with_a_space_and_a_hash_is_the_file_it_names(
     assert "fencegate_marks" in objects(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["my data#1"]  # nothing made beside it
     assert sorted(p.name for p in folder.iterdir()) == ["app.db"]
+
+
+def test_what_print_shows_runs_as_a_script(app_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A DBA may run the reviewed SQL by hand (`sqlite3 app.db < install.sql`); it is a whole script."""
+    assert sql("install", "--url", f"sqlite:///{app_db}", *COLUMNS, "--print") == 0
+    script = capsys.readouterr().out
+    assert "fencegate_marks" not in objects(app_db)  # --print ran nothing
+    with sqlite3.connect(app_db) as conn:
+        conn.executescript(script)
+        conn.execute("INSERT INTO orders VALUES (2, 'shop-a', 5, 0)")
+        with pytest.raises(sqlite3.IntegrityError, match="fencegate_stale_token"):
+            conn.execute("INSERT INTO orders VALUES (3, 'shop-a', 4, 0)")
+    assert sql("install", "--url", f"sqlite:///{app_db}", *COLUMNS) == 0
+    assert "already installed" in capsys.readouterr().out
+
+
+async def test_what_print_shows_runs_as_a_psql_script(
+    postgres_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with fresh_database(postgres_cluster, prefix="cli") as url:
+        admin = await asyncpg.connect(url)
+        try:
+            await admin.execute(TABLE.replace("INTEGER PRIMARY KEY", "SERIAL PRIMARY KEY"))
+            assert await asyncio.to_thread(sql, "install", "--url", url, *COLUMNS, "--print") == 0
+            await admin.execute(capsys.readouterr().out)  # the simple query protocol: a whole script
+            await admin.execute("INSERT INTO orders (shop, fence) VALUES ('shop-a', 5)")
+            with pytest.raises(asyncpg.PostgresError) as stale:
+                await admin.execute("INSERT INTO orders (shop, fence) VALUES ('shop-a', 4)")
+            assert stale.value.sqlstate == "FG409"
+        finally:
+            await admin.close()
+        assert await asyncio.to_thread(sql, "install", "--url", url, *COLUMNS) == 0
+        assert "already installed" in capsys.readouterr().out
