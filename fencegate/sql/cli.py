@@ -274,12 +274,17 @@ def _begin_immediate(conn: Connection) -> None:
 
 def _engine(target: Target, timeout: float) -> AsyncEngine:
     from sqlalchemy import event
+    from sqlalchemy.exc import ArgumentError
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from lockclient.errors import ConfigurationError
+    from lockclient.transport.endpoint import redact
 
     if target.dialect == "sqlite":
-        path = Path(target.url.partition(":///")[2].partition("?")[0])
+        named = target.url.partition(":///")[2].partition("?")[0]
+        if not named:
+            raise ConfigurationError("--url names no SQLite file: write it as sqlite:///path/to/app.db")
+        path = Path(named)
         if not path.is_file():
             raise ConfigurationError(
                 f"no SQLite database at {path}: give the file that holds the table (nothing was created)"
@@ -294,6 +299,12 @@ def _engine(target: Target, timeout: float) -> AsyncEngine:
     from lockclient.tokens.postgres import asyncpg_url
 
     url, tls = split_tls(asyncpg_url(target.url))
-    engine = create_async_engine(url, connect_args={"timeout": timeout, "command_timeout": timeout})
+    try:
+        engine = create_async_engine(url, connect_args={"timeout": timeout, "command_timeout": timeout})
+    except (ArgumentError, ValueError) as exc:  # SQLAlchemy's URL parser: a port that is not a number
+        raise ConfigurationError(
+            f"--url {redact(target.url)} cannot be read ({_reason(exc)}): write it as "
+            "postgresql://user@host[:port]/db"
+        ) from None
     event.listen(engine.sync_engine, "do_connect", tls.do_connect)
     return engine

@@ -226,3 +226,24 @@ async def test_what_print_shows_runs_as_a_psql_script(
             await admin.close()
         assert await asyncio.to_thread(sql, "install", "--url", url, *COLUMNS) == 0
         assert "already installed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("postgresql://u:sekrit@host:notaport/db", "cannot be read"),
+        ("postgresql://u:sekrit@[::1/db", "cannot be parsed"),
+        ("postgresql://u:sekrit@127.0.0.1:1/db?sslmode=bogus", "sslmode"),
+        ("postgresql://u:sekrit@127.0.0.1:1/db?sslmode=verify-full&sslrootcert=/no/such/ca.pem", "CA file"),
+        ("sqlite://", "names no SQLite file"),
+        ("redis://u:sekrit@127.0.0.1:1", "postgresql:// or sqlite:///"),
+    ],
+)
+def test_a_url_it_cannot_use_is_one_line_exit_2_without_its_password(
+    capsys: pytest.CaptureFixture[str], url: str, said: str
+) -> None:
+    assert sql("install", "--url", url, *COLUMNS) == 2
+    err = capsys.readouterr().err
+    assert said in err
+    assert err.count("\n") == 1
+    assert "sekrit" not in err
