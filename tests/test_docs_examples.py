@@ -2,7 +2,8 @@
 fresh store.
 
 Each ```` ```python ```` block is one test. Its example addresses are replaced
-with the session's real servers (`ADDRESSES`); a block that still names an
+with the session's real servers (`ADDRESSES`; the PostgreSQL one by a fresh
+database of the session's server); a block that still names an
 example host after that fails, as does a block that raises. A block that
 cannot run alone is marked ```` ```python fragment ```` and is skipped by that
 mark only. Blocks with a top-level `await` run as `python -m asyncio` runs
@@ -26,12 +27,15 @@ import pytest
 
 from fencegate.lab.cluster import LocalCluster
 from gateway import Settings, create_app
+from lockclient.tokens.postgres import asyncpg_url
+from tests.databases import fresh_database
 
 ROOT = Path(__file__).parents[1]
 DOCUMENTS = ("README.md", "docs/lockclient.md", "docs/own-tables.md")
 FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<code>.*?)^```\s*$", re.M | re.S)
 RUNNABLE, FRAGMENT = "python", "python fragment"
 EXAMPLE_HOST = re.compile(r"10\.0\.0\.\d+|//gateway:|/var/lib/app/")
+EXAMPLE_POSTGRES = "postgresql+asyncpg://app@10.0.0.5/shop"  # replaced by a fresh database of its own
 
 
 @dataclass(frozen=True)
@@ -96,17 +100,23 @@ async def test_the_example_runs_as_written(
     zookeeper_cluster: LocalCluster,
     aiohttp_client: Any,
     tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     served = await aiohttp_client(create_app(Settings(data_dir=tmp_path / "gateway")))  # a fresh store
     workdir = tmp_path / "work"
     workdir.mkdir()
     gateway = str(served.server.make_url("")).rstrip("/")
     code = block.code
-    for example, real in _addresses(redis_cluster, zookeeper_cluster, gateway, workdir).items():
-        code = code.replace(example, real)
-    left = EXAMPLE_HOST.findall(code)
-    assert not left, f"{block.name} names example addresses the test does not replace: {left}"
-    await asyncio.to_thread(_run, code, workdir)
+    async with contextlib.AsyncExitStack() as stack:
+        if EXAMPLE_POSTGRES in code:  # the server only for the blocks that use it
+            postgres: LocalCluster = request.getfixturevalue("postgres_cluster")
+            database = await stack.enter_async_context(fresh_database(postgres, prefix="doc"))
+            code = code.replace(EXAMPLE_POSTGRES, asyncpg_url(database))
+        for example, real in _addresses(redis_cluster, zookeeper_cluster, gateway, workdir).items():
+            code = code.replace(example, real)
+        left = EXAMPLE_HOST.findall(code)
+        assert not left, f"{block.name} names example addresses the test does not replace: {left}"
+        await asyncio.to_thread(_run, code, workdir)
 
 
 async def test_the_readme_example_reads_what_it_wrote_the_time_before(
