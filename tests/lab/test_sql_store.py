@@ -1,0 +1,104 @@
+"""The lab's counter in a user table on real PostgreSQL: what each sql row predicts, and the table itself.
+
+One lab session (its gateway unused by these rows) over the suite's shared
+PostgreSQL, which holds both the user's table and the tokens. Each run is
+`pause`, shortened: the holder is SIGSTOPped after its read and resumed once
+the challenger wrote, so its write reaches the table after a newer lease's.
+The verdicts are checked against what the table finally holds, read here
+with a query of our own, not only against what the clients were told.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import text
+
+from fencegate.lab.checker import Verdict, check
+from fencegate.lab.cluster import LocalCluster
+from fencegate.lab.deployments import MODES, Mode
+from fencegate.lab.errors import LabArgumentError
+from fencegate.lab.history import History
+from fencegate.lab.scenarios import RunPlan
+from fencegate.lab.session import LabSession, RunSpec, expected_safe, plan_runs, servers_for
+from fencegate.lab.sql_deployment import STORES
+from fencegate.lab.sql_store import open_engine
+
+ON_THE_SESSION = pytest.mark.asyncio(loop_scope="module")  # the runs share the module's session
+
+PLAN = RunPlan(clients=2, ops=2, ttl=1.0)
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def session(
+    tmp_path_factory: pytest.TempPathFactory, postgres_cluster: LocalCluster
+) -> AsyncIterator[LabSession]:
+    urls = {"postgres": postgres_cluster.postgres_dsn}
+    async with LabSession.open(tmp_path_factory.mktemp("lab-sql"), token_urls=urls) as opened:
+        yield opened
+
+
+async def table_row(url: str, store: str, spec: RunSpec) -> tuple[int, int]:
+    """(value, version) of the run's row, read from the user's table by a query of the test's own."""
+    engine = open_engine(url)
+    try:
+        async with engine.connect() as conn:
+            query = text(f"SELECT value, version FROM {STORES[store][0]} WHERE resource LIKE :run")  # noqa: S608
+            rows = (await conn.execute(query, {"run": f"lab-{spec.name}-%"})).all()
+    finally:
+        await engine.dispose()
+    assert len(rows) == 1, rows  # one row per run, keyed by the run's fresh resource
+    return int(rows[0][0]), int(rows[0][1])
+
+
+async def run(
+    session: LabSession, mode: Mode, store: str, url: str, *, scenario: str = "pause"
+) -> tuple[History, Verdict]:
+    spec = RunSpec(
+        scenario, mode, "redlock", None if mode == "lock-only" else "postgres", seed=3, store=store
+    )
+    history = await session.run(spec, PLAN)
+    assert (history.meta.scenario, history.meta.mode, history.meta.store) == (scenario, mode, store)
+    verdict = check(history)
+    assert verdict.safe is expected_safe(spec)
+    value, version = await table_row(url, store, spec)
+    assert value == history.final  # the checker's final value is the table's
+    assert version == sum(1 for e in history.events if e.kind == "write" and e.accepted)
+    return history, verdict
+
+
+@ON_THE_SESSION
+async def test_lock_only_on_a_user_table_loses_the_update(
+    session: LabSession, postgres_cluster: LocalCluster
+) -> None:
+    """A plain UPDATE after a lease: the paused holder's write lands after the newer one, in the table."""
+    history, verdict = await run(session, "lock-only", "sql", postgres_cluster.postgres_dsn)
+    assert verdict.lost_updates >= 1
+    assert verdict.interleaved_leases >= 1
+    assert verdict.zombie_requests >= 1  # the holder wrote after its lease ended
+    assert verdict.refused == 0  # nothing in the table checks a lease
+    assert history.final is not None
+    assert history.final < verdict.acknowledged
+
+
+@ON_THE_SESSION
+async def test_the_fault_free_run_is_safe_on_the_table(
+    session: LabSession, postgres_cluster: LocalCluster
+) -> None:
+    _, verdict = await run(session, "lock-only", "sql", postgres_cluster.postgres_dsn, scenario="none")
+    assert (verdict.lost_updates, verdict.interleaved_leases, verdict.refused) == (0, 0, 0)
+    assert verdict.acknowledged == PLAN.clients * PLAN.ops
+
+
+def test_the_sql_rows_run_pause_and_none_and_need_postgresql() -> None:
+    specs = plan_runs(["pause"], MODES, design="redlock", tokens="sqlite", seeds=[1], store="sql")
+    assert [(s.mode, s.store) for s in specs] == [(mode, "sql") for mode in MODES]
+    assert "postgres" in servers_for(specs)
+    assert (
+        servers_for(plan_runs(["pause"], ["lock-only"], design="redlock", tokens="sqlite", seeds=[1]))
+        == set()
+    )
+    with pytest.raises(LabArgumentError, match="--scenario restart has no row on the sql store"):
+        plan_runs(["restart"], MODES, design="redlock", tokens="sqlite", seeds=[1], store="sql")
