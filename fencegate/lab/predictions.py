@@ -54,9 +54,8 @@ INAPPLICABLE: dict[str, dict[str, str]] = {
 
 GATEWAY = "gateway"  # the store of every scenario: the built-in store behind the gateway
 # store -> the scenarios its rows run (the others are the gateway's rows; see docs/decisions.md)
-STORE_SCENARIOS: dict[str, frozenset[str]] = {
-    "sql": frozenset({"none", "pause"}),
-}
+_SQL_ROWS = frozenset({"none", "pause"})
+STORE_SCENARIOS: dict[str, frozenset[str]] = {"sql": _SQL_ROWS, "sql-trigger": _SQL_ROWS}
 
 
 class Described(Protocol):

@@ -4,13 +4,17 @@ The lock half is the gateway deployment's own (`Locks`): the same designs,
 modes and token sources. What changes is the store each client builds
 (`lab.sql_store`), named by the run's store:
 
-| store | mode | what the client's transactions do |
+| store | mode | the client's transactions |
 |---|---|---|
 | `sql` | `lock-only` | a plain SELECT, then a plain UPDATE: nothing checks the lease |
+| `sql` | `fenced`, `fence-only` | `fence(conn, resource, token)`, then the SELECT or the UPDATE |
+| `sql-trigger` | `fenced`, `fence-only` | a plain SELECT; an UPDATE that sets the token column (trigger) |
 
-`seed` creates the table if it is missing and the run's row at 0; `final`
-reads the row back from the table itself, which is what the checker
-compares with the acknowledged increments.
+`seed` creates the table if it is missing, the marks table (`create_marks`)
+or the trigger (`install_statements`, idempotent) and the run's row at 0;
+`final` reads the row back from the table itself, which is what the checker
+compares with the acknowledged increments. The trigger's table has no
+lock-only row: with no token to write, it would be the `sql` store's.
 """
 
 from __future__ import annotations
@@ -25,12 +29,27 @@ from sqlalchemy.exc import ArgumentError
 from fencegate.lab.deployments import Locks
 from fencegate.lab.errors import LabError
 from fencegate.lab.protocols import Component
-from fencegate.lab.sql_store import CREATE, SEED, TABLE, Fencing, open_engine, read_value, store_errors
+from fencegate.lab.sql_store import (
+    CREATE,
+    RESOURCE_COLUMN,
+    SEED,
+    TABLE,
+    TOKEN_COLUMN,
+    TRIGGER_TABLE,
+    Fencing,
+    open_engine,
+    read_value,
+    store_errors,
+)
+from lockclient.sql import create_marks, install_statements
 
 SQL = "sql"
+TRIGGER = "sql-trigger"
 STORES: dict[str, tuple[str, Fencing]] = {  # store -> its table, and how its fenced modes fence
-    SQL: (TABLE, "none"),
+    SQL: (TABLE, "call"),
+    TRIGGER: (TRIGGER_TABLE, "trigger"),
 }
+SEED_TOKEN = 1  # the trigger refuses a row without a token; every token a source draws is >= 1
 
 
 @dataclass(frozen=True)
@@ -45,6 +64,8 @@ class SqlDeployment:
     def __post_init__(self) -> None:
         if self.store_name not in STORES:
             raise LabError(f"unknown sql store {self.store_name!r}: use one of {', '.join(STORES)}")
+        if self.store_name == TRIGGER and self.locks.mode == "lock-only":
+            raise LabError(f"the {TRIGGER} store fences every write: it has no lock-only row (use {SQL})")
 
     @property
     def table(self) -> str:
@@ -76,13 +97,26 @@ class SqlDeployment:
         return Component("fencegate.lab.sql_store:counter", kwargs)
 
     async def seed(self) -> None:
-        """Create the user's table if missing and the run's counter row at 0, before the clients start."""
+        """Create the user's table, the marks and the trigger if missing, and the run's counter row at 0,
+        before the clients start."""
         engine = open_engine(self.url)
+        trigger = self.store_name == TRIGGER
         try:
             with store_errors(f"seed of {self.resource}"):
                 async with engine.begin() as conn:
                     await conn.exec_driver_sql(CREATE.format(table=self.table))
-                    await conn.execute(text(SEED.format(table=self.table)), {"resource": self.resource})
+                    if trigger:
+                        for statement in install_statements(
+                            "postgresql",
+                            table=self.table,
+                            token_column=TOKEN_COLUMN,
+                            resource_column=RESOURCE_COLUMN,
+                        ):
+                            await conn.exec_driver_sql(statement)
+                    else:
+                        await conn.run_sync(create_marks)
+                    seed = {"resource": self.resource, "token": SEED_TOKEN if trigger else None}
+                    await conn.execute(text(SEED.format(table=self.table)), seed)
         finally:
             await engine.dispose()
 
@@ -96,4 +130,4 @@ class SqlDeployment:
             await engine.dispose()
 
 
-__all__ = ["SQL", "STORES", "SqlDeployment"]
+__all__ = ["SQL", "STORES", "TRIGGER", "SqlDeployment"]

@@ -11,6 +11,8 @@ with a query of our own, not only against what the clients were told.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -18,13 +20,15 @@ from sqlalchemy import text
 
 from fencegate.lab.checker import Verdict, check
 from fencegate.lab.cluster import LocalCluster
-from fencegate.lab.deployments import MODES, Mode
+from fencegate.lab.deployments import MODES, Locks, Mode
 from fencegate.lab.errors import LabArgumentError
-from fencegate.lab.history import History
-from fencegate.lab.scenarios import RunPlan
+from fencegate.lab.history import History, Meta
+from fencegate.lab.scenarios import SCENARIOS, RunPlan, run_scenario
 from fencegate.lab.session import LabSession, RunSpec, expected_safe, plan_runs, servers_for
-from fencegate.lab.sql_deployment import STORES
-from fencegate.lab.sql_store import open_engine
+from fencegate.lab.sql_deployment import STORES, TRIGGER, SqlDeployment
+from fencegate.lab.sql_store import TRIGGER_TABLE, open_engine
+from lockclient.sql import uninstall_statements
+from tests.lab.verdicts import assert_the_fence_refused
 
 ON_THE_SESSION = pytest.mark.asyncio(loop_scope="module")  # the runs share the module's session
 
@@ -84,6 +88,55 @@ async def test_lock_only_on_a_user_table_loses_the_update(
 
 
 @ON_THE_SESSION
+async def test_the_call_in_each_transaction_refuses_the_paused_holders_write(
+    session: LabSession, postgres_cluster: LocalCluster
+) -> None:
+    history, verdict = await run(session, "fenced", "sql", postgres_cluster.postgres_dsn)
+    assert_the_fence_refused(verdict)
+    (refused,) = [e for e in history.events if e.kind == "write" and e.outcome == "refused"]
+    assert refused.client == "c1"  # the holder that was paused, under the older token
+    assert refused.detail.startswith(f"stale token {refused.token} < ")
+
+
+@ON_THE_SESSION
+async def test_the_trigger_refuses_the_paused_holders_write_though_no_client_calls_anything(
+    session: LabSession, postgres_cluster: LocalCluster
+) -> None:
+    history, verdict = await run(session, "fenced", TRIGGER, postgres_cluster.postgres_dsn)
+    assert_the_fence_refused(verdict)
+    (refused,) = [e for e in history.events if e.kind == "write" and e.outcome == "refused"]
+    assert refused.client == "c1"
+    assert f"token {refused.token} is below the mark" in refused.detail  # the trigger's own message
+    assert not any(e.outcome == "refused" for e in history.events if e.kind == "read")  # reads are plain
+
+
+@ON_THE_SESSION
+async def test_the_same_clients_without_the_trigger_lose_the_update(
+    postgres_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The control: the trigger's clients against its table with the trigger dropped are UNSAFE."""
+    url = postgres_cluster.postgres_dsn
+    locks = Locks("fenced", "redlock", f"sqlite:///{tmp_path / 'tokens.db'}")
+    deployment = SqlDeployment(locks, TRIGGER, url, resource="lab-control-no-trigger")
+    await deployment.seed()  # installs the trigger, as every run does
+    engine = open_engine(url)
+    try:
+        async with engine.begin() as conn:
+            for statement in uninstall_statements("postgresql", table=TRIGGER_TABLE):
+                await conn.exec_driver_sql(statement)
+    finally:
+        await engine.dispose()
+    plan = replace(PLAN, resource=deployment.resource)
+    meta = Meta("pause", "fenced", "redlock", 3, tokens="sqlite", store=TRIGGER)
+    history = await run_scenario(SCENARIOS["pause"], deployment, plan=plan, meta=meta, workdir=tmp_path)
+    verdict = check(history)
+    assert verdict.lost_updates >= 1
+    assert verdict.interleaved_leases >= 1
+    assert verdict.refused == 0  # the token column is written, and nothing reads it
+    assert history.final == await deployment.final()
+
+
+@ON_THE_SESSION
 async def test_the_fault_free_run_is_safe_on_the_table(
     session: LabSession, postgres_cluster: LocalCluster
 ) -> None:
@@ -95,6 +148,8 @@ async def test_the_fault_free_run_is_safe_on_the_table(
 def test_the_sql_rows_run_pause_and_none_and_need_postgresql() -> None:
     specs = plan_runs(["pause"], MODES, design="redlock", tokens="sqlite", seeds=[1], store="sql")
     assert [(s.mode, s.store) for s in specs] == [(mode, "sql") for mode in MODES]
+    trigger = plan_runs(["pause"], MODES, design="redlock", tokens="sqlite", seeds=[1], store=TRIGGER)
+    assert [s.mode for s in trigger] == ["fenced", "fence-only"]  # its lock-only row is the sql store's
     assert "postgres" in servers_for(specs)
     assert (
         servers_for(plan_runs(["pause"], ["lock-only"], design="redlock", tokens="sqlite", seeds=[1]))
