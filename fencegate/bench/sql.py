@@ -15,7 +15,10 @@ Every write carries the same token (equal tokens pass), so nothing is
 refused and each case commits the same transactions: what differs is the
 fence's one statement on the mark's row, the call's round trip or the
 trigger's upsert. The goal (issue 36) is each fenced case >= 0.8x the
-unfenced rate, per database, as same-run pairs. PostgreSQL is the bench's
+unfenced rate, per database, as same-run pairs. Beside each goal the bench
+prints, from the same runs, the CPU each case spends per transaction (this
+process, where SQLite runs too, plus PostgreSQL's processes): where the
+cores are the limit, the rate ratio is at most the inverse ratio of those. PostgreSQL is the bench's
 server (fsync on); SQLite a WAL file opened as the gateway's storage opens it
 (`storage.engine.open_engine`: synchronous=FULL, BEGIN IMMEDIATE).
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import statistics
 import time
 from collections.abc import Iterator, Sequence
 
@@ -33,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from fencegate.bench.env import BenchEnv
 from fencegate.bench.runner import Result, paired_ratio
 from fencegate.bench.section import Goal, Section
+from fencegate.bench.servers import cpu_seconds, cpu_used
 from lockclient.sql import MARKS_TABLE, create_marks, fence, install_statements
 from storage.engine import open_engine
 
@@ -103,15 +108,28 @@ async def measure(engine: AsyncEngine, case: str, picks: Sequence[str], result: 
         result.rates.append(len(picks) / (time.perf_counter() - started))
 
 
+def _cpu_note(cpu: dict[str, list[float]], case: str, database: str) -> str:
+    """What the same runs' CPU per transaction allows the case's ratio, where the cores are the limit."""
+    unfenced, fenced = statistics.median(cpu[UNFENCED]), statistics.median(cpu[case])
+    counted = "bench process + PostgreSQL" if database == "PostgreSQL" else "bench process, SQLite in it"
+    return (
+        f"CPU per transaction ({counted}): unfenced {unfenced * 1e6:.0f} µs, {case} "
+        f"{fenced * 1e6:.0f} µs, so where CPU-bound the ratio is at most {unfenced / fenced:.2f}x here"
+    )
+
+
 async def sql(env: BenchEnv) -> Section:
     results: list[Result] = []
     goals: list[Goal] = []
+    extra: dict[str, float] = {}
     ops = max(env.ops, WRITERS)
     for database, url in databases(env).items():
         engine = open_engine(url)
+        server = env.cluster.postgres_pids() if database == "PostgreSQL" else []
         try:
             await prepare(engine)
             cases = {case: Result(database, case) for case in CASES}
+            cpu: dict[str, list[float]] = {case: [] for case in CASES}  # seconds per transaction, per run
             for case in CASES:
                 await measure(engine, case, RESOURCE_NAMES[: WRITERS * WARMUP], None)
             for run in range(env.runs):
@@ -119,15 +137,25 @@ async def sql(env: BenchEnv) -> Section:
                 picks = [rng.choice(RESOURCE_NAMES) for _ in range(ops)]
                 for case in CASES:
                     env.progress(f"sql: {database} {case} run {run + 1}/{env.runs}")
+                    before, own = cpu_seconds(server), time.process_time()
                     await measure(engine, case, picks, cases[case])
+                    used = time.process_time() - own + cpu_used(before, cpu_seconds(server))
+                    cpu[case].append(used / len(picks))
         finally:
             await engine.dispose()
         results += cases.values()
+        extra |= {f"{database}: CPU µs per transaction, {c}": statistics.median(cpu[c]) * 1e6 for c in CASES}
         goals += [
-            Goal(f"{database}: {case} / unfenced", paired_ratio(cases[case], cases[UNFENCED]), ">=", GOAL)
+            Goal(
+                f"{database}: {case} / unfenced",
+                paired_ratio(cases[case], cases[UNFENCED]),
+                ">=",
+                GOAL,
+                _cpu_note(cpu, case, database),
+            )
             for case in (CALL, TRIGGER)
         ]
     title = (
         f"a fenced UPDATE in the user's transaction vs the same UPDATE, {WRITERS} writers, {RESOURCES} rows"
     )
-    return Section("sql", title, results, goals)
+    return Section("sql", title, results, goals, extra)

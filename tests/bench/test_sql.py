@@ -69,3 +69,6 @@ async def test_the_smoke_run_measures_every_case_and_both_goals_per_database(
         "SQLite: trigger / unfenced",
     ]
     assert all(math.isfinite(g.value) and (g.op, g.bound) == (">=", sql.GOAL) for g in section.goals)
+    assert all("CPU per transaction" in g.note for g in section.goals)  # what this machine allows
+    assert len(section.extra) == 2 * len(sql.CASES)
+    assert all(value > 0 and math.isfinite(value) for value in section.extra.values())
