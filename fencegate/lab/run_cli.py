@@ -82,7 +82,8 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool, store: str = GATEW
             help="where the counter lives: gateway (the built-in store behind `fencegate serve`), sql "
             "(a row in a user table on PostgreSQL, started for the run: lock-only with plain UPDATEs; "
             "fenced by fence() in each of the client's transactions (store sql), and by the table's "
-            "trigger with clients that only write their token (store sql-trigger)), all: both "
+            "trigger with clients that only write their token (store sql-trigger, fenced mode only)), "
+            "all: both "
             f"(default: {store}; the sql rows run pause and none only)",
         )
         parser.add_argument(

@@ -149,7 +149,7 @@ def test_the_sql_rows_run_pause_and_none_and_need_postgresql() -> None:
     specs = plan_runs(["pause"], MODES, design="redlock", tokens="sqlite", seeds=[1], store="sql")
     assert [(s.mode, s.store) for s in specs] == [(mode, "sql") for mode in MODES]
     trigger = plan_runs(["pause"], MODES, design="redlock", tokens="sqlite", seeds=[1], store=TRIGGER)
-    assert [s.mode for s in trigger] == ["fenced", "fence-only"]  # its lock-only row is the sql store's
+    assert [s.mode for s in trigger] == ["fenced"]  # no lock-only (the sql store's), no fence-only
     assert "postgres" in servers_for(specs)
     assert (
         servers_for(plan_runs(["pause"], ["lock-only"], design="redlock", tokens="sqlite", seeds=[1]))
