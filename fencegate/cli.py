@@ -122,6 +122,7 @@ COMMANDS = (
     Command("bench", "fencegate.bench.cli:configure", "benchmark fencegate against its peers in one run"),
     Command("model", "fencegate.model.cli:configure", "check the protocol exhaustively with spin"),
     Command("soak", "fencegate.soak.cli:configure", "the long fault and load suite against 2 gateways"),
+    Command("sql", "fencegate.sql.cli:configure", "install the trigger that fences your table's writers"),
 )
 
 

@@ -25,6 +25,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "fencegate.soak": PRODUCT
     | {"fencegate.lab.cluster", "fencegate.bench", "fencegate.cli", "fencegate.tables"},
     "fencegate.model": frozenset({"fencegate.lab", "fencegate.cli", "fencegate.tables"}),
+    "fencegate.sql": frozenset({"lockclient", "fencegate.cli"}),
 }
 
 

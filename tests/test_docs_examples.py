@@ -1,4 +1,5 @@
-"""Every Python example of README.md and docs/lockclient.md runs as written, on a fresh store.
+"""Every Python example of README.md, docs/lockclient.md and docs/own-tables.md runs as written, on a
+fresh store.
 
 Each ```` ```python ```` block is one test. Its example addresses are replaced
 with the session's real servers (`ADDRESSES`); a block that still names an
@@ -27,7 +28,7 @@ from fencegate.lab.cluster import LocalCluster
 from gateway import Settings, create_app
 
 ROOT = Path(__file__).parents[1]
-DOCUMENTS = ("README.md", "docs/lockclient.md")
+DOCUMENTS = ("README.md", "docs/lockclient.md", "docs/own-tables.md")
 FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<code>.*?)^```\s*$", re.M | re.S)
 RUNNABLE, FRAGMENT = "python", "python fragment"
 EXAMPLE_HOST = re.compile(r"10\.0\.0\.\d+|//gateway:|/var/lib/app/")

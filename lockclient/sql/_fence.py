@@ -20,7 +20,7 @@ client knows is lost (`LockLost`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, overload
 
 from sqlalchemy import Connection, text
@@ -116,7 +116,7 @@ def _fence(executor: Executor, resource: str, token: int) -> None:
 
 
 @contextlib.contextmanager
-def _marks_exist() -> Any:
+def _marks_exist() -> Iterator[None]:
     """A missing marks table is the user's setup, named as such (`ConfigurationError`)."""
     try:
         yield

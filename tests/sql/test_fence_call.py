@@ -7,15 +7,18 @@ only what the call answered.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from lockclient.errors import StaleToken
-from lockclient.sql import fence, fenced
+from fencegate.lab.cluster import LocalCluster
+from lockclient import Redlock, SQLiteTokens
+from lockclient.errors import ConfigurationError, LockLost, StaleToken
+from lockclient.sql import create_marks, fence, fenced, install_statements
 from tests.waiting import eventually
 
 USER_TABLE = "CREATE TABLE invoices (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL)"
@@ -89,12 +92,8 @@ async def test_every_sqlalchemy_form_fences(engine: AsyncEngine, resource: str) 
             await session.run_sync(sync_session, 3)
 
 
-def test_a_plain_sync_engine_fences(tmp_path: object, resource: str) -> None:
+def test_a_plain_sync_engine_fences(tmp_path: Path, resource: str) -> None:
     """The stdlib sqlite3 driver through a sync Engine: no event loop anywhere."""
-    from sqlalchemy import create_engine
-
-    from lockclient.sql import create_marks
-
     engine = create_engine(f"sqlite:///{tmp_path}/sync.db")
     try:
         with engine.begin() as conn:
@@ -147,8 +146,6 @@ async def test_on_postgresql_a_second_fence_waits_for_the_first_transaction_then
     engine = create_async_engine(pg_url)
     try:
         async with engine.begin() as conn:
-            from lockclient.sql import create_marks
-
             await conn.run_sync(create_marks)
         async with engine.connect() as first, engine.connect() as second, engine.connect() as third:
             _ = await first.begin()
@@ -194,8 +191,6 @@ async def test_on_postgresql_a_mark_changed_since_the_snapshot_is_a_serializatio
     engine = create_async_engine(pg_url)
     try:
         async with engine.begin() as conn:
-            from lockclient.sql import create_marks
-
             await conn.run_sync(create_marks)
             await fence(conn, resource, 1)
         async with engine.connect() as late:
@@ -213,3 +208,50 @@ async def test_on_postgresql_a_mark_changed_since_the_snapshot_is_a_serializatio
         assert await mark(engine, resource) == 9
     finally:
         await engine.dispose()
+
+
+async def test_a_released_lease_of_a_real_redlock_is_refused_as_lost(
+    engine: AsyncEngine, redis_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    async with Redlock(redis_cluster.redis_urls, tokens=SQLiteTokens(tmp_path / "tokens.db")) as locker:
+        async with locker.lock("orders/lost", ttl=10.0) as lease, fenced(engine, lease):
+            pass
+        async with engine.begin() as conn:
+            with pytest.raises(LockLost):
+                await fence(conn, lease)  # released: the client knows it is no longer held
+    assert await mark(engine, "orders/lost") == lease.token
+
+
+async def test_on_postgresql_a_database_without_the_marks_table_is_named_so(pg_url: str) -> None:
+    bare = create_async_engine(pg_url)
+    try:
+        async with bare.connect() as conn:
+            with pytest.raises(ConfigurationError, match="create_marks"):
+                await fence(conn, "orders", 5)
+            await conn.rollback()
+            assert await conn.scalar(text("SELECT to_regclass('fencegate_marks')")) is None
+    finally:
+        await bare.dispose()
+
+
+async def test_the_call_and_the_trigger_fence_one_table_together(engine: AsyncEngine, resource: str) -> None:
+    """A writer that calls fence() and then writes the row passes both (equal tokens pass); one that
+    does not, with an older token, is refused by the trigger."""
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE stock (item TEXT PRIMARY KEY, count INTEGER, fence BIGINT)"))
+        for statement in install_statements(
+            engine.dialect.name, table="stock", token_column="fence", resource=resource
+        ):
+            await conn.exec_driver_sql(statement)
+    async with engine.begin() as conn:
+        await fence(conn, resource, 4)
+        await conn.execute(text("INSERT INTO stock VALUES ('apples', 10, 4)"))
+    with pytest.raises(DBAPIError):
+        async with engine.begin() as conn:
+            await conn.execute(text("UPDATE stock SET count = 0, fence = 3"))
+    with pytest.raises(StaleToken):
+        async with engine.begin() as conn:
+            await fence(conn, resource, 3)
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count, fence FROM stock"))).all() == [(10, 4)]
+    assert await mark(engine, resource) == 4
