@@ -234,6 +234,11 @@ def _command(args: argparse.Namespace, scenarios: Sequence[str], *, strict: bool
         note = one_node_note(chosen[design, stores[0]], design)
         if note is not None:
             print(f"note: {note}", file=sys.stderr)
+    for store in stores:
+        skipped = [name for name in scenarios if store_inapplicable(store, name) is not None]
+        if skipped and not strict:
+            print(f"note: the {store} store skips {', '.join(skipped)} (a lock node's faults hit the lock, "
+                  "whatever store is behind it: the gateway's rows show them)", file=sys.stderr)  # fmt: skip
     if ETCD in designs and args.tokens not in ("sqlite", ETCD):
         print(f"note: --lock etcd fences with its lock key's create revision; --tokens {args.tokens} "
               "serves the other designs", file=sys.stderr)  # fmt: skip

@@ -10,6 +10,7 @@ with a query of our own, not only against what the clients were told.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import text
 
+from fencegate.cli import main
 from fencegate.lab.checker import Verdict, check
 from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.deployments import MODES, Locks, Mode
@@ -157,3 +159,29 @@ def test_the_sql_rows_run_pause_and_none_and_need_postgresql() -> None:
     )
     with pytest.raises(LabArgumentError, match="--scenario restart has no row on the sql store"):
         plan_runs(["restart"], MODES, design="redlock", tokens="sqlite", seeds=[1], store="sql")
+
+
+def test_lab_run_refuses_a_scenario_without_a_sql_row_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["lab", "run", "--scenario", "restart", "--store", "sql", "--workdir", str(tmp_path / "w")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "fencegate lab run: --scenario restart has no row on the sql store, which runs none, pause: the "
+        "faults of a lock node hit the lock, whatever store is behind it, and the gateway's rows show them"
+    ]
+    assert not (tmp_path / "w").exists()  # refused before anything started
+
+
+def test_lab_all_runs_the_sql_rows_under_pause_and_says_what_it_skips(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["lab", "all", "--store", "sql", "--mode", "lock-only", "--clients", "2", "--ops", "1", "--json",
+            "--report", str(tmp_path / "r.html")]  # fmt: skip
+    assert main(argv) == 0  # lock-only on the table is UNSAFE under pause, as predicted
+    captured = capsys.readouterr()
+    (run,) = json.loads(captured.out)["runs"]
+    assert (run["meta"]["scenario"], run["meta"]["store"], run["verdict"]["safe"]) == ("pause", "sql", False)
+    assert "note: the sql store skips delay, clock-jump" in captured.err
+    assert "[1/1] pause lock-only redlock sql - seed 1 ... UNSAFE, as predicted" in captured.err
