@@ -25,11 +25,13 @@ from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.deployments import MODES, Locks, Mode
 from fencegate.lab.errors import LabArgumentError
 from fencegate.lab.history import History, Meta
+from fencegate.lab.report import RunResult, summary, table
 from fencegate.lab.scenarios import SCENARIOS, RunPlan, run_scenario
 from fencegate.lab.session import LabSession, RunSpec, expected_safe, plan_runs, servers_for
 from fencegate.lab.sql_deployment import STORES, TRIGGER, SqlDeployment
 from fencegate.lab.sql_store import TRIGGER_TABLE, open_engine
 from lockclient.sql import uninstall_statements
+from tests.lab.histories import paused_holder
 from tests.lab.verdicts import assert_the_fence_refused
 
 ON_THE_SESSION = pytest.mark.asyncio(loop_scope="module")  # the runs share the module's session
@@ -185,3 +187,15 @@ def test_lab_all_runs_the_sql_rows_under_pause_and_says_what_it_skips(
     assert (run["meta"]["scenario"], run["meta"]["store"], run["verdict"]["safe"]) == ("pause", "sql", False)
     assert "note: the sql store skips delay, clock-jump" in captured.err
     assert "[1/1] pause lock-only redlock sql - seed 1 ... UNSAFE, as predicted" in captured.err
+
+
+def test_the_table_and_the_summary_name_the_store_once_a_run_is_on_a_user_table() -> None:
+    gateway = RunResult.of(paused_holder(Meta("pause", "lock-only", "redlock", 1), fenced=False))
+    sql_run = RunResult.of(paused_holder(Meta("pause", "lock-only", "redlock", 1, store="sql"), fenced=False))
+    assert "store" not in table([gateway]).splitlines()[0].split()  # the gateway's rows read as before
+    header, _, *rows = table([gateway, sql_run]).splitlines()
+    assert header.split()[:5] == ["scenario", "mode", "lock", "store", "tokens"]
+    assert [row.split()[3] for row in rows] == ["gateway", "sql"]
+    summary_header, _, *grouped = summary([gateway, sql_run]).splitlines()
+    assert summary_header.split()[3] == "store"
+    assert [row.split()[3] for row in grouped] == ["gateway", "sql"]  # one group per store
