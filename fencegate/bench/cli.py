@@ -17,7 +17,7 @@ from fencegate.lab.cluster import TERMINATED, until_terminated
 Benchmark = Callable[[BenchEnv], Awaitable[Section]]
 
 
-NAMES = ("leases", "scaling", "contention", "tokens", "gateway", "e2e")  # in the order they run
+NAMES = ("leases", "scaling", "contention", "tokens", "gateway", "e2e", "sql")  # in the order they run
 
 
 def benchmarks() -> dict[str, Benchmark]:
@@ -26,6 +26,7 @@ def benchmarks() -> dict[str, Benchmark]:
     from fencegate.bench.e2e import e2e
     from fencegate.bench.gateway import gateway
     from fencegate.bench.leases import leases, scaling
+    from fencegate.bench.sql import sql
     from fencegate.bench.tokens import tokens
 
     found: dict[str, Benchmark] = {
@@ -35,6 +36,7 @@ def benchmarks() -> dict[str, Benchmark]:
         "tokens": tokens,
         "gateway": gateway,
         "e2e": e2e,
+        "sql": sql,
     }
     return {name: found[name] for name in NAMES}
 

@@ -1,5 +1,7 @@
 """The real parts plugged into the lab's `Deployment`: Redlock or a lab lock, and the gateway.
 
+`Locks` is the lock half, the same whatever store holds the counter (the
+gateway here, a user's SQL table in `lab.sql_deployment`).
 `GatewayDeployment` names, for one mode and lock design, what each client
 process builds:
 
@@ -42,14 +44,11 @@ LAB_LOCKS = {
 
 
 @dataclass(frozen=True)
-class GatewayDeployment:
-    """One mode and lock design against one running gateway; `key` and `resource` fresh per run."""
+class Locks:
+    """The lock half of a deployment: one mode and lock design, whatever store the counter lives in."""
 
     mode: Mode
     design: str
-    gateway: tuple[str, int]
-    key: str
-    resource: str
     tokens: str | None = None  # a token source URL, or INCR; None only in lock-only mode
     lock_url: str | None = None  # the etcd design's cluster (etcd://...); redis nodes are per run
 
@@ -64,10 +63,6 @@ class GatewayDeployment:
     @property
     def lock_nodes(self) -> int:
         return {"redlock": REDLOCK_NODES, ETCD: 0}.get(self.design, 1)
-
-    @property
-    def store_address(self) -> tuple[str, int]:
-        return self.gateway
 
     def _source(self, incr_url: str) -> str | None:
         if self.mode == "lock-only":
@@ -89,6 +84,37 @@ class GatewayDeployment:
         return Component(
             "fencegate.lab.leases:tokened", {"design": self.design, "url": urls[0], "tokens": source}
         )
+
+
+@dataclass(frozen=True)
+class GatewayDeployment:
+    """One mode and lock design against one running gateway; `key` and `resource` fresh per run."""
+
+    mode: Mode
+    design: str
+    gateway: tuple[str, int]
+    key: str
+    resource: str
+    tokens: str | None = None  # a token source URL, or INCR; None only in lock-only mode
+    lock_url: str | None = None  # the etcd design's cluster (etcd://...); redis nodes are per run
+
+    def __post_init__(self) -> None:
+        Locks(self.mode, self.design, self.tokens, self.lock_url)  # refuses a mode, design or source
+
+    @property
+    def locks(self) -> Locks:
+        return Locks(self.mode, self.design, self.tokens, self.lock_url)
+
+    @property
+    def lock_nodes(self) -> int:
+        return self.locks.lock_nodes
+
+    @property
+    def store_address(self) -> tuple[str, int]:
+        return self.gateway
+
+    def lock(self, urls: Sequence[str], *, tokens: str) -> Component:
+        return self.locks.lock(urls, tokens=tokens)
 
     def store(self, address: tuple[str, int]) -> Component:
         kwargs = {
@@ -130,4 +156,4 @@ class GatewayDeployment:
             await counter.aclose()
 
 
-__all__ = ["DESIGNS", "ETCD", "INCR", "MODES", "GatewayDeployment", "Mode"]
+__all__ = ["DESIGNS", "ETCD", "INCR", "MODES", "GatewayDeployment", "Locks", "Mode"]

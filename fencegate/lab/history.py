@@ -102,9 +102,10 @@ class Meta:
     seed: int
     tokens: str | None = None  # the token source, where the mode draws tokens
     clients: int | None = None
+    store: str = "gateway"  # where the counter lived: "gateway" (the built-in store) or "sql" (a user table)
 
     def __post_init__(self) -> None:
-        for name in ("scenario", "mode", "lock"):
+        for name in ("scenario", "mode", "lock", "store"):
             if not _is_text(getattr(self, name)):
                 raise HistoryError(f"{name} {getattr(self, name)!r} is not a name")
         if not _is_int(self.seed):

@@ -14,7 +14,11 @@ tokens go back (token-regress with the redis INCR source).
 
 Not every scenario applies to every design (`INAPPLICABLE`): the faults of
 a redis lock node have nothing to hit in etcd, and a delayed write cannot
-let a challenger in while the etcd session keeps its lease alive. Pure: the
+let a challenger in while the etcd session keeps its lease alive. The
+stores other than the gateway (`STORE_SCENARIOS`) run the scenarios that
+ask their own question: a user's table sees a paused holder's stale write
+exactly as the gateway does, and the faults of a lock node hit the lock,
+whatever store is behind it. Pure: the
 report and `lab report` use it on recorded histories, the runs use it
 before they start.
 """
@@ -48,6 +52,11 @@ INAPPLICABLE: dict[str, dict[str, str]] = {
     },
 }
 
+GATEWAY = "gateway"  # the store of every scenario: the built-in store behind the gateway
+# store -> the scenarios its rows run (the others are the gateway's rows; see docs/decisions.md)
+_SQL_ROWS = frozenset({"none", "pause"})
+STORE_SCENARIOS: dict[str, frozenset[str]] = {"sql": _SQL_ROWS, "sql-trigger": _SQL_ROWS}
+
 
 class Described(Protocol):
     """A run as planned (`RunSpec`) or as recorded (`Meta`): what the prediction depends on."""
@@ -70,6 +79,17 @@ def inapplicable(design: str, scenario: str) -> str | None:
     return INAPPLICABLE.get(design, {}).get(scenario)
 
 
+def store_inapplicable(store: str, scenario: str) -> str | None:
+    """Why `scenario` has no row on `store` (None: it has)."""
+    runs = STORE_SCENARIOS.get(store)
+    if runs is None or scenario in runs:
+        return None
+    return (
+        f"has no row on the {store} store, which runs {', '.join(sorted(runs))}: the faults of a lock node "
+        "hit the lock, whatever store is behind it, and the gateway's rows show them"
+    )
+
+
 def expected_safe(run: Described) -> bool:
     """The verdict the seed documents predict for `run`."""
     if run.mode != LOCK_ONLY:
@@ -77,4 +97,15 @@ def expected_safe(run: Described) -> bool:
     return run.scenario not in BREAKS.get(run.lock, frozenset())
 
 
-__all__ = ["BREAKS", "INAPPLICABLE", "INCR", "LOCK_ONLY", "REGRESS", "expected_safe", "inapplicable"]
+__all__ = [
+    "BREAKS",
+    "GATEWAY",
+    "INAPPLICABLE",
+    "INCR",
+    "LOCK_ONLY",
+    "REGRESS",
+    "STORE_SCENARIOS",
+    "expected_safe",
+    "inapplicable",
+    "store_inapplicable",
+]

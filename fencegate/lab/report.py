@@ -1,6 +1,6 @@
 """The lab's results for people and machines: the terminal table and the JSON document.
 
-One `RunResult` per (scenario, mode, lock, token source, seed): its history
+One `RunResult` per (scenario, mode, lock, store, token source, seed): its history
 and the checker's verdict. `table()` prints one row per run, `summary()` one
 row per (scenario, mode, lock, token source) over all seeds, with how many seeds were unsafe (lost
 updates or interleaved leases: the safety verdict; the other columns explain
@@ -8,6 +8,9 @@ it). `token_trail()` tells a token-regress run's tokens and what the fence
 let through; `predicted_line()` how many verdicts came out as the seed
 documents predict. `to_json()` carries the same numbers, each run's predicted
 verdict and, unless asked not to, every history. The HTML report with the timelines lives in `lab.timeline`.
+The table and the summary gain a `store` column when some run kept its
+counter elsewhere than behind the gateway (a user table: `sql`); a
+comparison on the gateway alone reads as it always did.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from fencegate.lab.checker import Verdict, check, lease_spans
 from fencegate.lab.history import History
-from fencegate.lab.predictions import expected_safe
+from fencegate.lab.predictions import GATEWAY, expected_safe
 from fencegate.tables import grid
 
 COLUMNS = (
@@ -46,14 +49,21 @@ class RunResult:
         return cls(history, check(history))
 
 
+def _with_store(runs: Sequence[RunResult]) -> bool:
+    return any(run.history.meta.store != GATEWAY for run in runs)
+
+
 def table(runs: Sequence[RunResult]) -> str:
-    """One row per run: scenario, mode, lock, token source, seed, the checker's numbers, SAFE or UNSAFE."""
-    header = ["scenario", "mode", "lock", "tokens", "seed", *(label for _, label in COLUMNS), "verdict"]
+    """One row per run: scenario, mode, lock, (store,) token source, seed, the checker's numbers, verdict."""
+    stores = _with_store(runs)
+    header = ["scenario", "mode", "lock", *(["store"] if stores else []), "tokens", "seed"]
+    header += [*(label for _, label in COLUMNS), "verdict"]
     rows = [
         [
             run.history.meta.scenario,
             run.history.meta.mode,
             run.history.meta.lock,
+            *([run.history.meta.store] if stores else []),
             run.history.meta.tokens or "-",
             str(run.history.meta.seed),
             *(str(getattr(run.verdict, field)) for field, _ in COLUMNS),
@@ -61,30 +71,41 @@ def table(runs: Sequence[RunResult]) -> str:
         ]
         for run in runs
     ]
-    return grid(header, rows, right=range(4, len(header))) if rows else "(no runs)"
+    return (
+        grid(header, rows, right=range(len(header) - len(COLUMNS) - 2, len(header))) if rows else "(no runs)"
+    )
 
 
 SUMMARY_HEADER = ("scenario", "mode", "lock", "tokens", *(label for _, label in COLUMNS), "unsafe seeds")
 
 
+def summary_header(runs: Sequence[RunResult]) -> tuple[str, ...]:
+    """`SUMMARY_HEADER`, with a store column after the lock when some run was not on the gateway."""
+    return (*SUMMARY_HEADER[:3], "store", *SUMMARY_HEADER[3:]) if _with_store(runs) else SUMMARY_HEADER
+
+
 def summary_rows(runs: Sequence[RunResult]) -> list[list[str]]:
-    """Per (scenario, mode, lock, tokens): the numbers summed over seeds, and how many seeds were unsafe."""
-    groups: dict[tuple[str, str, str, str], list[RunResult]] = {}
+    """Per (scenario, mode, lock, store, tokens): the numbers summed over seeds, and unsafe seeds."""
+    stores = _with_store(runs)
+    groups: dict[tuple[str, ...], list[RunResult]] = {}
     for run in runs:
         meta = run.history.meta
-        groups.setdefault((meta.scenario, meta.mode, meta.lock, meta.tokens or "-"), []).append(run)
+        store = [meta.store] if stores else []
+        groups.setdefault((meta.scenario, meta.mode, meta.lock, *store, meta.tokens or "-"), []).append(run)
     rows = []
-    for (scenario, mode, lock, tokens), members in groups.items():
+    for key, members in groups.items():
         sums = [str(sum(getattr(m.verdict, field) for m in members)) for field, _ in COLUMNS]
         unsafe = sum(1 for m in members if not m.verdict.safe)
-        rows.append([scenario, mode, lock, tokens, *sums, f"{unsafe}/{len(members)}"])
+        rows.append([*key, *sums, f"{unsafe}/{len(members)}"])
     return rows
 
 
 def summary(runs: Sequence[RunResult]) -> str:
-    """`summary_rows` as aligned text under `SUMMARY_HEADER`."""
-    rows = summary_rows(runs)
-    return grid(SUMMARY_HEADER, rows, right=range(4, len(SUMMARY_HEADER))) if rows else "(no runs)"
+    """`summary_rows` as aligned text under `summary_header`."""
+    rows, header = summary_rows(runs), summary_header(runs)
+    return (
+        grid(header, rows, right=range(len(header) - len(COLUMNS) - 1, len(header))) if rows else "(no runs)"
+    )
 
 
 def as_predicted(run: RunResult) -> bool:
@@ -156,6 +177,7 @@ __all__ = [
     "as_predicted",
     "predicted_line",
     "summary",
+    "summary_header",
     "summary_rows",
     "table",
     "to_json",

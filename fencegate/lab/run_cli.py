@@ -29,10 +29,18 @@ from fencegate.lab.cluster import TERMINATED, until_terminated
 from fencegate.lab.deployments import DESIGNS, ETCD, MODES, Mode
 from fencegate.lab.errors import LabArgumentError, LabError
 from fencegate.lab.history import Meta
-from fencegate.lab.predictions import inapplicable
+from fencegate.lab.predictions import GATEWAY, inapplicable, store_inapplicable
 from fencegate.lab.report import RunResult, as_predicted, predicted_line, summary, table, to_json, token_trail
 from fencegate.lab.scenarios import SCENARIOS, RunPlan
-from fencegate.lab.session import TOKEN_KINDS, LabSession, RunSpec, one_node_note, plan_runs, servers_for
+from fencegate.lab.session import (
+    STORE_CHOICES,
+    TOKEN_KINDS,
+    LabSession,
+    RunSpec,
+    one_node_note,
+    plan_runs,
+    servers_for,
+)
 from fencegate.lab.timeline import write_html, write_svg
 
 HEADLINE = ("pause", "restart", "token-regress")
@@ -65,8 +73,19 @@ def _mode(text: str) -> str:
     return text
 
 
-def _options(parser: argparse.ArgumentParser, *, modes: bool) -> None:
+def _options(parser: argparse.ArgumentParser, *, modes: bool, store: str = GATEWAY) -> None:
     if modes:
+        parser.add_argument(
+            "--store",
+            choices=list(STORE_CHOICES),
+            default=store,
+            help="where the counter lives: gateway (the built-in store behind `fencegate serve`), sql "
+            "(a row in a user table on PostgreSQL, started for the run: lock-only with plain UPDATEs; "
+            "fenced by fence() in each of the client's transactions (store sql), and by the table's "
+            "trigger with clients that only write their token (store sql-trigger, fenced mode only)), "
+            "all: both "
+            f"(default: {store}; the sql rows run pause and none only)",
+        )
         parser.add_argument(
             "--mode",
             type=_mode,
@@ -158,14 +177,16 @@ def add_commands(commands: Any) -> None:
         "--scenario", required=True, choices=list(SCENARIOS), help="see `fencegate lab scenarios`"
     )
     _options(run, modes=True)
-    run.set_defaults(func=lambda args: _command(args, [args.scenario], strict=args.lock != "all"))
+    run.set_defaults(
+        func=lambda args: _command(args, [args.scenario], strict=args.lock != "all" and args.store != "all")
+    )
     every = commands.add_parser(
         "all",
         help="run every scenario in every mode (a few minutes)",
         description="Run every scenario in every mode asked for, with one seed and fault schedule per seed.",
     )
     every.epilog = "example:\n  fencegate lab all --seeds 5 --json > lab.json"
-    _options(every, modes=True)
+    _options(every, modes=True, store="all")
     every.set_defaults(func=lambda args: _command(args, list(ALL)))
     headline = commands.add_parser(
         "headline",
@@ -176,18 +197,19 @@ def add_commands(commands: Any) -> None:
     )
     headline.epilog = "examples:\n  fencegate lab headline\n  fencegate lab headline --lock all --seeds 3"
     _options(headline, modes=False)
-    headline.set_defaults(func=lambda args: _command(args, list(HEADLINE)), mode="all")
+    headline.set_defaults(func=lambda args: _command(args, list(HEADLINE)), mode="all", store=GATEWAY)
 
 
-def _applicable(scenarios: Sequence[str], design: str, *, strict: bool) -> list[str]:
-    """The scenarios that apply to `design`; the others are refused (`strict`) or skipped with a note."""
+def _applicable(scenarios: Sequence[str], design: str, store: str, *, strict: bool) -> list[str]:
+    """The scenarios that apply to `design` and have rows on `store`; the others are refused (`strict`)
+    or skipped with a note."""
     if strict:
         return list(scenarios)  # plan_runs refuses an inapplicable one, naming why
     skipped = [name for name in scenarios if inapplicable(design, name) is not None]
-    if skipped:
+    if skipped and store == GATEWAY:  # the design's note once, on the store that runs every scenario
         print(f"note: --lock {design} skips {', '.join(skipped)} (they do not apply to it; see "
               "`fencegate lab run --lock DESIGN --scenario NAME` for why)", file=sys.stderr)  # fmt: skip
-    return [name for name in scenarios if name not in skipped]
+    return [name for name in scenarios if name not in skipped and store_inapplicable(store, name) is None]
 
 
 def _command(args: argparse.Namespace, scenarios: Sequence[str], *, strict: bool = False) -> int:
@@ -196,17 +218,27 @@ def _command(args: argparse.Namespace, scenarios: Sequence[str], *, strict: bool
     modes: tuple[Mode, ...] = MODES if args.mode == "all" else (args.mode,)
     seeds = range(args.seed, args.seed + args.seeds)
     designs = DESIGNS if args.lock == "all" else (args.lock,)
-    chosen = {design: _applicable(scenarios, design, strict=strict) for design in designs}
+    stores = STORE_CHOICES[args.store]
+    chosen = {
+        (design, store): _applicable(scenarios, design, store, strict=strict)
+        for store in stores
+        for design in designs
+    }
     specs = [
         spec
-        for design in designs
-        for spec in plan_runs(chosen[design], modes, design=design, tokens=args.tokens, seeds=seeds)
+        for (design, store), names in chosen.items()
+        for spec in plan_runs(names, modes, design=design, tokens=args.tokens, seeds=seeds, store=store)
     ]
     plan = RunPlan(clients=args.clients, ops=args.ops, ttl=args.ttl)
     for design in designs:
-        note = one_node_note(chosen[design], design)
+        note = one_node_note(chosen[design, stores[0]], design)
         if note is not None:
             print(f"note: {note}", file=sys.stderr)
+    for store in stores:
+        skipped = [name for name in scenarios if store_inapplicable(store, name) is not None]
+        if skipped and not strict:
+            print(f"note: the {store} store skips {', '.join(skipped)} (a lock node's faults hit the lock, "
+                  "whatever store is behind it: the gateway's rows show them)", file=sys.stderr)  # fmt: skip
     if ETCD in designs and args.tokens not in ("sqlite", ETCD):
         print(f"note: --lock etcd fences with its lock key's create revision; --tokens {args.tokens} "
               "serves the other designs", file=sys.stderr)  # fmt: skip
@@ -238,9 +270,9 @@ async def _run_all(
     async with LabSession.open(workdir, token_kinds=kinds) as session:
         for number, spec in enumerate(specs, start=1):
             count = f"{number:>{len(str(len(specs)))}}/{len(specs)}"
-            label = (
-                f"[{count}] {spec.scenario} {spec.mode} {spec.design} {spec.tokens or '-'} seed {spec.seed}"
-            )
+            store = "" if spec.store == GATEWAY else f" {spec.store}"
+            run = f"{spec.scenario} {spec.mode} {spec.design}{store} {spec.tokens or '-'} seed {spec.seed}"
+            label = f"[{count}] {run}"
             print(f"{label} ...", file=out, end="", flush=True)
             started = time.monotonic()
             try:
@@ -263,7 +295,8 @@ def svg_name(meta: Meta) -> str:
     """token-regress runs are told apart by their token source, the others by their mode."""
     which = meta.tokens if meta.scenario == "token-regress" else meta.mode
     lock = "" if meta.lock == "redlock" else f"-{meta.lock}"
-    return f"lab-{meta.scenario}-{which}{lock}.svg"
+    store = "" if meta.store == GATEWAY else f"-{meta.store}"
+    return f"lab-{meta.scenario}-{which}{lock}{store}.svg"
 
 
 def _print(runs: Sequence[RunResult], args: argparse.Namespace, elapsed: float) -> None:

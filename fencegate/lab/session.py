@@ -13,6 +13,9 @@ a source that does not go back (the one asked for, SQLite if that was INCR).
 The etcd lock design runs on a 3-member etcd cluster the session starts
 (through the cluster helper) and fences with its own revisions, whatever
 source was asked for; a scenario that cannot apply to a design is refused.
+A run on the sql store (`RunSpec.store`) keeps its counter in a user table
+on PostgreSQL (`lab.sql_deployment`): the session starts PostgreSQL for it,
+as for PostgreSQL tokens, and the lock half is the same as the gateway's.
 `expected_safe` (from `lab.predictions`) is the verdict the seed documents
 predict for a run.
 """
@@ -27,13 +30,21 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
-from fencegate.lab.deployments import ETCD, GatewayDeployment, Mode
+from fencegate.lab.deployments import ETCD, GatewayDeployment, Locks, Mode
 from fencegate.lab.errors import LabArgumentError, LabError
 from fencegate.lab.gateway_process import GatewayProcess, running
 from fencegate.lab.history import History, Meta
-from fencegate.lab.predictions import INCR, REGRESS, expected_safe, inapplicable
+from fencegate.lab.predictions import (
+    GATEWAY,
+    INCR,
+    REGRESS,
+    expected_safe,
+    inapplicable,
+    store_inapplicable,
+)
 from fencegate.lab.scenarios import SCENARIOS, RunPlan, run_scenario
 from fencegate.lab.scenarios.stage import PARTITION_NODES
+from fencegate.lab.sql_deployment import STORES, TRIGGER, TRIGGER_MODE, SqlDeployment
 
 TOKEN_KINDS = ("sqlite", "zookeeper", "postgres", ETCD, INCR)
 ETCD_MEMBERS = 3  # the etcd cluster a session starts: a quorum survives one member down
@@ -42,6 +53,13 @@ ETCD_MEMBERS = 3  # the etcd cluster a session starts: a quorum survives one mem
 LONG_TTL = frozenset({"clock-jump", "restart", "failover", "token-regress"})
 LONG_TTL_FACTOR = 3.0
 HISTORY_FILE = "history.jsonl"  # each run's merged history, in its directory under the session's runs/
+POSTGRES = "postgres"  # the server kind the sql stores share with PostgreSQL tokens
+# `--store` -> the stores its runs use: the gateway's built-in store, the user tables on PostgreSQL, both
+STORE_CHOICES: dict[str, tuple[str, ...]] = {
+    GATEWAY: (GATEWAY,),
+    "sql": tuple(STORES),
+    "all": (GATEWAY, *STORES),
+}
 
 
 @dataclass(frozen=True)
@@ -53,10 +71,12 @@ class RunSpec:
     design: str
     tokens: str | None  # one of TOKEN_KINDS; None in lock-only mode
     seed: int
+    store: str = GATEWAY  # where the counter lives: the gateway, or one of the sql stores
 
     @property
     def name(self) -> str:
-        return f"{self.scenario}-{self.mode}-{self.design}-{self.tokens or 'none'}-s{self.seed}"
+        store = "" if self.store == GATEWAY else f"-{self.store}"
+        return f"{self.scenario}-{self.mode}-{self.design}-{self.tokens or 'none'}{store}-s{self.seed}"
 
     @property
     def lock(self) -> str:
@@ -65,9 +85,15 @@ class RunSpec:
 
 
 def plan_runs(
-    scenarios: Iterable[str], modes: Sequence[Mode], *, design: str, tokens: str, seeds: Iterable[int]
+    scenarios: Iterable[str],
+    modes: Sequence[Mode],
+    *,
+    design: str,
+    tokens: str,
+    seeds: Iterable[int],
+    store: str = GATEWAY,
 ) -> list[RunSpec]:
-    """Every run of a comparison, seed by seed, each scenario in every mode asked for."""
+    """Every run of a comparison, seed by seed, each scenario in every mode asked for, on one store."""
     runs = []
     if design == ETCD:
         tokens = ETCD  # the lock key's create revision is the token; no second source
@@ -78,21 +104,30 @@ def plan_runs(
             why = inapplicable(design, scenario)
             if why is not None:
                 raise LabArgumentError(f"--scenario {scenario} does not apply to --lock {design}: it {why}")
+            why = store_inapplicable(store, scenario)
+            if why is not None:
+                raise LabArgumentError(f"--scenario {scenario} {why}")
             if scenario == REGRESS:
                 stable = "sqlite" if tokens == INCR else tokens
                 runs += [RunSpec(scenario, "fenced", design, kind, seed) for kind in (INCR, stable)]
                 continue
             runs += [
-                RunSpec(scenario, mode, design, None if mode == "lock-only" else tokens, seed)
+                RunSpec(scenario, mode, design, None if mode == "lock-only" else tokens, seed, store)
                 for mode in modes
+                if store != TRIGGER or mode == TRIGGER_MODE  # lab.sql_deployment says why
             ]
     return runs
 
 
 def servers_for(specs: Iterable[RunSpec]) -> set[str]:
-    """The server kinds a comparison needs: its token sources, and etcd for the etcd design's lock."""
-    kinds = {spec.tokens for spec in specs if spec.tokens is not None}
-    return kinds | {ETCD for spec in specs if spec.design == ETCD}
+    """The server kinds a comparison needs: its token sources, etcd for the etcd design's lock, and
+    PostgreSQL for the sql stores' tables."""
+    kinds: set[str] = set()
+    for spec in specs:
+        kinds |= {spec.tokens} if spec.tokens is not None else set()
+        kinds |= {ETCD} if spec.design == ETCD else set()
+        kinds |= {POSTGRES} if spec.store != GATEWAY else set()
+    return kinds
 
 
 def one_node_note(scenarios: Iterable[str], design: str) -> str | None:
@@ -184,20 +219,34 @@ class LabSession:
     async def run(self, spec: RunSpec, plan: RunPlan) -> History:
         """One run: its history, checked by the caller, and kept as RUN_DIR/history.jsonl for `lab report`."""
         run_id = f"{spec.name}-{time.monotonic_ns() % 10**9}"
-        deployment = GatewayDeployment(
-            mode=spec.mode,
-            design=spec.design,
-            gateway=self.address,
-            key=f"lab/{run_id}/counter",
-            resource=f"lab-{run_id}",
-            tokens=None if spec.tokens is None else self.token_url(spec.tokens),
-            lock_url=self.token_url(ETCD) if spec.design == ETCD else None,
-        )
+        tokens = None if spec.tokens is None else self.token_url(spec.tokens)
+        lock_url = self.token_url(ETCD) if spec.design == ETCD else None
+        deployment: GatewayDeployment | SqlDeployment
+        if spec.store == GATEWAY:
+            deployment = GatewayDeployment(
+                mode=spec.mode,
+                design=spec.design,
+                gateway=self.address,
+                key=f"lab/{run_id}/counter",
+                resource=f"lab-{run_id}",
+                tokens=tokens,
+                lock_url=lock_url,
+            )
+        else:
+            locks = Locks(spec.mode, spec.design, tokens, lock_url)
+            url = self.token_url(POSTGRES)
+            deployment = SqlDeployment(locks, spec.store, url, resource=f"lab-{run_id}")
         await deployment.seed()
         ttl = plan.ttl * LONG_TTL_FACTOR if spec.scenario in LONG_TTL else plan.ttl
         run_plan = replace(plan, ttl=ttl, seed=spec.seed, resource=deployment.resource)
         meta = Meta(
-            spec.scenario, spec.mode, spec.design, spec.seed, tokens=spec.tokens, clients=plan.clients
+            spec.scenario,
+            spec.mode,
+            spec.design,
+            spec.seed,
+            tokens=spec.tokens,
+            clients=plan.clients,
+            store=spec.store,
         )
         workdir = self.workdir / "runs" / run_id
         history = await run_scenario(
@@ -216,6 +265,7 @@ def _address(url: str) -> tuple[str, int]:
 
 __all__ = [
     "ETCD_MEMBERS",
+    "STORE_CHOICES",
     "TOKEN_KINDS",
     "LabSession",
     "RunSpec",

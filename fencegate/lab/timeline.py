@@ -25,13 +25,13 @@ from pathlib import Path
 from fencegate.lab.checker import LeaseSpan, lease_spans
 from fencegate.lab.history import Event
 from fencegate.lab.labels import Rows, text_width
-from fencegate.lab.predictions import REGRESS
+from fencegate.lab.predictions import GATEWAY, REGRESS
 from fencegate.lab.report import (
     COLUMNS,
-    SUMMARY_HEADER,
     RunResult,
     as_predicted,
     predicted_line,
+    summary_header,
     summary_rows,
     token_trail,
 )
@@ -398,7 +398,8 @@ def _summary(runs: Sequence[RunResult], *, predicted: bool) -> str:
                 "<td>as predicted</td>" if as_predicted(run) else '<td class="missed">NOT as predicted</td>'
             )
         tokens = f" / {meta.tokens} tokens" if meta.tokens else ""
-        name = f"{meta.scenario} / {meta.mode} / {meta.lock}{tokens} / seed {meta.seed}"
+        store = "" if meta.store == GATEWAY else f" / {meta.store} store"
+        name = f"{meta.scenario} / {meta.mode} / {meta.lock}{store}{tokens} / seed {meta.seed}"
         rows.append(f'<tr><td class="name"><a href="#run-{index}">{_e(name)}</a></td>{cells}{state}</tr>')
     more = "<th>prediction</th>" if predicted else ""
     header = f'<tr><th class="name">run</th>{head}<th>verdict</th>{more}</tr>'
@@ -417,8 +418,10 @@ def _over_seeds(runs: Sequence[RunResult]) -> str:
     """The terminal's summary over seeds, as a table: only when the runs span several seeds."""
     if len({run.history.meta.seed for run in runs}) < 2:
         return ""
-    rows = "".join(f"<tr>{_cells('td', row, 4)}</tr>" for row in summary_rows(runs))
-    head = _cells("th", SUMMARY_HEADER, 4)
+    header = summary_header(runs)
+    names = len(header) - len(COLUMNS) - 1
+    rows = "".join(f"<tr>{_cells('td', row, names)}</tr>" for row in summary_rows(runs))
+    head = _cells("th", header, names)
     return f'<h2>Over seeds</h2><table class="summary seeds"><tr>{head}</tr>{rows}</table>'
 
 
@@ -429,10 +432,11 @@ def render_html(runs: Sequence[RunResult], *, title: str = "fencegate lab", pred
     for index, run in enumerate(runs):
         meta = run.history.meta
         tokens = f", tokens from {meta.tokens}" if meta.tokens else ""
+        store = "" if meta.store == GATEWAY else f", counter in the {meta.store} store"
         trail = f'<pre class="trail">{_e(token_trail(run))}</pre>' if meta.scenario == REGRESS else ""
         sections.append(
             f'<section id="run-{index}"><h2>{_e(meta.scenario)}: {_e(meta.mode)}, lock {_e(meta.lock)}, '
-            f"seed {meta.seed}{_e(tokens)}</h2>{trail}{render_run(run, index)}</section>"
+            f"seed {meta.seed}{_e(tokens)}{_e(store)}</h2>{trail}{render_run(run, index)}</section>"
         )
     legend = (
         '<p class="legend"><span>blue bar: lease while valid (dashed outline: a token, no lock)</span>'

@@ -141,7 +141,7 @@ def test_lab_run_on_the_gateway_prints_json_progress_and_the_report(
     document = json.loads(captured.out)
     (run,) = document["runs"]
     assert run["meta"] == {"scenario": "pause", "mode": "fenced", "lock": "redlock", "seed": 1,
-                           "tokens": "sqlite", "clients": 2}  # fmt: skip
+                           "tokens": "sqlite", "clients": 2, "store": "gateway"}  # fmt: skip
     assert run["expected_safe"] is True
     assert run["verdict"]["lost_updates"] == 0
     assert run["verdict"]["refused"] == 1  # the paused holder's write
