@@ -129,10 +129,17 @@ class S3Transport:
             raise ConfigurationError(f"upstream {self.where}: the store has no bucket by that name") from None
         except Refusal as exc:
             status = exc.fields.get("upstream_status")
-            why = {
-                "403": "the store refused the gateway's credentials (403): check the access key and secret "
-                "(environment or AWS config files) and the bucket policy"
-            }.get(str(status), f"the store did not serve the bucket ({exc.code})")
+            if status == "403":
+                why = (
+                    "the store refused the gateway's credentials (403): check the access key and secret "
+                    "(environment or AWS config files) and the bucket policy"
+                )
+            elif exc.code == "upstream_unavailable":
+                why = "the store is unreachable; check --upstream-endpoint (or the region) and the network"
+            elif exc.code == "upstream_timeout":
+                why = f"the store did not answer within {self._timeout}s"
+            else:
+                why = f"the store did not serve the bucket ({exc.code}, status {status or 'none'})"
             raise ConfigurationError(f"upstream {self.where}: {why}") from None
 
     def _version(self, key: str, found: Mapping[str, Any]) -> Version:

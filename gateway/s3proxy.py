@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from gateway.conditional import ConditionalStore, ProxyMetrics
 from gateway.config import Settings
 from gateway.metrics import Metrics
+from gateway.probe import check_upstream
 from gateway.s3 import open_s3
 from gateway.s3url import parse_s3_url
 from storage.sql import SqlObjectStore
@@ -41,6 +42,15 @@ async def s3_store(
             location,
             where,
         )
-        if not conditional:
-            log.warning("THE STORE'S PRECONDITIONS ARE OFF: a test's control; stale writes can land")
+        if conditional:
+            checks = await check_upstream(transport)
+            log.info(
+                "upstream %s passed the conditional-write probe: %s",
+                location,
+                ", ".join(c.name for c in checks),
+            )
+        else:
+            log.warning(
+                "THE STORE'S PRECONDITIONS ARE OFF (a test's control, not probed): stale writes can land"
+            )
         yield ConditionalStore(fences=fences, transport=transport, metrics=ProxyMetrics(metrics.registry))
