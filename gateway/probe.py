@@ -11,7 +11,8 @@ of its own (`SCRATCH_PREFIX` and a random name, removed at the end):
 - `if-none-match`: `If-None-Match: *` on the existing key is refused (412);
 - `stale-if-match`: `If-Match` on an ETag the key no longer has is refused;
 - `concurrent-if-match`: of 32 concurrent PUTs conditional on one ETag,
-  exactly one succeeds;
+  exactly one succeeds and the key then holds its version (a PUT left
+  unanswered in time counts as no success: SeaweedFS leaves a few so);
 - `stale-conditional-delete`: a delete on a stale ETag is refused and the
   object stays.
 
@@ -28,7 +29,7 @@ from collections.abc import Awaitable
 from dataclasses import asdict, dataclass
 
 from gateway.conditional import RESOURCE, TOKEN, PreconditionFailed, Transport
-from gateway.errors import ConfigurationError, Refusal
+from gateway.errors import ConfigurationError, Refusal, UpstreamTimeout
 
 SCRATCH_PREFIX = ".fencegate-probe/"
 CONCURRENT = 32  # PUTs sent at once on one ETag
@@ -127,12 +128,17 @@ async def _run(transport: Transport, key: str, checks: list[Check]) -> None:
             *(put(10 + n, second) for n in range(CONCURRENT)), return_exceptions=True
         )
         won = [r for r in results if isinstance(r, str)]
-        errors = [r for r in results if not isinstance(r, str | PreconditionFailed)]
+        unknown = [r for r in results if isinstance(r, UpstreamTimeout)]
+        errors = [r for r in results if not isinstance(r, str | PreconditionFailed | UpstreamTimeout)]
         if errors:
             raise errors[0]
+        now = await transport.head(key)
+        unanswered = f"; {len(unknown)} got no answer in time" if unknown else ""
         if not add(
-            "concurrent-if-match", len(won) == 1,
-            f"{len(won)} of {CONCURRENT} concurrent PUTs conditional on one ETag succeeded (must be 1)",
+            "concurrent-if-match", len(won) == 1 and now is not None and now.etag == won[0],
+            f"{len(won)} of {CONCURRENT} concurrent PUTs conditional on one ETag succeeded (must be 1) and "
+            f"the key {'holds' if now is not None and now.etag in won else 'does NOT hold'} the winner's "
+            f"version{unanswered}",
         ):  # fmt: skip
             return
         refused = await _refused(transport.delete_if(key, match=second))

@@ -10,8 +10,9 @@ Every driver error is mapped once, in `_mapped`, to the gateway's: 412 (and
 409 ConditionalRequestConflict, AWS's answer to a race) is
 `PreconditionFailed`; 503 or a connection that could not be made is 503
 `upstream_unavailable` (nothing was applied); no answer in `timeout`, or a
-connection closed before the answer, is 504 `upstream_timeout` (the outcome
-is unknown); anything else the store answers, or an answer the client cannot
+connection that failed once made, is 504 `upstream_timeout` (the outcome
+is unknown: SeaweedFS, for one, leaves some of many concurrent conditional
+PUTs on one key unanswered for seconds); anything else the store answers, or an answer the client cannot
 parse, is 502 `upstream_failed`. The driver's text goes to the log only
 (the middleware answers a 5xx with a fixed message). botocore's own retries
 are off: the conditional algorithm decides what a retry may do.
@@ -173,19 +174,24 @@ class S3Transport:
             raise UpstreamFailed(
                 f"the store answered {method} {key!r} {status} ({code})", fields=fields
             ) from exc
-        except (ReadTimeoutError, ConnectionClosedError) as exc:
-            raise UpstreamTimeout(
-                f"the store did not answer {method} {key!r} ({type(exc).__name__}); its outcome is unknown",
-                fields=fields,
-            ) from exc
-        except (EndpointConnectionError, ConnectTimeoutError, aiohttp.ClientConnectionError, OSError) as exc:
+        except (EndpointConnectionError, ConnectTimeoutError, aiohttp.ClientConnectorError) as exc:
+            # no connection was made: nothing of the request reached the store
             raise Unavailable(
                 f"the store is unreachable ({type(exc).__name__}); {method} {key!r} was not applied",
                 code="upstream_unavailable", fields=fields,
             ) from exc  # fmt: skip
-        except TimeoutError as exc:
+        except (
+            ReadTimeoutError,
+            ConnectionClosedError,
+            TimeoutError,
+            aiohttp.ClientConnectionError,
+            OSError,
+        ) as exc:
+            # sent, perhaps received and applied, but not answered: the outcome is unknown (TimeoutError is
+            # an OSError, and so is every socket error after the connection was made)
             raise UpstreamTimeout(
-                f"no answer from the store to {method} {key!r} within {self._timeout}s; outcome unknown",
+                f"the store did not answer {method} {key!r} within {self._timeout}s ({type(exc).__name__}); "
+                "its outcome is unknown",
                 fields=fields,
             ) from exc
         except (BotoCoreError, aiohttp.ClientError, ValueError, KeyError) as exc:

@@ -8,7 +8,8 @@ reads the store directly with aiobotocore the whole time, and at the end
 the test reads what each key finally holds. Out of token order at the store
 means the token the store holds for a key went down between two reads (a
 write applied after one with a higher token); durable means the highest
-token answered 2xx for a key is what the key finally holds, bytes and all.
+token answered 2xx for a key is what the key finally holds, bytes and all
+(or a higher one whose write was answered 504, outcome unknown).
 
 The control runs the same workload through replicas whose writes carry no
 preconditions (`tests.gateway.unconditional_serve`): it must be caught.
@@ -186,8 +187,10 @@ async def _race(
 
     assert len(outcomes) == OPS
     answered = {outcome.status for outcome in outcomes}
-    assert answered <= {200, 201, 404, 409}, f"unexpected answers: {answered}"
+    # 504: a write SeaweedFS left unanswered past the timeout (outcome unknown; rare, never with a 2xx)
+    assert answered <= {200, 201, 404, 409, 504}, f"unexpected answers: {answered}"
     accepted = [o for o in outcomes if o.status in (200, 201)]
+    unknown = {(o.key, o.token): o for o in outcomes if o.status == 504}
     assert len(accepted) > OPS // 10, "too few writes accepted for the race to mean anything"
     violations = [f"applied out of token order at the store: {d}" for d in watch.decreases()]
     for key in KEYS:
@@ -195,6 +198,8 @@ async def _race(
         holds = final[key]
         if last is None:
             continue
+        if holds is not None and holds.token > last.token and (key, holds.token) in unknown:
+            last = unknown[key, holds.token]  # a write answered 504 that did land: allowed, and it is last
         if holds is None or holds.token != last.token:
             violations.append(
                 f"{key}: token {last.token} was answered {last.status}, the store ends with "
