@@ -21,6 +21,7 @@ from typing import Any, get_args, get_type_hints
 
 from gateway.errors import ConfigurationError
 from gateway.eventloop import EVENT_LOOPS
+from gateway.s3url import is_s3_url, parse_s3_url
 
 ENV_PREFIX = "FENCEGATE_"
 DEFAULT_DATA_DIR = Path(".state/gateway")
@@ -73,7 +74,20 @@ class Settings:
             "(SQLite waits out its busy timeout)"
         },
     )
-    upstream: str | None = field(default=None, metadata={"help": "proxy mode: forward to this HTTP service"})
+    upstream: str | None = field(
+        default=None,
+        metadata={
+            "help": "proxy mode: forward to this HTTP service, or fence an S3 store by its own conditional "
+            "writes: s3://BUCKET[/PREFIX]"
+        },
+    )
+    upstream_endpoint: str | None = field(
+        default=None,
+        metadata={
+            "help": "proxy mode, s3:// upstream: the S3 endpoint URL of a non-AWS store (unset: AWS's, "
+            "from the region); region and credentials come from the AWS environment and config files"
+        },
+    )
     upstream_timeout: float = field(
         default=10.0, metadata={"help": "seconds to wait for the upstream (then 504)"}
     )
@@ -191,8 +205,9 @@ class Settings:
                 raise ConfigurationError(f"{name} must be a positive number of seconds, not {seconds!r}")
         if self.storage is not None:
             check_storage_url(self.storage)
-        if self.upstream is not None:
+        if self.upstream is not None and not is_s3_url(self.upstream):
             check_upstream_url(self.upstream)
+        check_s3_upstream(self.upstream, self.upstream_endpoint)
         if self.upstream_ca is not None or self.upstream_cert is not None:
             check_upstream_tls(
                 self.upstream_ca, self.upstream_cert, self.upstream_key, upstream=self.upstream
@@ -239,6 +254,26 @@ def check_upstream_url(url: str) -> None:
         raise ConfigurationError(
             f"upstream {redact(url)!r} is not an http(s) URL with a host (and a port from 1 to 65535); "
             "e.g. http://10.0.0.5:9000/store"
+        )
+
+
+def check_s3_upstream(upstream: str | None, endpoint: str | None) -> None:
+    """Refuse a malformed s3:// upstream, or `--upstream-endpoint` without one or not http(s)."""
+    from lockclient.transport.endpoint import is_http_url, redact
+
+    if upstream is not None and is_s3_url(upstream):
+        parse_s3_url(upstream)
+    if endpoint is None:
+        return
+    if upstream is None or not is_s3_url(upstream):
+        raise ConfigurationError(
+            "--upstream-endpoint names the store of an s3:// upstream: give --upstream s3://BUCKET too, or "
+            "drop --upstream-endpoint"
+        )
+    if not is_http_url(endpoint):
+        raise ConfigurationError(
+            f"upstream endpoint {_short(redact(endpoint))!r} is not an http(s) URL with a host (and a port "
+            "from 1 to 65535); e.g. http://127.0.0.1:8333"
         )
 
 

@@ -25,6 +25,7 @@ from gateway.errors import ConfigurationError, Unavailable
 from gateway.fencing import Fencer, FutureGuard
 from gateway.keys import AppKeys
 from gateway.readiness import check_token_source
+from gateway.s3url import is_s3_url
 from gateway.storage_tls import open_storage
 from gateway.tls import upstream_context
 from gateway.upstream import PROXY_LIMIT, UpstreamStore
@@ -114,6 +115,14 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         if settings.upstream is None:
             app[AppKeys.store] = fences
             yield
+            return
+        if is_s3_url(settings.upstream):
+            from gateway.s3proxy import s3_store  # aiobotocore: only for an s3 upstream
+
+            conditional = app.get(AppKeys.s3_conditional, True)
+            async with s3_store(settings, fences, app[AppKeys.metrics], conditional=conditional) as store:
+                app[AppKeys.store] = store
+                yield
             return
         timeout = aiohttp.ClientTimeout(total=None, connect=settings.upstream_timeout)
         # without --upstream-ca or --upstream-cert, aiohttp's default: the system's store, no client

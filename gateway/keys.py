@@ -34,6 +34,8 @@ class AppKeys:
     drain: web.AppKey[Drain] = web.AppKey("drain")
     readiness: web.AppKey[Readiness] = web.AppKey("readiness")
     audit: web.AppKey[AuditLog] = web.AppKey("audit")
+    # False only in tests: the s3 upstream's writes without their preconditions (the control)
+    s3_conditional: web.AppKey[bool] = web.AppKey("s3_conditional")
 
 
 class RequestKeys:
