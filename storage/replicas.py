@@ -84,7 +84,9 @@ async def claim(
         async with engine.begin() as conn:
             if (await conn.execute(taken)).first() is not None:
                 return None
-            # Refused: who holds it, for the message only (the decision was the statement's).
+            # Refused: who holds it, for the message only (the decision was the statement's). The
+            # refused upsert locked that row (PostgreSQL) or holds the write lock (SQLite) until the
+            # commit, so its holder cannot delete it in between.
             found = (
                 await conn.execute(
                     select(
@@ -95,8 +97,7 @@ async def claim(
                     ).where(ReplicaClaim.slot == slot)
                 )
             ).first()
-    if found is None:  # released between the two statements: the next claim will find it free
-        return Holder(instance="(just stopped)", holder="", beat_ago=0.0, expires_in=0.0)
+    assert found is not None, "a refused claim found no holder"
     return Holder(instance=found[0], holder=found[1], beat_ago=float(found[2]), expires_in=float(found[3]))
 
 

@@ -28,7 +28,7 @@ from tests.gateway.conftest import create_database
 from tests.waiting import eventually_sync
 
 UPSTREAM = "http://127.0.0.1:9/store"  # never reached: these tests send no fenced request
-HEARTBEAT = 0.4  # seconds; a killed replica's claim runs out after STALE_BEATS of them (2 s)
+HEARTBEAT = 1.0  # seconds; long enough that a loaded machine never lets a live claim run out (5 s)
 KILLED_HEARTBEAT = 2.0  # the killed replica's: its claim runs out a WINDOW after its last beat
 WINDOW = STALE_BEATS * KILLED_HEARTBEAT
 START_DEADLINE = 30.0
@@ -105,7 +105,7 @@ async def test_a_second_replica_is_refused_while_the_first_runs_and_starts_after
     assert_refused_by(serve(trust_path(storage)), first)
     assert (await ready(first.url))["upstream_ordering"] == "trust-path"  # the first serves on
     first.stop()  # a clean stop deletes its row: the next starts without waiting for a staleness
-    second = start(started, tmp_path / "second.log", trust_path(storage, heartbeat=60.0))
+    second = start(started, tmp_path / "second.log", trust_path(storage))
     assert (await ready(second.url))["status"] == "ready"
 
 

@@ -102,7 +102,7 @@ async def test_a_replica_whose_claim_was_taken_over_sends_nothing_and_is_not_rea
     upstream.router.add_route("*", "/store/{key:.+}", _nowhere)
     server: TestServer = await aiohttp_server(upstream)
     proxy = await make_client(
-        upstream=str(server.make_url("/store")), upstream_ordering="trust-path", upstream_heartbeat=0.05
+        upstream=str(server.make_url("/store")), upstream_ordering="trust-path", upstream_heartbeat=0.5
     )
     assert (await proxy.get("/readyz")).status == 200
     engine = open_engine(f"sqlite:///{tmp_path / SQLITE_FILE}")
