@@ -5,12 +5,15 @@ replica is refused at start while the first beats, one line and exit 2 naming
 the instance that holds the claim and its last heartbeat; it starts once the
 first stopped cleanly (at once: the row is gone), and after a `kill -9` once
 the first's claim ran out (never before). Two started at the same moment:
-exactly one serves, the other is refused.
+exactly one serves, the other is refused. A replica paused (SIGSTOP) past
+its window is taken over, and once resumed forwards nothing.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -137,6 +140,37 @@ async def test_a_killed_replica_blocks_the_next_only_until_its_claim_runs_out(
     # its last beat was at most one period before the kill, and its claim ran a whole window from there
     assert time.monotonic() - killed_at >= WINDOW - KILLED_HEARTBEAT
     assert (await ready(late.url))["status"] == "ready"
+
+
+async def test_a_replica_paused_past_its_window_is_taken_over_and_forwards_nothing_when_it_resumes(
+    storage: list[str], started: list[GatewayProcess], tmp_path: Path
+) -> None:
+    paused = start(started, tmp_path / "paused.log", trust_path(storage, heartbeat=0.5))
+    assert paused.proc is not None
+    os.kill(paused.proc.pid, signal.SIGSTOP)
+    try:
+        successor = GatewayProcess(tmp_path / "successor.log", *trust_path(storage))
+
+        def starts() -> bool:
+            try:
+                successor.start()
+            except ServerStartError:  # refused while the paused one's claim still held
+                return False
+            return True
+
+        eventually_sync(starts, within=START_DEADLINE, what="a successor once the paused claim ran out")
+        started.append(successor)
+    finally:
+        os.kill(paused.proc.pid, signal.SIGCONT)
+    async with aiohttp.ClientSession() as session:
+        put = f"{paused.url}/v1/objects/k"
+        async with session.put(put, data=b"late", headers={"Fencing-Token": "9"}) as resp:
+            assert (resp.status, (await resp.json())["error"]) == (503, "replica_claim_lapsed")
+        async with session.get(f"{paused.url}/readyz") as resp:
+            assert (resp.status, (await resp.json())["error"]) == (503, "replica_claim_lapsed")
+        async with session.get(f"{successor.url}/v1/fences/k") as resp:
+            assert (await resp.json())["highest"] == 0  # the paused replica moved no mark
+    assert (await ready(successor.url))["upstream_ordering"] == "trust-path"
 
 
 def race(storage: list[str], logs: list[Path]) -> list[int | None]:
