@@ -76,9 +76,9 @@ class S3Transport:
         try:
             async with self._mapped("HEAD", key):
                 found = await self._client.head_object(Bucket=self._location.bucket, Key=self._key(key))
+                return self._version(key, found)
         except _Missing:
             return None
-        return self._version(key, found)
 
     async def get(self, key: str) -> tuple[Version, bytes] | None:
         try:
@@ -86,9 +86,9 @@ class S3Transport:
                 found = await self._client.get_object(Bucket=self._location.bucket, Key=self._key(key))
                 async with found["Body"] as body:
                     data = await body.read()
+                return self._version(key, found), data
         except _Missing:
             return None
-        return self._version(key, found), data
 
     async def put_if(
         self, key: str, data: bytes, *, content_type: str, metadata: Mapping[str, str], match: str | None
@@ -101,7 +101,7 @@ class S3Transport:
                 Bucket=self._location.bucket, Key=self._key(key), Body=data, ContentType=content_type,
                 Metadata=dict(metadata), **condition,  # type: ignore[arg-type]
             )  # fmt: skip
-        return answer["ETag"]
+            return answer["ETag"]  # a 2xx without one is garbage: KeyError, mapped to 502
 
     async def delete_if(self, key: str, *, match: str) -> None:
         async with self._mapped("DELETE", key):

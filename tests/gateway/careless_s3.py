@@ -3,7 +3,10 @@
 It is what the probe exists for: an emulator that ignores `If-None-Match`,
 one that ignores `If-Match`, one that checks the precondition and writes in
 two steps with an await between them (so concurrent PUTs on one ETag all
-win). It checks no signature; the probe never needs one to fail.
+win). It checks no signature; the probe never needs one to fail. With fault
+"none" it does them right (one event loop, no await between check and
+write), and `garbage` then makes every object request answer what no S3
+store would: a 2xx without an ETag, a token that is no number.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Literal
 
 from aiohttp import web
 
-Fault = Literal["ignores-if-none-match", "ignores-if-match", "not-atomic"]
+Fault = Literal["none", "ignores-if-none-match", "ignores-if-match", "not-atomic"]
 _ERROR = '<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>m</Message></Error>'
 
 
@@ -23,6 +26,7 @@ class CarelessS3:
 
     def __init__(self, fault: Fault) -> None:
         self.fault = fault
+        self.garbage = False
         self.objects: dict[str, tuple[str, bytes, dict[str, str]]] = {}
         self.app = web.Application()
         self.app.router.add_route("*", "/{bucket}", self.bucket)
@@ -34,6 +38,10 @@ class CarelessS3:
     async def handle(self, request: web.Request) -> web.Response:
         key = request.match_info["key"]
         found = self.objects.get(key)
+        if self.garbage:
+            if request.method == "HEAD":
+                return web.Response(headers={"ETag": '"x"', "x-amz-meta-fencing-token": "twelve"})
+            return web.Response(status=200, text="<html>not S3</html>")
         if request.method == "HEAD":
             if found is None:
                 return web.Response(status=404)
@@ -47,6 +55,7 @@ class CarelessS3:
         if request.method != "PUT":
             return web.Response(status=405)
         body = await request.read()
+        found = self.objects.get(key)  # as it is now, after the body arrived
         if not self._matches(request, found, "If-None-Match") or not self._matches(
             request, found, "If-Match"
         ):
