@@ -12,6 +12,7 @@ from gateway.keys import AppKeys
 from gateway.metrics import Metrics
 from gateway.middlewares import deadline_middleware, error_middleware
 from gateway.readiness import Readiness
+from gateway.replica import ordering_ctx
 from gateway.routes import setup_routes
 from lockclient.protocols import TokenSource
 from storage.fenced import FENCED, Policy
@@ -49,6 +50,7 @@ def create_app(
     app[AppKeys.limiter] = ClientLimiter(limit=settings.max_client_requests)
     app[AppKeys.drain] = Drain()
     app[AppKeys.readiness] = Readiness()
+    app.cleanup_ctx.append(ordering_ctx)  # first: a refused second replica is the only line
     app.cleanup_ctx.append(auth_ctx)
     app.cleanup_ctx.append(storage_ctx)
     app.cleanup_ctx.append(audit_ctx)

@@ -13,7 +13,7 @@ import os
 
 from gateway.config import add_arguments, env_name
 
-__all__ = ["audit", "keys", "serve"]
+__all__ = ["audit", "keys", "serve", "upstream"]
 
 
 def serve(parser: argparse.ArgumentParser) -> None:
@@ -108,3 +108,35 @@ def audit(parser: argparse.ArgumentParser) -> None:
         help=f"the gateway's storage, sqlite:///PATH or postgresql://... (default: ${env_name('storage')})",
     )
     parser.set_defaults(func="gateway.audit_cli:run")
+
+
+def upstream(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Check an upstream store before a gateway relies on it. `check` runs the probe `serve` runs at "
+        "start on a scratch key of its own: a create with If-None-Match: *, the metadata given back, "
+        "If-None-Match: * and a stale If-Match refused, exactly one of 32 concurrent PUTs on one ETag, "
+        "a delete on a stale ETag refused. Credentials and region come from the AWS environment and "
+        "config files. Exit 0 when every check passed, 1 when one failed."
+    )
+    parser.epilog = "example:\n  fencegate upstream check s3://my-bucket/fenced/ --upstream-endpoint http://127.0.0.1:8333"
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    check = actions.add_parser(
+        "check", help="probe an s3:// upstream's conditional writes; print every check"
+    )
+    check.epilog = parser.epilog
+    check.add_argument("url", metavar="URL", help="the upstream: s3://BUCKET[/PREFIX]")
+    check.add_argument(
+        "--upstream-endpoint",
+        default=os.environ.get(env_name("upstream_endpoint")) or None,
+        metavar="URL",
+        help=f"the S3 endpoint of a non-AWS store (default: ${env_name('upstream_endpoint')}, else AWS's)",
+    )
+    check.add_argument(
+        "--upstream-timeout",
+        default=os.environ.get(env_name("upstream_timeout")) or "10.0",
+        metavar="SECONDS",
+        help="seconds each request to the store may take "
+        f"(default: ${env_name('upstream_timeout')}, else 10.0)",
+    )
+    check.add_argument("--json", action="store_true", help="print the checks as one JSON object")
+    parser.set_defaults(func="gateway.upstream_cli:run")

@@ -21,6 +21,7 @@ from typing import Any, get_args, get_type_hints
 
 from gateway.errors import ConfigurationError
 from gateway.eventloop import EVENT_LOOPS
+from gateway.s3url import is_s3_url, parse_s3_url
 
 ENV_PREFIX = "FENCEGATE_"
 DEFAULT_DATA_DIR = Path(".state/gateway")
@@ -50,6 +51,14 @@ MAX_COMMIT_LANES = 16
 SHOWN = 40  # characters of a bad value an error message repeats
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 SQLITE_FILE = "fencegate.db"
+# What an http(s) upstream's mode relies on for the order of the writes it applies. Only `trust-path`
+# today: the upstream applies whatever arrives, so the order is the path's to keep. A `conditional`
+# mode (the upstream's own compare-and-swap on its ETags) would join it as a value, not as a new flag.
+UPSTREAM_ORDERINGS = ("trust-path",)
+# trust-path: the one replica's claim on its database is renewed this often, and runs out after
+# STALE_BEATS periods without a beat (a crashed replica blocks the next one that long, 10 s).
+DEFAULT_UPSTREAM_HEARTBEAT = 2.0
+STALE_BEATS = 5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +82,20 @@ class Settings:
             "(SQLite waits out its busy timeout)"
         },
     )
-    upstream: str | None = field(default=None, metadata={"help": "proxy mode: forward to this HTTP service"})
+    upstream: str | None = field(
+        default=None,
+        metadata={
+            "help": "proxy mode: forward to this HTTP service, or fence an S3 store by its own conditional "
+            "writes: s3://BUCKET[/PREFIX]"
+        },
+    )
+    upstream_endpoint: str | None = field(
+        default=None,
+        metadata={
+            "help": "proxy mode, s3:// upstream: the S3 endpoint URL of a non-AWS store (unset: AWS's, "
+            "from the region); region and credentials come from the AWS environment and config files"
+        },
+    )
     upstream_timeout: float = field(
         default=10.0, metadata={"help": "seconds to wait for the upstream (then 504)"}
     )
@@ -93,6 +115,23 @@ class Settings:
     )
     upstream_key: Path | None = field(
         default=None, metadata={"help": "the unencrypted PEM private key of --upstream-cert"}
+    )
+    upstream_ordering: str | None = field(
+        default=None,
+        metadata={
+            "help": "proxy mode: what keeps an http(s) --upstream's writes in token order; required with "
+            "one, and the only value is trust-path: the upstream applies writes unconditionally, so this "
+            "gateway trusts the path to it not to delay or reorder them (a request that timed out may "
+            "still land after a newer one), and it refuses to start beside another trust-path replica on "
+            "its database"
+        },
+    )
+    upstream_heartbeat: float = field(
+        default=DEFAULT_UPSTREAM_HEARTBEAT,
+        metadata={
+            "help": f"trust-path: seconds between the replica's heartbeats to its database; a replica "
+            f"that stopped without a clean shutdown blocks the next one for {STALE_BEATS} of them"
+        },
     )
     tokens: str | None = field(
         default=None,
@@ -185,18 +224,26 @@ class Settings:
                 "mark; give --api-keys FILE (see `fencegate keys add`) or --tls-client-ca CA, listen on "
                 "127.0.0.1, or pass --allow-open if a network boundary already keeps strangers out"
             )
-        for name in ("request_timeout", "storage_timeout", "upstream_timeout", "idle_timeout"):
+        for name in (
+            "request_timeout",
+            "storage_timeout",
+            "upstream_timeout",
+            "upstream_heartbeat",
+            "idle_timeout",
+        ):
             seconds = getattr(self, name)
             if not (math.isfinite(seconds) and seconds > 0):  # nan passes `<= 0`, and no timer takes it
                 raise ConfigurationError(f"{name} must be a positive number of seconds, not {seconds!r}")
         if self.storage is not None:
             check_storage_url(self.storage)
-        if self.upstream is not None:
+        if self.upstream is not None and not is_s3_url(self.upstream):
             check_upstream_url(self.upstream)
+        check_s3_upstream(self.upstream, self.upstream_endpoint)
         if self.upstream_ca is not None or self.upstream_cert is not None:
             check_upstream_tls(
                 self.upstream_ca, self.upstream_cert, self.upstream_key, upstream=self.upstream
             )
+        check_upstream_ordering(self.upstream, self.upstream_ordering)
 
     @property
     def storage_url(self) -> str:
@@ -239,6 +286,58 @@ def check_upstream_url(url: str) -> None:
         raise ConfigurationError(
             f"upstream {redact(url)!r} is not an http(s) URL with a host (and a port from 1 to 65535); "
             "e.g. http://10.0.0.5:9000/store"
+        )
+
+
+def check_s3_upstream(upstream: str | None, endpoint: str | None) -> None:
+    """Refuse a malformed s3:// upstream, or `--upstream-endpoint` without one or not http(s)."""
+    from lockclient.transport.endpoint import is_http_url, redact
+
+    if upstream is not None and is_s3_url(upstream):
+        parse_s3_url(upstream)
+    if endpoint is None:
+        return
+    if upstream is None or not is_s3_url(upstream):
+        raise ConfigurationError(
+            "--upstream-endpoint names the store of an s3:// upstream: give --upstream s3://BUCKET too, or "
+            "drop --upstream-endpoint"
+        )
+    if not is_http_url(endpoint):
+        raise ConfigurationError(
+            f"upstream endpoint {_short(redact(endpoint))!r} is not an http(s) URL with a host (and a port "
+            "from 1 to 65535); e.g. http://127.0.0.1:8333"
+        )
+
+
+def check_upstream_ordering(upstream: str | None, ordering: str | None) -> None:
+    """Refuse an http(s) upstream without `--upstream-ordering` (the unconditional mode is taken only by
+    its name), a value that is not one, and the setting without an upstream."""
+    from urllib.parse import urlsplit
+
+    from lockclient.transport.endpoint import redact
+
+    if ordering is not None and ordering not in UPSTREAM_ORDERINGS:
+        raise ConfigurationError(
+            f"--upstream-ordering {_short(ordering)!r} is not one of {', '.join(UPSTREAM_ORDERINGS)}"
+        )
+    if upstream is None:
+        if ordering is not None:
+            raise ConfigurationError(
+                f"--upstream-ordering {ordering} needs proxy mode: give --upstream URL too, or drop it"
+            )
+        return
+    if ordering is not None and is_s3_url(upstream):
+        raise ConfigurationError(
+            f"--upstream-ordering {ordering} names the unconditional http(s) proxy; an s3:// upstream is "
+            "always fenced by the store's conditional writes: drop --upstream-ordering"
+        )
+    if ordering is None and urlsplit(upstream).scheme in ("http", "https"):
+        raise ConfigurationError(
+            f"upstream {redact(upstream)!r} applies whatever the gateway forwards, unconditionally: safe "
+            "only while the path to it never delays or reorders a request (one that timed out may land "
+            "after a newer token's) and one gateway forwards to it; give --upstream-ordering trust-path "
+            "to run it so (one replica per database), or use a conditional mode, where the store refuses "
+            "a stale write itself (an s3:// upstream, or an http one with conditional writes once offered)"
         )
 
 

@@ -25,6 +25,7 @@ from gateway.errors import ConfigurationError, Unavailable
 from gateway.fencing import Fencer, FutureGuard
 from gateway.keys import AppKeys
 from gateway.readiness import check_token_source
+from gateway.s3url import is_s3_url
 from gateway.storage_tls import open_storage
 from gateway.tls import upstream_context
 from gateway.upstream import PROXY_LIMIT, UpstreamStore
@@ -51,7 +52,7 @@ def make_data_dir(path: Path) -> None:
         ) from exc
 
 
-async def _migrate(url: str) -> int:
+async def migrate_storage(url: str) -> int:
     """Migrate on an engine of its own: a step over a large old store is not one request, so
     `--storage-timeout` does not cut it (it would, at every start, on every replica)."""
     engine = open_storage(url, command_timeout=MIGRATION_TIMEOUT)
@@ -68,7 +69,7 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         make_data_dir(settings.data_dir)
     engine = open_storage(settings.storage_url, command_timeout=settings.storage_timeout)
     try:
-        version = await _migrate(settings.storage_url)
+        version = await migrate_storage(settings.storage_url)
     except StorageError as exc:  # the one line on stderr says the fix; the log keeps what the driver said
         log.error("storage %s not ready: %s", engine.url.render_as_string(), exc.__cause__ or exc)
         await engine.dispose()
@@ -115,6 +116,14 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
             app[AppKeys.store] = fences
             yield
             return
+        if is_s3_url(settings.upstream):
+            from gateway.s3proxy import s3_store  # aiobotocore: only for an s3 upstream
+
+            conditional = app.get(AppKeys.s3_conditional, True)
+            async with s3_store(settings, fences, app[AppKeys.metrics], conditional=conditional) as store:
+                app[AppKeys.store] = store
+                yield
+            return
         timeout = aiohttp.ClientTimeout(total=None, connect=settings.upstream_timeout)
         # without --upstream-ca or --upstream-cert, aiohttp's default: the system's store, no client
         # certificate; the session closes the connector
@@ -123,8 +132,13 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession(
             timeout=timeout, auto_decompress=False, connector=connector
         ) as session:
+            replica = app[AppKeys.replica]
             app[AppKeys.store] = UpstreamStore(
-                fences=fences, session=session, base_url=settings.upstream, timeout=settings.upstream_timeout
+                fences=fences,
+                session=session,
+                base_url=settings.upstream,
+                timeout=settings.upstream_timeout,
+                exclusive=None if replica is None else replica.check,
             )
             log.warning("upstream proxy mode, forwarding to %s: %s", settings.upstream, PROXY_LIMIT)
             if settings.upstream_ca is not None:

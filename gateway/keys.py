@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gateway.fencing import Fencer
     from gateway.metrics import Metrics
     from gateway.readiness import Readiness
+    from gateway.replica import OneReplica
     from storage.fenced import Policy
     from storage.protocols import ObjectStore
 
@@ -34,6 +35,9 @@ class AppKeys:
     drain: web.AppKey[Drain] = web.AppKey("drain")
     readiness: web.AppKey[Readiness] = web.AppKey("readiness")
     audit: web.AppKey[AuditLog] = web.AppKey("audit")
+    # False only in tests: the s3 upstream's writes without their preconditions (the control)
+    s3_conditional: web.AppKey[bool] = web.AppKey("s3_conditional")
+    replica: web.AppKey[OneReplica | None] = web.AppKey("replica")  # trust-path proxy mode only
 
 
 class RequestKeys:

@@ -65,6 +65,12 @@ class Metrics:
         self.marks = Gauge(
             "fencegate_marks", "resources with a high-water mark (updated on scrape)", registry=self.registry
         )
+        self.upstream_ordering = Gauge(
+            "fencegate_upstream_ordering",
+            "proxy mode: 1 for what keeps the upstream's writes in token order (--upstream-ordering)",
+            ["mode"],
+            registry=self.registry,
+        )
         self._answered: dict[tuple[str, str, int], Counter] = {}
 
     def answered(self, route: str, method: str, status: int) -> None:

@@ -56,6 +56,10 @@ SERVER_ERROR_DETAILS = {
     "upstream_failed": "the upstream answered an error, or an answer the gateway cannot pass on (such as a "
     "malformed Fencing-Token); see the gateway log under request_id",
     "upstream_timeout": "the upstream did not answer in time; the outcome is unknown",
+    "upstream_contended": "the store's object changed under every conditional write this request sent; "
+    "none was applied, retry",
+    "replica_claim_lapsed": "this gateway no longer holds its claim as the one trust-path replica on its "
+    "database; nothing was sent upstream, retry on the replica that holds it",
     "shutting_down": "the gateway is shutting down and admits no new requests; nothing was written, "
     "retry on another gateway",
     "not_supported": "not available in this mode (proxy mode offers no listing and no Idempotency-Key)",

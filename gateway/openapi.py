@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from gateway.config import UPSTREAM_ORDERINGS
 from gateway.parsing import (
     HEADER_RESOURCE_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
@@ -53,8 +54,22 @@ _STATUS_TEXT = {
     502: "proxy mode: the upstream answered an error, or a GET with a Fencing-Token that is not one token "
     "in the range above (upstream_failed)",
     503: "nothing acknowledged (storage_unavailable, request_timeout: the outcome is unknown; "
-    "token_source_unavailable, token_source_regressed, upstream_unavailable, shutting_down)",
+    "token_source_unavailable, token_source_regressed, upstream_unavailable, replica_claim_lapsed, "
+    "shutting_down)",
     504: "proxy mode: the upstream did not answer in time (upstream_timeout); the outcome is unknown",
+}
+_READY = {
+    "type": "object",
+    "required": ["status"],
+    "properties": {
+        "status": {"type": "string", "enum": ["ready"]},
+        "upstream_ordering": {
+            "type": "string",
+            "enum": list(UPSTREAM_ORDERINGS),
+            "description": "proxy mode only: what keeps the upstream's writes in token order "
+            "(--upstream-ordering)",
+        },
+    },
 }
 _REQUEST_ID = {
     "description": "names the gateway log lines holding this failure's detail",
@@ -354,9 +369,10 @@ def document(*, max_body: int) -> dict[str, Any]:
             "/readyz": {
                 "get": {
                     "operationId": "readyz",
-                    "summary": "readiness: storage and the token source answer, not shutting down",
+                    "summary": "readiness: storage and the token source answer, not shutting down, and in "
+                    "trust-path proxy mode this replica holds its claim",
                     "responses": {
-                        "200": _json({"type": "object", "required": ["status"]}, "ready"),
+                        "200": _json(_READY, "ready"),
                         **_errors(500, 503),
                     },
                 }

@@ -1,4 +1,4 @@
-"""Upstream proxy mode: the fence in front of another HTTP service.
+"""Upstream proxy mode to an http(s) service, `--upstream-ordering trust-path`: fence, then forward.
 
 For each fenced request the gateway takes the resource's in-process lock,
 runs the fenced unit in its own database (the key's binding, the raised
@@ -6,12 +6,15 @@ mark and the audit entry; the bytes are upstream), commits, and only then
 forwards the request; the lock is held until the upstream answered, so one gateway sends
 a resource's requests to the upstream one at a time, in fence order.
 
-The limit, stated at start-up and in docs/gateway.md: this is safe only if
-the path from the gateway to the upstream cannot delay or reorder requests.
-A request that times out here may still arrive at the upstream later, after
-a newer token's request; only a store that checks the token itself (the
-built-in one) is safe against that. Run one gateway per upstream in this mode:
-the per-resource lock is per process.
+The limit, which the setting's name states, the start-up line repeats and
+docs/gateway.md explains: the upstream applies what arrives unconditionally,
+so this is safe only if the path from the gateway to the upstream cannot
+delay or reorder requests. A request that times out here may still arrive at
+the upstream later, after a newer token's request; only a store that checks
+the token or a precondition itself is safe against that. The per-resource
+lock is per process, so one gateway per database runs in this mode
+(`gateway.replica`); `exclusive` refuses each fenced request once that
+replica's claim lapsed, before the fence moves.
 
 An upstream failure is 502 (it answered an error, or an answer the gateway
 cannot pass on), 503 (unreachable) or 504 (no answer in time), never a
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from urllib.parse import quote
 
 import aiohttp
@@ -53,8 +56,10 @@ from storage.protocols import Caller, FencedRequest, ObjectData, ObjectMeta, Obj
 from storage.sql import SqlObjectStore
 
 PROXY_LIMIT = (
-    "proxy mode is safe only if the path from this gateway to the upstream cannot delay or reorder "
-    "requests; a delayed request can reach the upstream after a newer token's request"
+    "--upstream-ordering trust-path: the upstream applies every forwarded write unconditionally, so this "
+    "gateway does NOT protect against a request delayed or reordered on the path to it, nor against a "
+    "request that timed out here (504) reaching it late, after a newer token's; the fence holds only "
+    "while that path delivers in order; one replica per database (a second is refused at start)"
 )
 
 
@@ -131,14 +136,22 @@ def _object_data(key: str, resource: str, answer: _Answer, *, upstream: str) -> 
 class UpstreamStore(ObjectStore):
     """`ObjectStore` that fences in SQL and keeps the bytes in an upstream HTTP service.
 
-    `fences` runs the fenced unit without objects (`Policy(objects=False)`).
+    `fences` runs the fenced unit without objects (`Policy(objects=False)`); `exclusive`, if given,
+    raises to refuse a fenced request (the one-replica claim lapsed) before anything is changed.
     """
 
     def __init__(
-        self, *, fences: SqlObjectStore, session: aiohttp.ClientSession, base_url: str, timeout: float
+        self,
+        *,
+        fences: SqlObjectStore,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        timeout: float,
+        exclusive: Callable[[], None] | None = None,
     ) -> None:
         assert not fences.policy.objects, "proxy mode keeps no objects in its own database"
         self._fences = fences
+        self._exclusive = exclusive
         self._session = session
         self._base = base_url.rstrip("/")
         self._timeout = timeout
@@ -197,6 +210,8 @@ class UpstreamStore(ObjectStore):
         if request.method != "GET":
             _no_idempotency(request.caller)
         async with self.locks.hold(resource):
+            if self._exclusive is not None:
+                self._exclusive()  # this process alone orders the resource's writes, or none are sent
             await self._fences.fenced(request)
             if request.method == "PUT":
                 answer = await self._forward(

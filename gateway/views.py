@@ -254,11 +254,17 @@ async def readyz(request: web.Request) -> web.Response:
         tokens = request.app[AppKeys.tokens]
         if tokens is not None:
             await check_token_source(tokens)
+        replica = request.app[AppKeys.replica]
+        if replica is not None:
+            replica.check()
     except Exception:
         readiness.failed()
         raise
     readiness.passed()
-    return web.json_response({"status": "ready"})
+    ordering = request.app[AppKeys.settings].upstream_ordering
+    return web.json_response(
+        {"status": "ready"} if ordering is None else {"status": "ready", "upstream_ordering": ordering}
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:

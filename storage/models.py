@@ -1,4 +1,4 @@
-"""The tables: fence marks, key bindings, objects, the audit trail, idempotency records.
+"""The tables: fence marks, key bindings, objects, the audit trail, idempotency records, replica claims.
 
 A fence row holds the highest token ever accepted for a resource; it only
 goes up (the conditional upsert of `statements.py` is the only writer). A
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Integer, LargeBinary, String
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, Integer, LargeBinary, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 MAX_KEY_LENGTH = 512
@@ -139,3 +139,23 @@ class IdempotencyRecord(Base):
     digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created: Mapped[bool] = mapped_column(Boolean, nullable=False)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class ReplicaClaim(Base):
+    """A role only one gateway on this database may hold (`slot`), and the instance holding it.
+
+    Times are seconds since the epoch by the database's clock, so replicas on
+    machines whose clocks differ still agree on when a claim ran out. The
+    holder renews `beat_at` and `expires_at` on a schedule and deletes its row
+    when it stops cleanly; a row past `expires_at` is a crashed holder's, and
+    the next claimant takes it over (`storage/replicas.py`).
+    """
+
+    __tablename__ = "fencegate_replicas"
+
+    slot: Mapped[str] = mapped_column(String(64), primary_key=True)
+    instance: Mapped[str] = mapped_column(String(64), nullable=False)
+    holder: Mapped[str] = mapped_column(String(255), nullable=False)  # host and pid, for the operator
+    started_at: Mapped[float] = mapped_column(Float, nullable=False)
+    beat_at: Mapped[float] = mapped_column(Float, nullable=False)
+    expires_at: Mapped[float] = mapped_column(Float, nullable=False)

@@ -26,6 +26,7 @@ from storage.models import (
     Binding,
     Fence,
     IdempotencyRecord,
+    ReplicaClaim,
     SchemaVersion,
     StoredObject,
 )
@@ -139,12 +140,19 @@ def _unchained(raw: Mapping[Any, Any], decode: Decoder) -> dict[str, Any]:
         ) from None
 
 
+def _v5_replica_claims(conn: Connection) -> None:
+    """The table where a gateway that must run alone on its database claims that role (proxy mode with
+    `--upstream-ordering trust-path`)."""
+    Base.metadata.tables[ReplicaClaim.__tablename__].create(conn)
+
+
 # Step N turns a version N-1 database into version N. Append, never edit.
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_tables,
     _v2_audit_and_idempotency,
     _v3_bindings_and_content_type,
     _v4_audit_chain,
+    _v5_replica_claims,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -96,3 +96,12 @@ def cluster_factory(
     yield start
     for cluster in reversed(started):
         cluster.stop_all()
+
+
+@pytest.fixture(scope="session")
+def s3_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One SeaweedFS S3 store (`cluster.s3`: endpoint, keys, bucket), shared by the session: tests use
+    distinct key prefixes."""
+    spec = ClusterSpec(redis=0, s3=True)
+    with LocalCluster.running(spec, tmp_path_factory.mktemp("s3")) as cluster:
+        yield cluster

@@ -97,6 +97,7 @@ class GatewayDeployment:
     resource: str
     tokens: str | None = None  # a token source URL, or INCR; None only in lock-only mode
     lock_url: str | None = None  # the etcd design's cluster (etcd://...); redis nodes are per run
+    proxied: bool = False  # the gateway proxies to an upstream: no Idempotency-Key (lab.gateway_store)
 
     def __post_init__(self) -> None:
         Locks(self.mode, self.design, self.tokens, self.lock_url)  # refuses a mode, design or source
@@ -127,7 +128,7 @@ class GatewayDeployment:
 
     def _counter(self) -> GatewayCounter:
         url = f"http://{self.gateway[0]}:{self.gateway[1]}"
-        return GatewayCounter(url, key=self.key, resource=self.resource, fenced=False)
+        return GatewayCounter(url, key=self.key, resource=self.resource, fenced=False, proxied=self.proxied)
 
     async def seed(self) -> None:
         """Create the counter at 0 before the run, so every read finds it.

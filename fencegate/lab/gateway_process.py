@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -28,10 +28,25 @@ LOG_TAIL = 2000
 
 
 class GatewayProcess:
-    """One `fencegate serve` on loopback, its SQLite file under `data_dir`."""
+    """One `fencegate serve` on loopback, its SQLite file under `data_dir`.
 
-    def __init__(self, data_dir: Path, *, python: str = sys.executable) -> None:
+    `args` are more `serve` flags (another storage, an upstream), `env` its whole environment (None: this
+    process's; an upstream's credentials), `module` what `python -m` runs (the lab's unconditional proxy).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        python: str = sys.executable,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        module: str = "fencegate.cli",
+    ) -> None:
         self.data_dir = data_dir
+        self._args = tuple(args)
+        self._env = None if env is None else dict(env)
+        self._module = module
         self.port = 0
         self.pid: int | None = None
         self._python = python
@@ -51,9 +66,10 @@ class GatewayProcess:
         self.port = free_port()
         with self._log.open("ab") as log:
             self._proc = await asyncio.create_subprocess_exec(
-                self._python, "-m", "fencegate.cli", "serve",
+                self._python, "-m", self._module, "serve",
                 "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
-                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                *self._args, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True, env=self._env,
             )  # fmt: skip
         self.pid = self._proc.pid
         await self._wait_ready()

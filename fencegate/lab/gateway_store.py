@@ -27,10 +27,15 @@ TIMEOUT = 10.0  # a request the lab's gateway does not answer in this long is an
 
 
 class GatewayCounter:
-    """The shared counter behind the gateway, fenced or not."""
+    """The shared counter behind the gateway, fenced or not.
 
-    def __init__(self, url: str, *, key: str, resource: str, fenced: bool) -> None:
-        self._client = GatewayClient(url, timeout=TIMEOUT)
+    `proxied`: the gateway is in proxy mode, which refuses `Idempotency-Key` (501), so each request is
+    sent once, with no key (an unanswered one is an error, its outcome unknown).
+    """
+
+    def __init__(self, url: str, *, key: str, resource: str, fenced: bool, proxied: bool = False) -> None:
+        once = {"retry": None} if proxied else {}
+        self._client = GatewayClient(url, timeout=TIMEOUT, **once)
         self._key = key
         self._resource = resource
         self._fenced = fenced

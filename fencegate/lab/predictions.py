@@ -18,7 +18,10 @@ let a challenger in while the etcd session keeps its lease alive. The
 stores other than the gateway (`STORE_SCENARIOS`) run the scenarios that
 ask their own question: a user's table sees a paused holder's stale write
 exactly as the gateway does, and the faults of a lock node hit the lock,
-whatever store is behind it. Pure: the
+whatever store is behind it. The s3 stores (two gateway replicas in front of
+SeaweedFS) run `proxy-delay` alone, the one scenario about the path between
+a gateway and its store, and only they run it: the unconditional proxy is
+unsafe there, the conditional one safe. Pure: the
 report and `lab report` use it on recorded histories, the runs use it
 before they start.
 """
@@ -55,7 +58,14 @@ INAPPLICABLE: dict[str, dict[str, str]] = {
 GATEWAY = "gateway"  # the store of every scenario: the built-in store behind the gateway
 # store -> the scenarios its rows run (the others are the gateway's rows; see docs/decisions.md)
 _SQL_ROWS = frozenset({"none", "pause"})
-STORE_SCENARIOS: dict[str, frozenset[str]] = {"sql": _SQL_ROWS, "sql-trigger": _SQL_ROWS}
+PROXY_DELAY = "proxy-delay"  # the scenario whose fault sits between a gateway replica and its store
+UNCONDITIONAL = "s3-unconditional"  # the s3 store whose replicas send writes without preconditions
+PROXY_STORES = ("s3", UNCONDITIONAL)
+STORE_SCENARIOS: dict[str, frozenset[str]] = {
+    "sql": _SQL_ROWS,
+    "sql-trigger": _SQL_ROWS,
+    **{store: frozenset({PROXY_DELAY}) for store in PROXY_STORES},
+}
 
 
 class Described(Protocol):
@@ -73,6 +83,9 @@ class Described(Protocol):
     @property
     def tokens(self) -> str | None: ...
 
+    @property
+    def store(self) -> str: ...
+
 
 def inapplicable(design: str, scenario: str) -> str | None:
     """Why `scenario` cannot run on `design` (None: it can)."""
@@ -81,9 +94,18 @@ def inapplicable(design: str, scenario: str) -> str | None:
 
 def store_inapplicable(store: str, scenario: str) -> str | None:
     """Why `scenario` has no row on `store` (None: it has)."""
+    if scenario == PROXY_DELAY and store not in PROXY_STORES:
+        return (
+            f"has no row on the {store} store: it holds the path between a gateway replica and an S3 "
+            f"store, so it runs on the {' and '.join(PROXY_STORES)} stores"
+        )
     runs = STORE_SCENARIOS.get(store)
     if runs is None or scenario in runs:
         return None
+    if store in PROXY_STORES:
+        return (
+            f"has no row on the {store} store, which runs {PROXY_DELAY} only: the other faults hit the lock"
+        )
     return (
         f"has no row on the {store} store, which runs {', '.join(sorted(runs))}: the faults of a lock node "
         "hit the lock, whatever store is behind it, and the gateway's rows show them"
@@ -92,6 +114,8 @@ def store_inapplicable(store: str, scenario: str) -> str | None:
 
 def expected_safe(run: Described) -> bool:
     """The verdict the seed documents predict for `run`."""
+    if run.scenario == PROXY_DELAY:  # the held write meets the store after the challenger's
+        return run.store != UNCONDITIONAL
     if run.mode != LOCK_ONLY:
         return not (run.scenario == REGRESS and run.tokens == INCR)
     return run.scenario not in BREAKS.get(run.lock, frozenset())
@@ -103,8 +127,11 @@ __all__ = [
     "INAPPLICABLE",
     "INCR",
     "LOCK_ONLY",
+    "PROXY_DELAY",
+    "PROXY_STORES",
     "REGRESS",
     "STORE_SCENARIOS",
+    "UNCONDITIONAL",
     "expected_safe",
     "inapplicable",
     "store_inapplicable",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from fencegate.lab.errors import RunnerError
 
@@ -110,3 +110,17 @@ class Deployment(Protocol):
     def store(self, address: tuple[str, int]) -> Component: ...
 
     async def final(self) -> int: ...
+
+
+@runtime_checkable
+class HeldPath(Protocol):
+    """A deployment of several gateway replicas, one of which reaches its store through a path the
+    scenario can hold (`lab.proxy_deployment`): each client is told which replica it sends to."""
+
+    def address_for(self, client: str) -> tuple[str, int]:
+        """The replica `client` sends its requests to."""
+        ...
+
+    def hold_path(self, seconds: float) -> None:
+        """Hold the held replica's requests to the store this long (0: let them through)."""
+        ...

@@ -29,7 +29,7 @@ from fencegate.lab.cluster import TERMINATED, until_terminated
 from fencegate.lab.deployments import DESIGNS, ETCD, MODES, Mode
 from fencegate.lab.errors import LabArgumentError, LabError
 from fencegate.lab.history import Meta
-from fencegate.lab.predictions import GATEWAY, inapplicable, store_inapplicable
+from fencegate.lab.predictions import GATEWAY, PROXY_STORES, inapplicable, store_inapplicable
 from fencegate.lab.report import RunResult, as_predicted, predicted_line, summary, table, to_json, token_trail
 from fencegate.lab.scenarios import SCENARIOS, RunPlan
 from fencegate.lab.session import (
@@ -83,7 +83,9 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool, store: str = GATEW
             "(a row in a user table on PostgreSQL, started for the run: lock-only with plain UPDATEs; "
             "fenced by fence() in each of the client's transactions (store sql), and by the table's "
             "trigger with clients that only write their token (store sql-trigger, fenced mode only)), "
-            "all: both "
+            "s3 (two gateway replicas on PostgreSQL in front of SeaweedFS, started for the run: writes "
+            "conditional at the store (store s3) or not (store s3-unconditional); fenced mode, proxy-delay "
+            "only), all: every one "
             f"(default: {store}; the sql rows run pause and none only)",
         )
         parser.add_argument(
@@ -237,8 +239,13 @@ def _command(args: argparse.Namespace, scenarios: Sequence[str], *, strict: bool
     for store in stores:
         skipped = [name for name in scenarios if store_inapplicable(store, name) is not None]
         if skipped and not strict:
-            print(f"note: the {store} store skips {', '.join(skipped)} (a lock node's faults hit the lock, "
-                  "whatever store is behind it: the gateway's rows show them)", file=sys.stderr)  # fmt: skip
+            why = (
+                "it runs proxy-delay only; the other faults hit the lock, whatever store is behind it"
+                if store in PROXY_STORES
+                else "a lock node's faults hit the lock, whatever store is behind it: the gateway's rows "
+                "show them; proxy-delay runs on the s3 stores"
+            )
+            print(f"note: the {store} store skips {', '.join(skipped)} ({why})", file=sys.stderr)
     if ETCD in designs and args.tokens not in ("sqlite", ETCD):
         print(f"note: --lock etcd fences with its lock key's create revision; --tokens {args.tokens} "
               "serves the other designs", file=sys.stderr)  # fmt: skip

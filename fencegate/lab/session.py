@@ -16,6 +16,9 @@ source was asked for; a scenario that cannot apply to a design is refused.
 A run on the sql store (`RunSpec.store`) keeps its counter in a user table
 on PostgreSQL (`lab.sql_deployment`): the session starts PostgreSQL for it,
 as for PostgreSQL tokens, and the lock half is the same as the gateway's.
+A run on an s3 store (`proxy-delay`, fenced mode only) gets two gateway
+replicas of its own on the session's PostgreSQL in front of the session's
+SeaweedFS (`lab.proxy_deployment`), started for the run and stopped after it.
 `expected_safe` (from `lab.predictions`) is the verdict the seed documents
 predict for a run.
 """
@@ -37,11 +40,14 @@ from fencegate.lab.history import History, Meta
 from fencegate.lab.predictions import (
     GATEWAY,
     INCR,
+    PROXY_STORES,
     REGRESS,
     expected_safe,
     inapplicable,
     store_inapplicable,
 )
+from fencegate.lab.proxy_deployment import ProxyDeployment
+from fencegate.lab.proxy_deployment import running as proxy_running
 from fencegate.lab.scenarios import SCENARIOS, RunPlan, run_scenario
 from fencegate.lab.scenarios.stage import PARTITION_NODES
 from fencegate.lab.sql_deployment import STORES, TRIGGER, TRIGGER_MODE, SqlDeployment
@@ -54,11 +60,14 @@ LONG_TTL = frozenset({"clock-jump", "restart", "failover", "token-regress"})
 LONG_TTL_FACTOR = 3.0
 HISTORY_FILE = "history.jsonl"  # each run's merged history, in its directory under the session's runs/
 POSTGRES = "postgres"  # the server kind the sql stores share with PostgreSQL tokens
+S3 = "s3"  # the server kind of the s3 stores: SeaweedFS (beside PostgreSQL, for their replicas' marks)
+PROXY_MODE = "fenced"  # the one mode the s3 stores run: both rows lease and fence; the store's CAS differs
 # `--store` -> the stores its runs use: the gateway's built-in store, the user tables on PostgreSQL, both
 STORE_CHOICES: dict[str, tuple[str, ...]] = {
     GATEWAY: (GATEWAY,),
     "sql": tuple(STORES),
-    "all": (GATEWAY, *STORES),
+    "s3": PROXY_STORES,
+    "all": (GATEWAY, *STORES, *PROXY_STORES),
 }
 
 
@@ -115,6 +124,7 @@ def plan_runs(
                 RunSpec(scenario, mode, design, None if mode == "lock-only" else tokens, seed, store)
                 for mode in modes
                 if store != TRIGGER or mode == TRIGGER_MODE  # lab.sql_deployment says why
+                if store not in PROXY_STORES or mode == PROXY_MODE
             ]
     return runs
 
@@ -127,6 +137,7 @@ def servers_for(specs: Iterable[RunSpec]) -> set[str]:
         kinds |= {spec.tokens} if spec.tokens is not None else set()
         kinds |= {ETCD} if spec.design == ETCD else set()
         kinds |= {POSTGRES} if spec.store != GATEWAY else set()
+        kinds |= {S3} if spec.store in PROXY_STORES else set()
     return kinds
 
 
@@ -155,6 +166,7 @@ class LabSession:
         token_urls: Mapping[str, str],
         *,
         address: tuple[str, int] | None = None,
+        s3: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
         self.gateway = gateway  # None when the session writes to a deployment it did not start
@@ -165,6 +177,7 @@ class LabSession:
         self.address = address
         self._servers = servers
         self._token_urls = dict(token_urls)
+        self._s3 = s3
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -175,16 +188,19 @@ class LabSession:
         token_kinds: Iterable[str] = (),
         token_urls: Mapping[str, str] | None = None,
         gateway_url: str | None = None,
+        s3: Mapping[str, str] | None = None,
     ) -> AsyncIterator[LabSession]:
         """Start the gateway, and ZooKeeper, PostgreSQL or etcd for the `token_kinds` that need them.
 
         `token_urls` names servers that already run for some kinds (kind -> source URL); those are not
         started (the test suite shares its session-wide ZooKeeper and PostgreSQL this way).
         `gateway_url` points the runs at a gateway that already runs (a deployment's load balancer)
-        instead of starting one.
+        instead of starting one. `s3` is a SeaweedFS that already runs (the cluster's endpoints entry);
+        without it, kind "s3" starts one.
         """
         given = dict(token_urls or {})
-        kinds = set(token_kinds) - set(given)
+        kinds = set(token_kinds) - set(given) - {S3}
+        start_s3 = S3 in token_kinds and s3 is None
         unknown = (kinds | set(given)) - set(TOKEN_KINDS)
         if unknown:
             raise LabError(f"unknown token source {sorted(unknown)}: use one of {', '.join(TOKEN_KINDS)}")
@@ -193,13 +209,15 @@ class LabSession:
             zookeeper="zookeeper" in kinds,
             postgres="postgres" in kinds,
             etcd=ETCD_MEMBERS if ETCD in kinds else 0,
+            s3=start_s3,
         )
         async with LocalCluster.running_async(spec, workdir / "servers") as servers:
+            store = servers.s3 if start_s3 else s3
             if gateway_url is not None:
-                yield cls(workdir, None, servers, given, address=_address(gateway_url))
+                yield cls(workdir, None, servers, given, address=_address(gateway_url), s3=store)
                 return
             async with running(workdir / "gateway") as gateway:
-                yield cls(workdir, gateway, servers, given)
+                yield cls(workdir, gateway, servers, given, s3=store)
 
     def token_url(self, kind: str) -> str:
         if kind in self._token_urls:
@@ -221,6 +239,8 @@ class LabSession:
         run_id = f"{spec.name}-{time.monotonic_ns() % 10**9}"
         tokens = None if spec.tokens is None else self.token_url(spec.tokens)
         lock_url = self.token_url(ETCD) if spec.design == ETCD else None
+        if spec.store in PROXY_STORES:
+            return await self._run_proxied(spec, plan, run_id, tokens, lock_url)
         deployment: GatewayDeployment | SqlDeployment
         if spec.store == GATEWAY:
             deployment = GatewayDeployment(
@@ -236,6 +256,28 @@ class LabSession:
             locks = Locks(spec.mode, spec.design, tokens, lock_url)
             url = self.token_url(POSTGRES)
             deployment = SqlDeployment(locks, spec.store, url, resource=f"lab-{run_id}")
+        return await self._run_on(deployment, spec, plan, run_id)
+
+    async def _run_proxied(
+        self, spec: RunSpec, plan: RunPlan, run_id: str, tokens: str | None, lock_url: str | None
+    ) -> History:
+        """A run on an s3 store: its two replicas live as long as the run."""
+        if self._s3 is None:
+            raise LabError(f"the {spec.store} store needs SeaweedFS: open the session with token kind {S3!r}")
+        gateway = GatewayDeployment(
+            mode=spec.mode, design=spec.design, gateway=self.address, key=f"lab/{run_id}/counter",
+            resource=f"lab-{run_id}", tokens=tokens, lock_url=lock_url,
+        )  # fmt: skip
+        workdir = self.workdir / "runs" / run_id
+        workdir.mkdir(parents=True, exist_ok=True)
+        dsn = self.token_url(POSTGRES)
+        async with proxy_running(gateway, spec.store, s3=self._s3, dsn=dsn, workdir=workdir) as deployment:
+            return await self._run_on(deployment, spec, plan, run_id)
+
+    async def _run_on(
+        self, deployment: GatewayDeployment | SqlDeployment | ProxyDeployment, spec: RunSpec, plan: RunPlan,
+        run_id: str,
+    ) -> History:  # fmt: skip
         await deployment.seed()
         ttl = plan.ttl * LONG_TTL_FACTOR if spec.scenario in LONG_TTL else plan.ttl
         run_plan = replace(plan, ttl=ttl, seed=spec.seed, resource=deployment.resource)

@@ -247,7 +247,9 @@ def test_sqlite_that_cannot_grow_its_file_is_503_without_sql_or_path(
 async def test_upstream_unreachable_is_503_without_its_address(
     make_client: MakeClient, unused_tcp_port: int
 ) -> None:
-    client = await make_client(upstream=f"http://127.0.0.1:{unused_tcp_port}/store")
+    client = await make_client(
+        upstream_ordering="trust-path", upstream=f"http://127.0.0.1:{unused_tcp_port}/store"
+    )
     resp = await client.put("/v1/objects/u", data=b"x", headers={"Fencing-Token": "1"})
     assert_clean(*await answer(resp), code="upstream_unavailable", markers=(str(unused_tcp_port),))
 

@@ -70,7 +70,9 @@ async def upstream(aiohttp_server: Any) -> tuple[Upstream, TestServer]:
 @pytest.fixture
 async def proxy(make_client: MakeClient, upstream: tuple[Upstream, TestServer]) -> AppClient:
     _, server = upstream
-    return await make_client(upstream=str(server.make_url("/store")), upstream_timeout=1.0)
+    return await make_client(
+        upstream_ordering="trust-path", upstream=str(server.make_url("/store")), upstream_timeout=1.0
+    )
 
 
 async def test_accepted_requests_are_forwarded_and_stale_ones_never(
@@ -225,7 +227,7 @@ async def test_an_unreachable_upstream_is_503(make_client: MakeClient) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    client = await make_client(upstream=f"http://127.0.0.1:{port}/store")
+    client = await make_client(upstream_ordering="trust-path", upstream=f"http://127.0.0.1:{port}/store")
     resp = await client.put("/v1/objects/u", data=b"x", headers={"Fencing-Token": "1"})
     assert (resp.status, (await resp.json())["error"]) == (503, "upstream_unavailable")
 
@@ -235,13 +237,26 @@ async def test_listing_is_not_available_in_proxy_mode(proxy: AppClient) -> None:
     assert (resp.status, (await resp.json())["error"]) == (501, "not_supported")
 
 
-async def test_the_start_log_states_the_limit(
+async def test_the_start_log_states_what_trust_path_does_not_protect_against(
     make_client: MakeClient, upstream: tuple[Upstream, TestServer], caplog: pytest.LogCaptureFixture
 ) -> None:
     _, server = upstream
     with caplog.at_level("WARNING", logger="gateway"):
-        await make_client(upstream=str(server.make_url("/store")))
-    assert any("cannot delay or reorder" in r.getMessage() for r in caplog.records)
+        await make_client(upstream_ordering="trust-path", upstream=str(server.make_url("/store")))
+    [line] = [r.getMessage() for r in caplog.records if "upstream proxy mode" in r.getMessage()]
+    assert "--upstream-ordering trust-path" in line
+    assert "does NOT protect against a request delayed or reordered on the path" in line
+    assert "timed out here (504) reaching it late" in line
+
+
+async def test_readyz_and_a_gauge_state_the_ordering(proxy: AppClient, client: AppClient) -> None:
+    ready = await proxy.get("/readyz")
+    assert (ready.status, await ready.json()) == (200, {"status": "ready", "upstream_ordering": "trust-path"})
+    scraped = await (await proxy.get("/metrics")).text()
+    assert 'fencegate_upstream_ordering{mode="trust-path"} 1.0' in scraped.splitlines()
+    # the built-in store: no proxy, so neither says a mode
+    assert await (await client.get("/readyz")).json() == {"status": "ready"}
+    assert "fencegate_upstream_ordering{" not in await (await client.get("/metrics")).text()
 
 
 async def test_a_key_belongs_to_one_resource_in_proxy_mode_too(

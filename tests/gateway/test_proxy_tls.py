@@ -71,13 +71,15 @@ async def test_an_upstream_of_a_private_ca_is_reached_only_with_upstream_ca(
     make_client: MakeClient, private_ca: Authority, tls_upstream: TLSUpstream
 ) -> None:
     url = await tls_upstream.start(private_ca.issue("upstream"))
-    without = await make_client(upstream=url, upstream_timeout=5.0)
+    without = await make_client(upstream_ordering="trust-path", upstream=url, upstream_timeout=5.0)
     refused = await without.put("/v1/objects/doc", data=b"v1", headers={"Fencing-Token": "1"})
     assert (refused.status, (await refused.json())["error"]) == (503, "upstream_unavailable")
     assert tls_upstream.reached == []  # the system's store does not know the private CA
     await without.close()
 
-    trusting = await make_client(upstream=url, upstream_timeout=5.0, upstream_ca=private_ca.cert)
+    trusting = await make_client(
+        upstream_ordering="trust-path", upstream=url, upstream_timeout=5.0, upstream_ca=private_ca.cert
+    )
     written = await trusting.put("/v1/objects/doc", data=b"v2", headers={"Fencing-Token": "2"})
     assert written.status == 201, await written.text()
     assert tls_upstream.reached == ["PUT /store/doc b'v2'"]
@@ -108,7 +110,9 @@ async def test_an_upstream_certificate_upstream_ca_does_not_vouch_for_is_503_and
     else:
         server_cert = private_ca.issue("upstream", expired=True)
     url = await tls_upstream.start(server_cert)
-    proxy = await make_client(upstream=url, upstream_timeout=5.0, upstream_ca=private_ca.cert)
+    proxy = await make_client(
+        upstream_ordering="trust-path", upstream=url, upstream_timeout=5.0, upstream_ca=private_ca.cert
+    )
     with caplog.at_level("INFO", logger="gateway"):
         for method in ("PUT", "GET", "DELETE"):
             answer = await proxy.request(method, "/v1/objects/doc", data=b"x", headers={"Fencing-Token": "1"})
@@ -123,7 +127,11 @@ async def test_an_upstream_certificate_upstream_ca_does_not_vouch_for_is_503_and
 def test_upstream_ca_is_a_setting_from_the_flag_and_the_environment(private_ca: Authority) -> None:
     from gateway.config import settings_from
 
-    env = {"FENCEGATE_UPSTREAM": "https://store.test/objects", "FENCEGATE_UPSTREAM_CA": str(private_ca.cert)}
+    env = {
+        "FENCEGATE_UPSTREAM": "https://store.test/objects",
+        "FENCEGATE_UPSTREAM_ORDERING": "trust-path",
+        "FENCEGATE_UPSTREAM_CA": str(private_ca.cert),
+    }
     assert settings_from(parse(), env).upstream_ca == private_ca.cert
     assert settings_from(parse("--upstream-ca", str(private_ca.cert)), env).upstream_ca == private_ca.cert
     assert Settings().upstream_ca is None  # the default: the system's store
@@ -219,7 +227,9 @@ async def test_an_upstream_requiring_a_client_certificate_is_reached_only_with_u
     Without `--upstream-ca` the system's store verifies the upstream: here the private CA is put in it
     (OpenSSL's SSL_CERT_FILE), as an operator adding it to the store would."""
     url = await tls_upstream.start(private_ca.issue("upstream"), client_ca=private_ca.cert)
-    without = await make_client(upstream=url, upstream_timeout=5.0, upstream_ca=private_ca.cert)
+    without = await make_client(
+        upstream_ordering="trust-path", upstream=url, upstream_timeout=5.0, upstream_ca=private_ca.cert
+    )
     refused = await without.put("/v1/objects/doc", data=b"v1", headers={"Fencing-Token": "1"})
     assert (refused.status, (await refused.json())["error"]) == (503, "upstream_unavailable")
     assert tls_upstream.reached == []  # no client certificate: the upstream took nothing
@@ -231,7 +241,9 @@ async def test_an_upstream_requiring_a_client_certificate_is_reached_only_with_u
         monkeypatch.setenv("SSL_CERT_FILE", str(private_ca.cert))
         trusting = {}
     pair = {"upstream_cert": gateway_pair.cert, "upstream_key": gateway_pair.key}
-    presenting = await make_client(upstream=url, upstream_timeout=5.0, **trusting, **pair)
+    presenting = await make_client(
+        upstream_ordering="trust-path", upstream=url, upstream_timeout=5.0, **trusting, **pair
+    )
     written = await presenting.put("/v1/objects/doc", data=b"v2", headers={"Fencing-Token": "2"})
     assert written.status == 201, await written.text()
     assert tls_upstream.reached == ["PUT /store/doc b'v2'"]
@@ -256,8 +268,8 @@ async def test_a_client_certificate_the_upstream_does_not_accept_is_503_and_noth
         pair = private_ca.issue("gw", hosts=(), server=True, client=False)
     url = await tls_upstream.start(private_ca.issue("upstream"), client_ca=private_ca.cert)
     proxy = await make_client(
-        upstream=url, upstream_timeout=5.0, upstream_ca=private_ca.cert, upstream_cert=pair.cert,
-        upstream_key=pair.key,
+        upstream_ordering="trust-path", upstream=url, upstream_timeout=5.0, upstream_ca=private_ca.cert,
+        upstream_cert=pair.cert, upstream_key=pair.key,
     )  # fmt: skip
     secrets = [pair.key.read_text(), pair.cert.read_text(), str(pair.key), str(pair.cert)]
     with caplog.at_level("INFO", logger="gateway"):
@@ -280,7 +292,7 @@ def test_upstream_cert_and_key_are_settings_from_the_flags_and_the_environment(
     from gateway.config import settings_from
 
     cert, key = str(gateway_pair.cert), str(gateway_pair.key)
-    env = {"FENCEGATE_UPSTREAM": "https://store.test/objects"}
+    env = {"FENCEGATE_UPSTREAM": "https://store.test/objects", "FENCEGATE_UPSTREAM_ORDERING": "trust-path"}
     from_env = {**env, "FENCEGATE_UPSTREAM_CERT": cert, "FENCEGATE_UPSTREAM_KEY": key}
     for settings in (
         settings_from(parse(), from_env),
@@ -297,7 +309,7 @@ def test_upstream_cert_and_key_are_settings_from_the_flags_and_the_environment(
         assert described.split("(default: ", 1)[1].startswith(f"unset; env {variable})"), described[:300]
 
 
-HTTPS = ("--upstream", "https://127.0.0.1:9000/store")
+HTTPS = ("--upstream", "https://127.0.0.1:9000/store", "--upstream-ordering", "trust-path")
 PAIR = ("--upstream-cert", "cert", "--upstream-key", "key")
 CANNOT = "cannot load the upstream client certificate"
 

@@ -505,7 +505,7 @@ async def test_proxy_mode_refuses_an_upstream_whose_certificate_it_cannot_verify
     reached, server = tls_upstream
     upstream = str(server.make_url("/store"))
     assert upstream.startswith("https://")
-    proxy = await make_client(upstream=upstream, upstream_timeout=5.0)
+    proxy = await make_client(upstream_ordering="trust-path", upstream=upstream, upstream_timeout=5.0)
     for method in ("PUT", "GET", "DELETE"):
         answer = await proxy.request(method, "/v1/objects/doc", data=b"x", headers={"Fencing-Token": "1"})
         text = await answer.text()

@@ -88,6 +88,7 @@ def test_scenarios_lists_every_fault_schedule(capsys: pytest.CaptureFixture[str]
         "restart-delayed",
         "failover",
         "token-regress",
+        "proxy-delay",
     ]
 
 

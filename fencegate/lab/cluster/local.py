@@ -1,6 +1,6 @@
 """A cluster of real servers on loopback, owned by one object.
 
-`LocalCluster` starts redis-server masters, ZooKeeper, PostgreSQL and etcd (and the
+`LocalCluster` starts redis-server masters, ZooKeeper, PostgreSQL, etcd, a SeaweedFS S3 store (and the
 deployment's gateway replicas behind HAProxy, see `topology`) on free
 ports, waits until each answers, and records every PID in `cluster.json` in
 its state dir. It stops exactly those PIDs (checking that each still runs the
@@ -37,6 +37,8 @@ from typing import Any
 from fencegate.cli import termination_held
 from fencegate.lab.cluster.certs import Authority, KeyPair
 from fencegate.lab.cluster.errors import ClusterArgumentError, ClusterError, ServerStartError
+from fencegate.lab.cluster.seaweed import endpoint as s3_endpoint
+from fencegate.lab.cluster.seaweed import s3_node
 from fencegate.lab.cluster.servers import (
     HOST,
     TLS_MODES,
@@ -59,6 +61,9 @@ from fencegate.lab.cluster.topology import HAPROXY_CFG, gateway_backends, gatewa
 STATE_FILE = "cluster.json"
 START_DEADLINE = 60.0  # a cold JVM on a loaded 2-core machine takes tens of seconds
 STOP_DEADLINE = 15.0
+# weed's volume server has flushed and stopped within 0.1 s of SIGTERM, but its master, filer and S3
+# gateway then wait 15 s on their gRPC streams: past this grace the rest is SIGKILLed
+STOP_GRACE = {"s3": 2.0}
 POLL = 0.02
 START_ATTEMPTS = 3  # a free port can be taken between probe and bind
 TLS_USER = "fencegate"  # the ACL user of TLS masters started with `ClusterSpec(redis_tls=True)`
@@ -92,6 +97,7 @@ class ClusterSpec:
     etcd_tls: str | None = (
         None  # "server" | "mutual": etcd's client URLs https only (implies etcd=1 at least)
     )
+    s3: bool = False  # a SeaweedFS S3 store (`weed server -s3`) with one signing identity and a bucket
 
 
 def _tail(path: str, lines: int = 20) -> str:
@@ -228,6 +234,11 @@ class LocalCluster:
         """The URL clients use: HAProxy in front of every gateway replica."""
         return self._one("haproxy").url
 
+    @property
+    def s3(self) -> dict[str, str]:
+        """The S3 store: `endpoint`, `access_key`, `secret_key`, `bucket` (made at start), `region`."""
+        return s3_endpoint(self._one("s3"))
+
     def postgres_pids(self) -> list[int]:
         """The postmaster and every process under it (backends, WAL writer): what PostgreSQL's CPU is."""
         root = self._one("postgres").pid
@@ -251,6 +262,7 @@ class LocalCluster:
             "etcd": self.etcd if "etcd" in kinds else None,
             "gateways": self.gateway_urls,
             "load_balancer": self.load_balancer if "haproxy" in kinds else None,
+            "s3": self.s3 if "s3" in kinds else None,
             "pids": {name: node.pid for name, node in self.nodes.items()},
         }
 
@@ -274,6 +286,8 @@ class LocalCluster:
         if spec.etcd or spec.etcd_tls:
             members = self.add_etcd_cluster(spec.etcd or 1, tls=spec.etcd_tls, wait=False)
             names += [n.name for n in members]
+        if spec.s3:
+            names.append(self.add_s3(wait=False).name)
         for name in names:
             self.wait_ready(name)
         if spec.gateways:
@@ -375,6 +389,11 @@ class LocalCluster:
             self._extra_dirs.append(str(data_dir))
             shutil.chown(data_dir, user, user)
         return self._launch(postgres_node(name, data_dir, user=user, tls=server_tls), wait)
+
+    def add_s3(self, *, wait: bool = True) -> Node:
+        """Start a SeaweedFS S3 store; ready once its bucket exists (see `fencegate.lab.cluster.seaweed`)."""
+        name = self._name("s3")
+        return self._launch(s3_node(name, self._node_dir(name)), wait)
 
     def _server_tls(self, name: str, kind: str, mode: str | None) -> ServerTLS | None:
         """Certificates for the TLS server `name` (valid for 127.0.0.1 only), or None for plaintext."""
@@ -529,7 +548,7 @@ class LocalCluster:
                 return
             self._signal(name, signal.SIGCONT)  # a paused server cannot handle SIGTERM
             os.killpg(node.pid, signal.SIGINT if node.kind == "postgres" else signal.SIGTERM)
-            if not self._wait_gone(node.pid, STOP_DEADLINE):
+            if not self._wait_gone(node.pid, STOP_GRACE.get(node.kind, STOP_DEADLINE)):
                 with contextlib.suppress(ClusterError):  # it may exit between the wait and the kill
                     self._signal(name, signal.SIGKILL)
             self._reap(name)

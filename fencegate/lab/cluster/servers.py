@@ -51,7 +51,7 @@ class Node:
     """One server process of the cluster, as recorded in the state file."""
 
     name: str
-    kind: str  # "redis" | "zookeeper" | "postgres" | "etcd" | "gateway" | "haproxy"
+    kind: str  # "redis" | "zookeeper" | "postgres" | "etcd" | "s3" | "gateway" | "haproxy"
     port: int
     argv: list[str]
     data_dir: str
@@ -62,7 +62,8 @@ class Node:
     # a client's TLS parameters in its URL's names (redis-py's ssl_ca_certs, ..., libpq's sslrootcert, ...,
     # kazoo's ca, ...)
     tls: dict[str, str] = field(default_factory=dict)
-    login: list[str] = field(default_factory=list)  # [user, password] of its ACL user, if it has one
+    # [user, password] of its ACL user, if it has one; an S3 store's [access key, secret]
+    login: list[str] = field(default_factory=list)
 
     @property
     def address(self) -> str:
@@ -86,7 +87,7 @@ class Node:
             return f"etcd://{HOST}:{self.port}{self.query}"
         if self.kind == "zookeeper":
             return f"zookeeper://{HOST}:{self.port}{self.query}"
-        if self.kind in HTTP_PROBES:
+        if self.kind in HTTP_PROBES or self.kind == "s3":
             return f"http://{HOST}:{self.port}"
         return self.address
 
@@ -407,6 +408,10 @@ def probe(node: Node) -> bool:
         return _http_get(node, HTTP_PROBES[node.kind])[0] == 200
     if node.kind == "etcd":
         return _http_get(node, ETCD_HEALTH)[0] == 200
+    if node.kind == "s3":
+        from fencegate.lab.cluster.seaweed import bucket_ready  # botocore: only for a cluster with a store
+
+        return bucket_ready(node)
     question, answers = {
         "redis": (b"PING\r\n", (b"+PONG", b"-NOAUTH")),  # an ACL-only master answers, asking for a login
         "zookeeper": (b"srvr", (b"Mode: ",)),

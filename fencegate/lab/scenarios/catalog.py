@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+from fencegate.lab.errors import FaultError
 from fencegate.lab.faults.nodes import crash_restart
 from fencegate.lab.runner import Checkpoint, ClientProcess
 from fencegate.lab.scenarios.stage import Scenario, Stage
@@ -49,6 +50,33 @@ class Delay(Scenario):
             finally:
                 proxy.hold(0)
                 stage.runner.note("fault", holder.name, "held write delivered", lease=at.lease)
+
+        stage.runner.background(deliver_late())
+
+
+class ProxyDelay(Scenario):
+    """Issue 35's deployment: the holder's write passes its replica's fence in time, then sits on the
+    path from that replica to the store until another client wrote through the other replica."""
+
+    name = "proxy-delay"
+    summary = (
+        "the holder's write passes its gateway replica in time, then sits on that replica's path to the S3 "
+        "store until another client wrote through the other replica"
+    )
+
+    async def after_read(self, stage: Stage, holder: ClientProcess, at: Checkpoint) -> None:
+        path = stage.path
+        if path is None:
+            raise FaultError(f"{self.name} holds a replica's path to its store: run it on an s3 store")
+        path.hold_path(HOLD_LONG)
+        stage.runner.note("fault", holder.name, "replica A's path to the store holds it", lease=at.lease)
+
+        async def deliver_late() -> None:
+            try:
+                await stage.challenger_wrote()
+            finally:
+                path.hold_path(0)
+                stage.runner.note("fault", holder.name, "held write delivered to the store", lease=at.lease)
 
         stage.runner.background(deliver_late())
 
@@ -143,5 +171,6 @@ SCENARIOS: dict[str, Scenario] = {
         RestartDelayed(),
         Failover(),
         TokenRegress(),
+        ProxyDelay(),
     )
 }

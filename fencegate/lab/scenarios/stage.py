@@ -40,7 +40,7 @@ from fencegate.lab.faults.clock import ClockShift
 from fencegate.lab.faults.nodes import ReplicatedPair
 from fencegate.lab.faults.proxy import DelayProxy
 from fencegate.lab.history import Event, History, Meta
-from fencegate.lab.protocols import Deployment
+from fencegate.lab.protocols import Deployment, HeldPath
 from fencegate.lab.runner import Checkpoint, ClientProcess, Runner
 from fencegate.lab.workload import WorkloadSettings
 
@@ -68,6 +68,7 @@ class Stage:
     shift: ClockShift | None = None
     pair: ReplicatedPair | None = None
     skew: ClockShift | None = None  # the challenger's own wall clock, where the scenario skews it
+    path: HeldPath | None = None  # a deployment whose replica's path to its store can be held
 
     def urls_for(self, client: str) -> list[str]:
         """The lock nodes as `client` reaches them: through its own links when the scenario partitions."""
@@ -214,7 +215,8 @@ async def _stage(
             tokens = (await asyncio.to_thread(cluster.add_redis)).url
         else:
             tokens = ""  # no redis at all: the design brings its own tokens
-        yield Stage(runner, cluster, plan.ttl, urls, tokens, faulted, proxies, links, shift, pair, skew)
+        path = deployment if isinstance(deployment, HeldPath) else None
+        yield Stage(runner, cluster, plan.ttl, urls, tokens, faulted, proxies, links, shift, pair, skew, path)
     finally:
         for proxy in [*proxies.values(), *(link for client in links.values() for link in client)]:
             await proxy.aclose()
@@ -273,6 +275,8 @@ def _config(stage: Stage, deployment: Deployment, plan: RunPlan, number: int, wo
     name = f"c{number}"
     proxy = stage.proxies.get(name)
     address = ("127.0.0.1", proxy.port) if proxy is not None else deployment.store_address
+    if stage.path is not None:  # several replicas: the holder sends through the one whose path is held
+        address = stage.path.address_for(name)
     points = {("start", 0), ("acquired", 1), ("read", 1)} if name == HOLDER else {("start", 0), ("wrote", 1)}
     return ClientConfig(
         settings=WorkloadSettings(

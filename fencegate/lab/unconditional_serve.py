@@ -1,0 +1,34 @@
+"""`fencegate serve` whose s3:// upstream gets every write without preconditions: the lab's control.
+
+`python -m fencegate.lab.unconditional_serve serve ARGS` is `fencegate serve
+ARGS` with the app's `s3_conditional` set False, so the proxy forwards each
+write the gateway's own fence accepted as the unconditional proxy does: no
+`If-Match`, no `If-None-Match: *`, no probe. It is the same code, the same
+SeaweedFS and the same replicas as the conditional rows, with only the
+store's compare-and-swap taken away, so the `proxy-delay` scenario's
+`s3-unconditional` row shows what that compare-and-swap buys (there is no
+command-line flag for it: a user cannot run it by mistake).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from aiohttp import web
+
+import gateway.serve
+from fencegate.cli import main
+from gateway.app import create_app
+from gateway.keys import AppKeys
+
+
+def _unconditional(*args: Any, **kwargs: Any) -> web.Application:
+    app = create_app(*args, **kwargs)
+    app[AppKeys.s3_conditional] = False
+    return app
+
+
+if __name__ == "__main__":
+    gateway.serve.create_app = _unconditional  # type: ignore[attr-defined]
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,308 @@
+"""The fence held at the upstream store by the store's own compare-and-swap.
+
+The gateway's SQL fence (the key's binding, the raised mark, the audit
+entry, the future guard) still runs first, as in every mode; it is not
+enough on its own, because a request the gateway accepted can be delayed on
+its way to the store, sent by another replica, or time out here and land
+later. So the store decides last. The object carries its token and resource
+as metadata (`TOKEN`, `RESOURCE`), and every write the gateway sends is
+conditional on the version whose token it compared: `If-Match` on that
+version's ETag, `If-None-Match: *` when the key held nothing. A write that
+was overtaken fails its precondition at the store, wherever it was held.
+
+One write, decided here for every transport:
+
+1. The version the decision is about: the one this gateway last wrote or
+   saw for the key (cached, so the common case costs no extra round trip),
+   else a HEAD.
+2. Decide: a stored token above the request's is 409 `stale_token` (nothing
+   written); an object bound to another resource is 409 `resource_mismatch`.
+3. Send the write conditional on that version. On 412 the cache was stale or
+   someone wrote in between: re-read (HEAD) and decide again, at most
+   `attempts` sends; then 503 `upstream_contended` (nothing this request sent
+   was applied: each send failed its precondition).
+
+A delete writes a tombstone instead of removing the key: a small object
+with `TOMBSTONE` set, the deleting token and resource, and a body unique to
+it. Removing the key would let a held `If-None-Match: *` write from an older
+token recreate it; the tombstone is a version like any other, so that write
+and every `If-Match` on an older ETag fail at the store. GET of a tombstone
+is 404; a write over it is a create (201). The body is unique because the
+store's ETag is the MD5 of the body: two tombstones with one body would
+have one ETag, and a write held since the first would match the second.
+
+That ETag rule has a cost this module cannot remove (docs/safety.md): the
+compare-and-swap compares bytes, not versions, so a write held since a
+version whose bytes a later, higher-token write puts back exactly can still
+match. Writes of distinct bytes, and every delete, are ordered by the store.
+
+A transport (S3 today, see `gateway.s3`) is four calls and a listing; it
+maps its driver's errors to the gateway's (502 garbage, 503 unreachable,
+504 no answer in time: outcome unknown, so the cache entry is dropped).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
+from gateway.parsing import MAX_TOKEN, token_or_none
+from gateway.upstream import ResourceLocks
+from storage.errors import ObjectNotFound, ResourceMismatch, StaleToken
+from storage.fenced import digest_of
+from storage.models import DEFAULT_CONTENT_TYPE
+from storage.protocols import Caller, FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
+from storage.sql import SqlObjectStore
+
+# The user metadata every object written through the gateway carries (x-amz-meta-* on S3).
+TOKEN, RESOURCE, TOMBSTONE = "fencing-token", "fencing-resource", "fencing-tombstone"
+TOMBSTONE_PREFIX = b"fencegate tombstone "
+TOMBSTONE_SIZE = len(TOMBSTONE_PREFIX) + 32  # the prefix and 16 random bytes in hex
+MAX_ATTEMPTS = 4  # conditional sends per request before 503 upstream_contended
+CACHE_SIZE = 10_000  # keys whose last known version is kept (least recently used goes first)
+ROUND_TRIP_BUCKETS = (1, 2, 3, 4, 6, 8, 12)
+
+
+class PreconditionFailed(Exception):
+    """The store refused a conditional write: the version it was conditional on is no longer there."""
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """One version of a key at the store, as a HEAD or a write's answer tells it.
+
+    `token` and `resource` are None for an object the gateway never wrote
+    (no fencing metadata): any fenced write may replace it, conditionally.
+    """
+
+    etag: str
+    token: int | None
+    resource: str | None
+    tombstone: bool
+    size: int
+    content_type: str = DEFAULT_CONTENT_TYPE
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One key of a listing page: what the store's listing says without reading the object."""
+
+    key: str
+    etag: str
+    size: int
+
+
+class Transport(Protocol):
+    """What the algorithm needs from a store that does conditional writes; keys are the gateway's."""
+
+    where: str  # the store as logs name it (s3://bucket/prefix/): never a credential
+
+    async def head(self, key: str) -> Version | None:
+        """The current version, None if the key holds nothing."""
+
+    async def get(self, key: str) -> tuple[Version, bytes] | None:
+        """The current version and its bytes, None if the key holds nothing."""
+
+    async def put_if(
+        self, key: str, data: bytes, *, content_type: str, metadata: Mapping[str, str], match: str | None
+    ) -> str:
+        """Write if the current ETag is `match` (None: only if the key holds nothing); the new ETag.
+        PreconditionFailed if not."""
+
+    async def delete_if(self, key: str, *, match: str) -> None:
+        """Remove the key if its current ETag is `match` (the probe's check); PreconditionFailed if not."""
+
+    async def list(self, prefix: str, *, after: str, limit: int) -> list[Listed]:
+        """Up to `limit` keys under `prefix` after `after`, in order."""
+
+
+def version_of(
+    etag: str, metadata: Mapping[str, str], *, size: int, content_type: str, key: str, where: str
+) -> Version:
+    """A version from the store's ETag and metadata; 502 if the stored token is not one the gateway
+    would accept from a client (it would otherwise pass it on, or compare against it)."""
+    raw = metadata.get(TOKEN)
+    token = None if raw is None else token_or_none(raw)
+    if raw is not None and token is None:
+        raise UpstreamFailed(
+            f"the store holds {key!r} with {TOKEN} {raw[:40]!r}: not a decimal integer in 1..{MAX_TOKEN}",
+            fields={"upstream": where, "key": key},
+        )
+    tombstone = metadata.get(TOMBSTONE) == "1"
+    return Version(etag, token, metadata.get(RESOURCE), tombstone, size, content_type)
+
+
+class ProxyMetrics:
+    """Round trips to the store per accepted write, and the preconditions that failed."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.round_trips = Histogram(
+            "fencegate_upstream_round_trips",
+            "requests to the store per accepted write (1: the cached version was current)",
+            buckets=ROUND_TRIP_BUCKETS,
+            registry=registry,
+        )
+        self.precondition_failures = Counter(
+            "fencegate_upstream_precondition_failures",
+            "conditional writes the store refused 412 (a stale cache, or a write in between)",
+            registry=registry,
+        )
+
+
+class ConditionalStore(ObjectStore):
+    """`ObjectStore` fenced in SQL first, then at the store by conditional writes (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        fences: SqlObjectStore,
+        transport: Transport,
+        metrics: ProxyMetrics,
+        attempts: int = MAX_ATTEMPTS,
+        cache_size: int = CACHE_SIZE,
+    ) -> None:
+        assert not fences.policy.objects, "proxy mode keeps no objects in its own database"
+        self._fences = fences
+        self.transport = transport
+        self._metrics = metrics
+        self._attempts = attempts
+        self._cache_size = cache_size
+        self._cache: OrderedDict[str, Version] = OrderedDict()
+        self.locks = ResourceLocks()  # per key: this replica's own writes to a key never race each other
+
+    async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
+        if request.method != "GET":
+            _no_idempotency(request.caller)
+        async with self.locks.hold(request.key):
+            await self._fences.fenced(request)  # binding, mark, audit: StaleToken raised here first
+            if request.method == "GET":
+                return await self._fenced_read(request)
+            return await self._write(request)
+
+    async def _write(self, request: FencedRequest) -> ObjectMeta:
+        key, deleting = request.key, request.method == "DELETE"
+        current, trips = self._cache.get(key), 0
+        if current is None:
+            current, trips = await self._head(key), 1
+        for _ in range(self._attempts):
+            _decide(request, current)
+            if deleting and (current is None or current.tombstone):
+                raise ObjectNotFound(f"no object under key {request.key!r} upstream", key=key, audited=True)
+            data, content_type = (_tombstone_body(), "application/octet-stream") if deleting else (
+                request.data, request.content_type
+            )  # fmt: skip
+            metadata = {TOKEN: str(request.token), RESOURCE: request.resource}
+            if deleting:
+                metadata[TOMBSTONE] = "1"
+            trips += 1
+            try:
+                etag = await self.transport.put_if(
+                    key, data, content_type=content_type, metadata=metadata,
+                    match=None if current is None else current.etag,
+                )  # fmt: skip
+            except PreconditionFailed:
+                self._metrics.precondition_failures.inc()
+                self._cache.pop(key, None)
+                current, trips = await self._head(key), trips + 1
+                continue
+            except (UpstreamTimeout, Unavailable, UpstreamFailed):
+                self._cache.pop(key, None)  # the outcome may be unknown: read the store next time
+                raise
+            self._remember(
+                key, Version(etag, request.token, request.resource, deleting, len(data), content_type)
+            )
+            self._metrics.round_trips.observe(trips)
+            created = current is None or current.tombstone
+            if deleting:
+                return ObjectMeta(key=key, resource=request.resource, token=request.token, version=None,
+                                  size=0, digest=None)  # fmt: skip
+            return ObjectMeta(
+                key=key, resource=request.resource, token=request.token, version=None, size=len(data),
+                digest=digest_of(data), created=created,
+            )  # fmt: skip
+        raise Unavailable(
+            f"the store's object {key!r} changed under each of {self._attempts} conditional writes; this "
+            "request was not applied",
+            code="upstream_contended",
+            fields={"key": key},
+        )
+
+    async def _head(self, key: str) -> Version | None:
+        found = await self.transport.head(key)
+        if found is not None:
+            self._remember(key, found)
+        return found
+
+    def _remember(self, key: str, version: Version) -> None:
+        self._cache[key] = version
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    async def _fenced_read(self, request: FencedRequest) -> ObjectData:
+        """The mark is raised (above); the bytes and the token are the store's."""
+        return await self._get(request.key, resource=request.resource, audited=True)
+
+    async def read(self, key: str, *, resource: str) -> ObjectData:
+        return await self._get(key, resource=resource, audited=False)
+
+    async def _get(self, key: str, *, resource: str, audited: bool) -> ObjectData:
+        found = await self.transport.get(key)
+        if found is None or found[0].tombstone:
+            raise ObjectNotFound(f"no object under key {key!r} upstream", key=key, audited=audited)
+        version, data = found
+        self._remember(key, version)
+        meta = ObjectMeta(
+            key=key, resource=version.resource or resource, token=version.token, version=None,
+            size=len(data), digest=digest_of(data),
+        )  # fmt: skip
+        return ObjectData(meta=meta, data=data, content_type=version.content_type)
+
+    async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]:
+        raise NotSupported("listing is not available in this proxy mode yet")
+
+    async def mark(self, resource: str) -> int:
+        return await self._fences.mark(resource)
+
+    async def marks_count(self) -> int:
+        return await self._fences.marks_count()
+
+    async def ping(self) -> None:
+        await self._fences.ping()
+
+    async def record_refusals(self, entries: Sequence[Refused]) -> None:
+        await self._fences.record_refusals(entries)
+
+
+def _decide(request: FencedRequest, current: Version | None) -> None:
+    """Refuse a request the stored version outranks; return if it may be written over `current`."""
+    if current is None:
+        return
+    if current.resource is not None and current.resource != request.resource:
+        raise ResourceMismatch(
+            f"key {request.key!r} belongs to resource {current.resource!r} at the store",
+            key=request.key, resource=request.resource, bound=current.resource,
+        )  # fmt: skip
+    if current.token is not None and current.token > request.token:
+        raise StaleToken(
+            f"token {request.token} is below the token {current.token} the store holds for {request.key!r}",
+            resource=request.resource, token=request.token, highest=current.token,
+        )  # fmt: skip
+
+
+def _tombstone_body() -> bytes:
+    """A body no other tombstone has, so no two tombstones share an ETag (the MD5 of the body)."""
+    return TOMBSTONE_PREFIX + secrets.token_hex(16).encode()
+
+
+def _no_idempotency(caller: Caller) -> None:
+    if caller.idempotency_key is not None:
+        raise NotSupported(
+            "Idempotency-Key is not available in this proxy mode yet; send the request without it"
+        )

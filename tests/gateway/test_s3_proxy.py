@@ -1,0 +1,132 @@
+"""The s3:// proxy on real SeaweedFS: the store's compare-and-swap is the last line of the fence.
+
+Each gateway here is an app on its own SQLite file unless a test shares one:
+two apps with two databases share nothing but the store, so what one
+refuses because of the other's writes was refused by the store's metadata
+and preconditions alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fencegate.lab.cluster import LocalCluster
+from gateway.conditional import TOMBSTONE, PreconditionFailed
+from gateway.keys import AppKeys
+from tests.gateway.conftest import AppClient, MakeClient
+from tests.gateway.s3_support import direct_client, fresh_prefix, held, use_store
+
+
+@pytest.fixture
+def store(s3_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
+    use_store(monkeypatch, s3_cluster.s3, tmp_path)
+    return s3_cluster.s3
+
+
+@pytest.fixture
+def prefix() -> str:
+    return fresh_prefix()
+
+
+async def _replica(make_client: MakeClient, store: dict[str, str], prefix: str, data_dir: Path) -> AppClient:
+    return await make_client(
+        upstream=f"s3://{store['bucket']}/{prefix}", upstream_endpoint=store["endpoint"], data_dir=data_dir
+    )
+
+
+def _metric(client: AppClient, name: str) -> float:
+    registry = client.app[AppKeys.metrics].registry
+    return registry.get_sample_value(name) or 0.0
+
+
+async def test_a_write_lands_with_its_token_and_resource_and_a_stale_one_changes_nothing(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+) -> None:
+    gateway = await _replica(make_client, store, prefix, tmp_path / "a")
+    put = await gateway.put("/v1/objects/doc", data=b"v5", headers={"Fencing-Token": "5"})
+    assert put.status == 201, await put.text()
+    again = await gateway.put("/v1/objects/doc", data=b"v6", headers={"Fencing-Token": "6"})
+    assert again.status == 200
+    stale = await gateway.put("/v1/objects/doc", data=b"v4", headers={"Fencing-Token": "4"})
+    assert stale.status == 409
+    async with direct_client(store) as s3:
+        found = await held(s3, store["bucket"], prefix + "doc")
+    assert found is not None
+    assert (found.data, found.token, found.metadata["fencing-resource"]) == (b"v6", 6, "doc")
+    got = await gateway.get("/v1/objects/doc")
+    assert (await got.read(), got.headers["Fencing-Token"]) == (b"v6", "6")
+    fenced = await gateway.get("/v1/objects/doc", headers={"Fencing-Token": "7"})
+    assert (await fenced.read(), fenced.headers["Fencing-Token"]) == (b"v6", "6")
+    mark = await gateway.get("/v1/fences/doc")
+    assert (await mark.json())["highest"] == 7
+    # one round trip per write once the version is cached: the first write's HEAD found nothing
+    assert _metric(gateway, "fencegate_upstream_round_trips_sum") == 3.0
+
+
+async def test_the_store_refuses_a_token_below_its_own_even_when_the_gateway_database_never_saw_it(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+) -> None:
+    a = await _replica(make_client, store, prefix, tmp_path / "a")
+    b = await _replica(make_client, store, prefix, tmp_path / "b")  # a database of its own: mark 0
+    assert (await a.put("/v1/objects/k", data=b"a7", headers={"Fencing-Token": "7"})).status == 201
+    refused = await b.put("/v1/objects/k", data=b"b6", headers={"Fencing-Token": "6"})
+    assert refused.status == 409
+    body = await refused.json()
+    assert (body["error"], body["highest"]) == ("stale_token", 7)
+    gone = await b.delete("/v1/objects/k", headers={"Fencing-Token": "6"})
+    assert gone.status == 409
+    async with direct_client(store) as s3:
+        found = await held(s3, store["bucket"], prefix + "k")
+    assert found is not None
+    assert (found.data, found.token) == (b"a7", 7)
+
+
+async def test_a_stale_cache_costs_one_precondition_failure_and_a_re_read_never_a_wrong_answer(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+) -> None:
+    a = await _replica(make_client, store, prefix, tmp_path / "a")
+    b = await _replica(make_client, store, prefix, tmp_path / "b")
+    assert (await a.put("/v1/objects/k", data=b"a5", headers={"Fencing-Token": "5"})).status == 201
+    assert (await b.put("/v1/objects/k", data=b"b6", headers={"Fencing-Token": "6"})).status == 200
+    # a's cache still holds its own version of token 5: the store refuses that ETag, a re-reads and decides
+    assert (await a.put("/v1/objects/k", data=b"a7", headers={"Fencing-Token": "7"})).status == 200
+    assert _metric(a, "fencegate_upstream_precondition_failures_total") == 1.0
+    b_stale = await b.put("/v1/objects/k", data=b"b6-again", headers={"Fencing-Token": "6"})
+    assert b_stale.status == 409
+    async with direct_client(store) as s3:
+        found = await held(s3, store["bucket"], prefix + "k")
+    assert found is not None
+    assert (found.data, found.token) == (b"a7", 7)
+
+
+async def test_a_delete_leaves_a_tombstone_that_a_held_older_write_cannot_get_past(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+) -> None:
+    gateway = await _replica(make_client, store, prefix, tmp_path / "a")
+    transport = gateway.app[AppKeys.store].transport  # type: ignore[attr-defined]
+    assert (await gateway.put("/v1/objects/k", data=b"v5", headers={"Fencing-Token": "5"})).status == 201
+    before = await transport.head("k")
+    deleted = await gateway.delete("/v1/objects/k", headers={"Fencing-Token": "6"})
+    assert deleted.status == 200
+    assert (await gateway.get("/v1/objects/k")).status == 404
+    assert (await gateway.delete("/v1/objects/k", headers={"Fencing-Token": "6"})).status == 404
+    async with direct_client(store) as s3:
+        stone = await held(s3, store["bucket"], prefix + "k")
+    assert stone is not None
+    assert (stone.metadata[TOMBSTONE], stone.token) == ("1", 6)
+    # writes sent before the delete and held on the path: a create, and one on the old version
+    meta = {"fencing-token": "5", "fencing-resource": "k"}
+    with pytest.raises(PreconditionFailed):
+        await transport.put_if("k", b"held", content_type="text/plain", metadata=meta, match=None)
+    with pytest.raises(PreconditionFailed):
+        await transport.put_if("k", b"held", content_type="text/plain", metadata=meta, match=before.etag)
+    stale = await gateway.put("/v1/objects/k", data=b"v5", headers={"Fencing-Token": "5"})
+    assert stale.status == 409
+    again = await gateway.put("/v1/objects/k", data=b"v7", headers={"Fencing-Token": "7"})
+    assert again.status == 201
+    async with direct_client(store) as s3:
+        found = await held(s3, store["bucket"], prefix + "k")
+    assert found is not None
+    assert (found.data, found.token) == (b"v7", 7)
