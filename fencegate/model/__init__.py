@@ -5,8 +5,10 @@ system: clients taking Redlock leases over N Redis masters with TTL expiry,
 the token source, the gateway's fence and a read-modify-write counter,
 against an adversary that pauses clients past their TTL, delays messages,
 restarts nodes without their keys, jumps node clocks and (in one variant)
-restarts the token source without its counter. `fencegate model
-check` runs it; a counterexample comes back as the lab's history events.
+restarts the token source without its counter. A second model (proxy.pml)
+checks the path from the gateway's replicas to an upstream store, which holds,
+reorders and delivers late the requests the gateway forwards. `fencegate
+model check` runs both; a counterexample comes back as the lab's history events.
 """
 
 from fencegate.model.errors import BuildError, ModelError, SearchError, ToolMissing, TrailError

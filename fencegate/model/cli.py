@@ -5,9 +5,11 @@
 status guards what fencegate ships: 1 when `fenced`, `fence-only` or
 `bound-resource` breaks a property fencing promises, 4 when a search hit its
 depth or memory bound, 0 otherwise. The baseline (redis-only), the rejected
-designs and the gateway before objects were bound to a resource
-(any-resource) are expected to break properties, and reporting that is their
-purpose, not a failure.
+designs, the gateway before objects were bound to a resource
+(any-resource) and the unconditional proxy (proxy-trust-path) are expected to
+break properties, and reporting that is their purpose, not a failure. The
+proxy variants are a model of their own (proxy.pml) with properties of their
+own: each variant is searched for the selected properties its model has.
 `doc` regenerates the tables of docs/model.md from the commands recorded in
 their markers (with `--check`, it only compares and fails on a difference).
 """
@@ -30,7 +32,7 @@ from fencegate.model.doc import block_args, regenerate
 from fencegate.model.errors import ModelArgumentError
 from fencegate.model.report import as_json, history_lines, markdown_table, text_table, trail_tables
 from fencegate.model.runner import DEFAULT_MAX_DEPTH, DEFAULT_MEMORY_MB, CheckResult, check_variant
-from fencegate.model.variants import PROPERTIES, VARIANTS, Sizes, pick
+from fencegate.model.variants import PROPERTIES, VARIANTS, Sizes, applicable, pick
 
 log = logging.getLogger(__name__)
 DEFAULT_DOC = "docs/model.md"
@@ -147,19 +149,20 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
         type=_size(MAX_NODES, minimum=1, why="use 1, 3 or 5 Redis masters"),
         default=3,
         metavar="N",
-        help=f"Redis masters (1, 3 or {MAX_NODES})",
+        help=f"Redis masters (1, 3 or {MAX_NODES}; the proxy variants take no lock)",
     )
     parser.add_argument(
         "--ops",
         type=_size(MAX_SIZE, minimum=1, why="the model is sized for 1 to 3 acquisitions per client"),
         default=1,
-        help=f"acquisitions per client (1 to {MAX_SIZE})",
+        help=f"acquisitions per client; proxy variants: requests per client (1 to {MAX_SIZE})",
     )
     parser.add_argument(
         "--pauses",
         type=_size(MAX_SIZE, minimum=0, why="the model is sized for 0 to 3 pauses"),
         default=1,
-        help=f"times a whole TTL may pass (0 to {MAX_SIZE})",
+        help=f"times a whole TTL may pass; proxy variants: requests the gateway stops waiting for, "
+        f"answered 504 and still delivered later (0 to {MAX_SIZE})",
     )
     parser.add_argument(
         "--node-faults",
@@ -213,19 +216,27 @@ Cache = dict[tuple[str, str, Sizes, int, int], CheckResult]
 
 
 def run_checks(args: argparse.Namespace, cache: Cache | None = None) -> list[CheckResult]:
-    """Search each selected (variant, property); `cache` reuses searches already run with equal bounds."""
+    """Search each selected (variant, property) its model has; `cache` reuses searches with equal bounds."""
     cache = {} if cache is None else cache
     sizes = Sizes(
         clients=args.clients, nodes=args.nodes, ops=args.ops, pauses=args.pauses, node_faults=args.node_faults
     )
     variants = pick(args.variant, VARIANTS, "variant")
     props = pick(args.property, PROPERTIES, "property")
+    wanted = {v: applicable(v, props) for v in variants}  # each model has properties of its own
+    if not any(wanted.values()):
+        models = {VARIANTS[v].model for v in variants}
+        theirs = [p for p, prop in PROPERTIES.items() if prop.model in models]
+        raise ModelArgumentError(
+            f"--property {args.property}: not a property of {', '.join(variants)}; "
+            f"theirs: {', '.join(theirs)}"
+        )
 
     def key(variant: str, prop: str) -> tuple[str, str, Sizes, int, int]:
         return (variant, prop, sizes, args.max_depth, args.memory)
 
     for variant in variants:
-        missing = [p for p in props if key(variant, p) not in cache]
+        missing = [p for p in wanted[variant] if key(variant, p) not in cache]
         if not missing:
             continue
         log.info("searching %s: %s", variant, ", ".join(missing))  # progress on stderr, also with --json
@@ -239,7 +250,7 @@ def run_checks(args: argparse.Namespace, cache: Cache | None = None) -> list[Che
                 result.search_seconds,
             )  # fmt: skip
             cache[key(variant, result.prop)] = result
-    return [cache[key(v, p)] for v in variants for p in props]
+    return [cache[key(v, p)] for v in variants for p in wanted[v]]
 
 
 def _write_histories(results: list[CheckResult], directory: Path) -> list[Path]:

@@ -13,17 +13,18 @@ from typing import Any
 
 from fencegate import tables
 from fencegate.model.runner import CheckResult
-from fencegate.model.variants import PROPERTIES, VARIANTS
+from fencegate.model.trail import Trail
+from fencegate.model.variants import PROPERTIES, PROXY_MODEL, VARIANTS, promised
 
 
 def variant_verdict(results: Sequence[CheckResult]) -> str:
     """`unsafe` if a promised property is violated; `safe` only if every promised one holds."""
-    promised = [r for r in results if r.promised]
-    if any(r.verdict == "violated" for r in promised):
+    searched = [r for r in results if r.promised]
+    if any(r.verdict == "violated" for r in searched):
         return "unsafe"
-    if any(r.verdict == "incomplete" for r in promised):
+    if any(r.verdict == "incomplete" for r in searched):
         return "incomplete"
-    if {r.prop for r in promised} != {name for name, p in PROPERTIES.items() if p.promised}:
+    if not results or {r.prop for r in searched} != promised(results[0].variant):
         return "partial"
     return "safe"
 
@@ -54,7 +55,9 @@ def text_table(results: Sequence[CheckResult]) -> str:
     lines = [tables.grid(header, rows[1:], right=range(3, len(header)))]
     if results:
         lines.append("")
-        lines.append(f"sizes: {results[0].sizes.label()}   (* not promised by fencing: explains the verdict)")
+        for model, group in by_model(results).items():
+            lines.append(f"sizes ({model}): {group[0].sizes.label(model)}")
+        lines.append("(* not promised by fencing: explains the verdict)")
         for variant, group in by_variant(results).items():
             lines.append(f"{variant}: {variant_verdict(group)}")
             for r in group:
@@ -63,7 +66,19 @@ def text_table(results: Sequence[CheckResult]) -> str:
     return "\n".join(lines)
 
 
+def by_model(results: Sequence[CheckResult]) -> dict[str, list[CheckResult]]:
+    grouped: dict[str, list[CheckResult]] = {}
+    for result in results:
+        grouped.setdefault(VARIANTS[result.variant].model, []).append(result)
+    return grouped
+
+
 def markdown_table(results: Sequence[CheckResult]) -> str:
+    """One table per model (they have properties of their own), each as `_model_table` draws it."""
+    return "\n\n".join(_model_table(model, group) for model, group in by_model(results).items())
+
+
+def _model_table(model: str, results: Sequence[CheckResult]) -> str:
     """One row per variant, one column per property; cells: verdict, states stored, depth."""
     props = [p for p in PROPERTIES if any(r.prop == p for r in results)]
     head = ["variant", *(_title(p) for p in props), "verdict"]
@@ -76,7 +91,7 @@ def markdown_table(results: Sequence[CheckResult]) -> str:
     lines = [tables.markdown(head, rows)]
     if results:
         lines.append("")
-        lines.append(f"Sizes: {results[0].sizes.label()}. Cells: verdict, states stored, depth reached.")
+        lines.append(f"Sizes: {results[0].sizes.label(model)}. Cells: verdict, states stored, depth reached.")
     return "\n".join(lines)
 
 
@@ -101,7 +116,7 @@ def trail_tables(results: Sequence[CheckResult], *, markdown: bool) -> str:
             )
             for e in r.trail.events
         ]
-        ending = f"final counter {r.trail.final}, acknowledged increments {r.trail.acknowledged}"
+        ending = _ending(r.variant, r.trail)
         if markdown:
             blocks.append(f"**{r.variant} / {r.prop}** ({ending}):\n\n" + tables.markdown(head, rows))
         else:
@@ -172,9 +187,22 @@ def _lab_event(event: dict[str, Any]) -> dict[str, Any]:
     """A model event as the lab's format holds it: a served DELETE becomes a mark on its client's lane."""
     if event["kind"] != "delete":
         return event
-    what = f"DELETE accepted, seq {event['seq']}" if event["outcome"] == "ok" else "DELETE refused"
+    if event["outcome"] == "ok":
+        applied = event["seq"] is not None  # proxy.pml: a DELETE of a key with no version sends nothing
+        what = f"DELETE accepted, seq {event['seq']}" if applied else "DELETE answered, none applied"
+    else:
+        what = "DELETE refused" if event["outcome"] == "refused" else "DELETE unanswered (outcome unknown)"
     detail = "; ".join(d for d in (what, event["detail"]) if d)
     return {**event, "kind": "fault", "outcome": "ok", "seq": None, "detail": detail}
+
+
+def _ending(variant: str, trail: Trail) -> str:
+    """How the trail ends: the counter, or (proxy.pml) the token of the request behind the store's state."""
+    if VARIANTS[variant].model == PROXY_MODEL:
+        return (
+            f"the store's state made by token {trail.final}, highest token answered 2xx: {trail.acknowledged}"
+        )
+    return f"final counter {trail.final}, acknowledged increments {trail.acknowledged}"
 
 
 def _opt(value: int | None) -> str:
@@ -192,6 +220,7 @@ def _cell(r: CheckResult) -> str:
 
 __all__ = [
     "as_json",
+    "by_model",
     "by_variant",
     "history_lines",
     "markdown_table",

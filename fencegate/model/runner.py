@@ -1,4 +1,4 @@
-"""Run spin on fencegate.pml: generate the verifier, compile it, search, replay any trail.
+"""Run spin on a model (fencegate.pml, proxy.pml): generate the verifier, compile it, search, replay a trail.
 
 Every search is exhaustive: `-DSAFETY` (only safety properties are asked, so
 no cycle detection is compiled in), `-DCOLLAPSE` (lossless state compression:
@@ -35,9 +35,8 @@ from fencegate.model.errors import (
 )
 from fencegate.model.pan import PanReport, parse_pan
 from fencegate.model.trail import Trail, parse_replay
-from fencegate.model.variants import PROPERTIES, VARIANTS, Sizes
+from fencegate.model.variants import LOCK_MODEL, PROPERTIES, VARIANTS, Sizes
 
-MODEL_FILE = "fencegate.pml"
 DEFAULT_MAX_DEPTH = 10_000  # pan's -m; the small configurations stay under 300
 DEFAULT_MEMORY_MB = 4096  # -DMEMLIM: a search that needs more is reported incomplete
 CFLAGS = ("-O2", "-w", "-DSAFETY", "-DCOLLAPSE")  # -w: pan.c trips gcc's array-bound heuristics
@@ -62,9 +61,9 @@ class CheckResult:
         return PROPERTIES[self.prop].promised
 
 
-def model_source() -> str:
-    """The Promela text shipped in this package."""
-    return resources.files("fencegate.model").joinpath(MODEL_FILE).read_text()
+def model_source(model: str = LOCK_MODEL) -> str:
+    """The Promela text of one model shipped in this package."""
+    return resources.files("fencegate.model").joinpath(model).read_text()
 
 
 def tool(name: str) -> str:
@@ -98,11 +97,15 @@ def check_variant(
     if unknown:
         raise ModelArgumentError(f"unknown properties {unknown}: choose from {', '.join(PROPERTIES)}")
     defines = macros(variant, sizes)
+    model = VARIANTS[variant].model
+    foreign = [p for p in props if PROPERTIES[p].model != model]
+    if foreign:
+        raise ModelArgumentError(f"{', '.join(foreign)}: not a property of {variant}'s model ({model})")
     results = []
     with _workdir(keep, variant) as work:
-        (work / MODEL_FILE).write_text(model_source())
+        (work / model).write_text(model_source(model))
         started = time.monotonic()
-        _run([tool("spin"), "-a", *defines, MODEL_FILE], work, "spin -a rejected the model")
+        _run([tool("spin"), "-a", *defines, model], work, "spin -a rejected the model")
         _run(
             [tool("gcc"), *CFLAGS, f"-DMEMLIM={memory_mb}", "-o", "pan", "pan.c"],
             work,
@@ -111,7 +114,7 @@ def check_variant(
         build_seconds = time.monotonic() - started
         for prop in props:
             claim = PROPERTIES[prop].claim
-            (work / f"{MODEL_FILE}.trail").unlink(missing_ok=True)
+            (work / f"{model}.trail").unlink(missing_ok=True)
             started = time.monotonic()
             try:
                 pan = subprocess.run(
@@ -127,7 +130,7 @@ def check_variant(
             report = parse_pan(pan.stdout)
             trail = None
             if report.errors:
-                trail = _replay(work, defines)
+                trail = _replay(work, model, defines)
                 verdict = "violated"
             else:
                 verdict = "holds" if report.complete else "incomplete"
@@ -142,11 +145,11 @@ def check(variant: str, prop: str, sizes: Sizes, **options: Any) -> CheckResult:
     return check_variant(variant, [prop], sizes, **options)[0]
 
 
-def _replay(work: Path, defines: list[str]) -> Trail:
-    if not (work / f"{MODEL_FILE}.trail").exists():
+def _replay(work: Path, model: str, defines: list[str]) -> Trail:
+    if not (work / f"{model}.trail").exists():
         raise TrailError(f"pan reported an error but wrote no trail in {work}")
     out = subprocess.run(
-        [tool("spin"), "-t", "-p", *defines, MODEL_FILE],
+        [tool("spin"), "-t", "-p", *defines, model],
         cwd=work,
         capture_output=True,
         text=True,

@@ -24,6 +24,14 @@ Translation choices, each so the lab's rules read the trail as the model meant i
   resource is noted on that request. A DELETE is a `delete` event; the lab's
   history format has none, and `report.history_lines` carries it there as a
   mark on its client's lane;
+- in the proxy model (proxy.pml), each client holds one token (its lease
+  `cN/1`, no lock). What the gateway sent to the store (the request, its
+  precondition) and each 412 it got back are noted on the request's outcome;
+  a request the gateway stopped waiting for is answered `error` (504, outcome
+  unknown). The store's application of a request is an event of its own on the
+  client's lane, with its `seq` (the gateway's answer, if it still waits,
+  carries the same `seq`, as the lab's store and client record one request);
+  so is the store's 412 to a request nobody waits for any more;
 - a granted lease's `until` is the step its TTL passed, or one past the trail's
   end if it never did (time in the model has no other measure); fence-only
   "leases" are token epochs with no validity, so their `until` stays None.
@@ -49,6 +57,9 @@ _ENDS = re.compile(r"^spin: trail ends after (\d+) steps")
 EVENT_KEYS = ("at", "client", "kind", "lease", "token", "outcome", "value", "seq", "until", "detail")
 REQUEST_KINDS = ("read", "write", "delete")  # the store operations a client sends
 RESOURCES = {1: "lock", 2: "key"}  # what the model prints for the resource a request named
+# proxy.pml: what the gateway sent to the store (pkind) and the precondition it carried (pcond)
+SENT = {1: "PUT", 2: "DELETE", 3: "PUT of a tombstone"}
+CONDITIONS = {0: "unconditional", 1: "If-Match: e{etag}", 2: "If-None-Match: *"}
 
 
 @dataclass
@@ -120,6 +131,7 @@ class _Translator:
         self.drawn: dict[str, str] = {}  # lease -> when its token was drawn, before its acquire
         self.notes: dict[str, str] = {}  # client -> a note for its request's outcome (fence check, binding)
         self.named: dict[str, str] = {}  # client -> the resource its request in flight named
+        self.path: dict[str, list[str]] = {}  # client -> what the gateway sent the store for its request
 
     def run(self, lines: list[tuple[re.Match[str], int]]) -> None:
         for match, at in lines:
@@ -150,6 +162,20 @@ class _Translator:
             return
         if kind == "bind":
             self.notes[client] = f"binds the key to resource {_resource(arg)}"
+            return
+        if kind == "forward":
+            self.path.setdefault(client, []).append(_forwarded(detail, arg))
+            return
+        if kind == "precondition":
+            self.path.setdefault(client, []).append("412 from the store")
+            return
+        if kind == "store":
+            sent, unheard = int(detail) % 10, int(detail) >= 10
+            self.emit(
+                at=at, client=client, kind="write" if sent == 1 else "delete", lease=lease, token=token,
+                outcome=outcome, value=value, seq=seq,
+                detail="; ".join([*self.path.get(client, []), _delivered(outcome, sent, unheard, arg)]),
+            )  # fmt: skip
             return
         if kind == "token":
             note = f"token {token} drawn {detail} the quorum, at step {at:g}"
@@ -203,6 +229,8 @@ class _Translator:
             notes.append(f"the key belongs to resource {_resource(arg)}, not {named}")
         elif detail == "unbind":
             notes.append("the key is free again (no tombstone)")
+        notes.extend(self.path.pop(client, []))
+        notes.append(_answer(detail, arg))
         notes.append(self.notes.pop(client, ""))
         return "; ".join(n for n in notes if n)
 
@@ -212,6 +240,42 @@ def _resource(number: int) -> str:
         return RESOURCES[number]
     except KeyError:
         raise TrailError(f"unknown resource {number}: fencegate.pml and model/trail.py disagree") from None
+
+
+def _forwarded(detail: str, etag: int) -> str:
+    """proxy.pml prints pcond * 10 + pkind for what the gateway sent, and the ETag it checked."""
+    code = int(detail)
+    if code % 10 not in SENT or code // 10 not in CONDITIONS:
+        raise TrailError(f"unknown request to the store {detail!r}: proxy.pml and model/trail.py disagree")
+    return f"sent {SENT[code % 10]}, {CONDITIONS[code // 10].format(etag=etag)}"
+
+
+def _answer(detail: str, arg: int) -> str:
+    """The gateway's answer in proxy.pml, where it is more than accepted or stale."""
+    if detail == "etag":
+        return "applied at the store" + (f": version e{arg}" if arg > 0 else ": no version left")
+    if detail == "stored":
+        return f"409: the store holds token {arg}, nothing written"
+    if detail == "absent":
+        return "404: nothing to delete, nothing sent"
+    if detail == "timeout":
+        return "504: the gateway stopped waiting, the request is still on the path (outcome unknown)"
+    if detail == "retries":
+        return "503: 412 again after a new read and attempt, nothing written"
+    return ""
+
+
+def _delivered(outcome: str, sent: int, unheard: bool, etag: int) -> str:
+    """A request reaching the store: applied (the store's event, seq and all) or, unheard, refused."""
+    what = SENT.get(sent)
+    if what is None:
+        raise TrailError(f"unknown request to the store {sent!r}: proxy.pml and model/trail.py disagree")
+    made = f"version e{etag}" if etag > 0 else "no version left"
+    if not unheard:
+        return f"the store applies the {what} ({made})"
+    if outcome == "ok":
+        return f"the held {what} reaches the store after its 504 and is applied ({made}); nobody is told"
+    return f"the held {what} reaches the store after its 504: 412, nothing written"
 
 
 def _fault_detail(detail: str, arg: int) -> str:
@@ -234,8 +298,8 @@ def _acquire_detail(detail: str, arg: int) -> str:
     if detail == "validity":
         return f"validity spent: a TTL passed during the attempt (SET NX won on {arg} nodes)"
     if detail == "token-only":
-        return "token drawn, no lock (fence-only)"
+        return "token drawn, no lock"
     raise TrailError(f"unknown acquire detail {detail!r}: fencegate.pml and model/trail.py disagree")
 
 
-__all__ = ["EVENT_KEYS", "REQUEST_KINDS", "RESOURCES", "Trail", "parse_replay"]
+__all__ = ["CONDITIONS", "EVENT_KEYS", "REQUEST_KINDS", "RESOURCES", "SENT", "Trail", "parse_replay"]

@@ -6,9 +6,12 @@ after the quorum, the validity clock started after the token is drawn, a
 fence that compares and raises the mark in two steps, reads that skip the
 fence, a token source that goes back, and a key fenced by whichever resource a request names (then the key
 bound to one resource, as fencegate does, and that binding made only by the
-write creating the key, or dropped by a delete). Each property is searched in
-a run of its own: pan stops at the first error, and one property's
-counterexample must not hide another's verdict.
+write creating the key, or dropped by a delete). The proxy variants are a
+second model, proxy.pml: the path from the gateway's replicas to an upstream
+store, which may hold and reorder requests and deliver one the gateway
+stopped waiting for; they have properties of their own, read at the store.
+Each property is searched in a run of its own: pan stops at the first error,
+and one property's counterexample must not hide another's verdict.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fencegate.model.errors import ModelArgumentError
+
+LOCK_MODEL = "fencegate.pml"  # Redlock leases, tokens and the gateway's fence
+PROXY_MODEL = "proxy.pml"  # the path between the gateway and an upstream store
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,7 @@ class Variant:
     fence: bool  # requests carry a token and pass the fence
     summary: str
     shipped: bool = False  # a design fencegate implements (the others are baselines or rejected)
+    model: str = LOCK_MODEL  # the Promela file that holds it
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class Property:
     claim: str  # the ltl block in fencegate.pml, chosen with ./pan -N
     promised: bool  # part of what fencing promises (DESIGN.md); the others explain
     summary: str
+    model: str = LOCK_MODEL  # the Promela file whose ltl block it is
 
 
 VARIANTS: dict[str, Variant] = {
@@ -107,6 +115,51 @@ VARIANTS: dict[str, Variant] = {
             True,
             "like bound-resource, but a delete frees the key for any resource (no tombstone)",
         ),
+        Variant(
+            "proxy-trust-path",
+            "TRUST_PATH",
+            False,
+            True,
+            "the gateway fences in its database and forwards; the store applies whatever arrives, "
+            "in the order it arrives (--upstream-ordering trust-path)",
+            model=PROXY_MODEL,
+        ),
+        Variant(
+            "proxy-conditional",
+            "CONDITIONAL",
+            False,
+            True,
+            "every request sent is conditional on the version the gateway checked (If-Match, "
+            "If-None-Match: *); a 412 is read and decided again; a delete writes a tombstone "
+            "carrying its token, conditional the same way",
+            shipped=True,
+            model=PROXY_MODEL,
+        ),
+        Variant(
+            "proxy-no-tombstone",
+            "NO_TOMBSTONE",
+            False,
+            True,
+            "like proxy-conditional, but a delete removes the object (DELETE If-Match the "
+            "checked ETag) and leaves no version behind",
+            model=PROXY_MODEL,
+        ),
+        Variant(
+            "proxy-blind-delete",
+            "BLIND_DELETE",
+            False,
+            True,
+            "like proxy-conditional, but the tombstone is written unconditionally",
+            model=PROXY_MODEL,
+        ),
+        Variant(
+            "proxy-bare-tombstone",
+            "BARE_TOMBSTONE",
+            False,
+            True,
+            "like proxy-conditional, but the tombstone carries no token",
+            model=PROXY_MODEL,
+        ),
     )
 }
 
@@ -134,8 +187,41 @@ PROPERTIES: dict[str, Property] = {
             "the store accepts leases in the order the lock granted them (not promised: "
             "it shows which party the fence sides with when two leases overlap)",
         ),
+        Property(
+            "store-order",
+            "store_order",
+            True,
+            "the store never applies a request (write, delete, tombstone) with a lower token "
+            "than one it applied before",
+            model=PROXY_MODEL,
+        ),
+        Property(
+            "no-recreate",
+            "no_recreate",
+            True,
+            "no write makes the key exist again with a lower token than a delete already done",
+            model=PROXY_MODEL,
+        ),
+        Property(
+            "acked-durable",
+            "acked_durable",
+            True,
+            "once every client has its answers, the store holds a state at least as new as every "
+            "request answered 2xx, and keeps it while held requests still land",
+            model=PROXY_MODEL,
+        ),
     )
 }
+
+
+def applicable(variant: str, props: list[str]) -> list[str]:
+    """The properties among `props` that the variant's model defines."""
+    return [p for p in props if PROPERTIES[p].model == VARIANTS[variant].model]
+
+
+def promised(variant: str) -> set[str]:
+    """The promised properties of the variant's model: what `safe` requires."""
+    return {name for name, p in PROPERTIES.items() if p.promised and p.model == VARIANTS[variant].model}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,7 +231,8 @@ class Sizes:
     clients: int = 2
     nodes: int = 3
     ops: int = 1  # acquisitions per client
-    pauses: int = 1  # times a whole TTL may pass (pauses, delays)
+    # times a whole TTL may pass (pauses, delays); in proxy.pml, requests the gateway stops waiting for
+    pauses: int = 1
     node_faults: int = 1  # node restarts or clock jumps (token-regress: token source restarts), in total
 
     def __post_init__(self) -> None:
@@ -169,7 +256,9 @@ class Sizes:
             f"-DMAXF={self.node_faults}",
         ]
 
-    def label(self) -> str:
+    def label(self, model: str = LOCK_MODEL) -> str:
+        if model == PROXY_MODEL:  # no lock: no masters and no node faults
+            return f"K={self.clients} ops={self.ops} timeouts={self.pauses}"
         return (
             f"K={self.clients} N={self.nodes} ops={self.ops} "
             f"pauses={self.pauses} node-faults={self.node_faults}"
@@ -189,4 +278,15 @@ def pick(names: str, table: Mapping[str, object], what: str) -> list[str]:
     return [n for n in table if n in wanted]
 
 
-__all__ = ["PROPERTIES", "VARIANTS", "Property", "Sizes", "Variant", "pick"]
+__all__ = [
+    "LOCK_MODEL",
+    "PROPERTIES",
+    "PROXY_MODEL",
+    "VARIANTS",
+    "Property",
+    "Sizes",
+    "Variant",
+    "applicable",
+    "pick",
+    "promised",
+]

@@ -3,8 +3,8 @@
 Each trail is written as a lab history file (what `fencegate model check
 --history-dir` writes), loaded by the lab's own reader and judged by the
 lab's own checker, which must find the violation the model found: the
-redis-only trails, and the resource trails, whose DELETEs the lab's format
-carries as marks on a client's lane.
+redis-only trails, the resource trails, whose DELETEs the lab's format
+carries as marks on a client's lane, and the unconditional proxy's held write.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import pytest
 
 from fencegate.lab.checker import check
 from fencegate.lab.history import History
+from fencegate.lab.report import RunResult
+from fencegate.lab.timeline import write_svg
 from fencegate.model.report import history_lines
 from fencegate.model.runner import CheckResult
 from tests.model.conftest import counterexample
@@ -59,3 +61,24 @@ def test_the_checker_counts_the_lost_update_of_a_key_fenced_by_the_wrong_resourc
     verdict = check(history)
     assert verdict.lost_updates == result.trail.acknowledged - result.trail.final >= 1
     assert verdict.interleaved_leases >= 1
+
+
+def test_the_checker_sees_the_unconditional_proxys_held_write_as_an_interleaving(
+    by_key: dict[tuple[str, str], CheckResult], tmp_path: Path
+) -> None:
+    result = by_key[("proxy-trust-path", "store-order")]
+    counterexample(result)
+    assert check(_as_lab_history(result, tmp_path)).interleaved_leases >= 1
+
+
+@pytest.mark.parametrize(
+    ("variant", "prop"),
+    [("proxy-trust-path", "acked-durable"), ("proxy-no-tombstone", "no-recreate"),
+     ("proxy-blind-delete", "store-order"), ("proxy-bare-tombstone", "no-recreate")],
+)  # fmt: skip
+def test_every_proxy_counterexample_is_a_history_the_lab_can_draw(
+    by_key: dict[tuple[str, str], CheckResult], tmp_path: Path, variant: str, prop: str
+) -> None:
+    history = _as_lab_history(by_key[(variant, prop)], tmp_path)
+    run = RunResult.of(history)
+    assert write_svg(run, tmp_path / "run.svg").read_text().startswith("<svg")

@@ -128,6 +128,8 @@ def test_a_search_cut_by_the_depth_bound_is_reported_incomplete_never_a_proof(
         (["--variant", "paxos"], "unknown variant"),
         (["--property", "liveness"], "unknown property"),
         (["--max-depth", "0"], "--max-depth"),
+        (["--variant", "fenced", "--property", "store-order"], "theirs: interleave, lost-update"),
+        (["--variant", "proxy-conditional", "--property", "mark"], "theirs: store-order, no-recreate"),
     ],
 )
 def test_check_refuses_bad_input_with_the_fix(
