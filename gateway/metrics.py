@@ -62,6 +62,11 @@ class Metrics:
             "refusals dropped from the audit trail because storage was unreachable for long",
             registry=self.registry,
         )
+        self.idempotency_expired = Counter(
+            "fencegate_idempotency_expired",
+            "idempotency records deleted past --idempotency-ttl (by this replica)",
+            registry=self.registry,
+        )
         self.marks = Gauge(
             "fencegate_marks", "resources with a high-water mark (updated on scrape)", registry=self.registry
         )
