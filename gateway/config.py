@@ -145,6 +145,16 @@ class Settings:
             "(30s, 15m, 24h, 7d); then the record is deleted in the background and the key may be used afresh"
         },
     )
+    audit_retention: Duration | None = field(
+        default=None,
+        metadata={
+            "help": "archive audit entries older than this (30s, 15m, 24h, 7d) to --audit-archive-dir, "
+            "checked, then delete them from the database; unset, the trail is kept whole"
+        },
+    )
+    audit_archive_dir: Path | None = field(
+        default=None, metadata={"help": "the directory --audit-retention writes its archives to"}
+    )
     tls_cert: Path | None = field(
         default=None, metadata={"help": "serve HTTPS with this PEM certificate (chain); needs --tls-key"}
     )
@@ -203,6 +213,21 @@ class Settings:
         if not (math.isfinite(self.idempotency_ttl) and self.idempotency_ttl > 0):
             ttl = self.idempotency_ttl
             raise ConfigurationError(f"idempotency_ttl must be a positive duration, not {ttl!r}")
+        if (self.audit_retention is None) != (self.audit_archive_dir is None):
+            raise ConfigurationError(
+                "give --audit-retention and --audit-archive-dir together (how old an entry is archived, "
+                "and where to)"
+            )
+        if self.audit_retention is not None and not (
+            math.isfinite(self.audit_retention) and self.audit_retention > 0
+        ):
+            raise ConfigurationError(
+                f"audit_retention must be a positive duration, not {self.audit_retention!r}"
+            )
+        if self.audit_archive_dir is not None and not self.audit_archive_dir.is_dir():
+            raise ConfigurationError(
+                f"--audit-archive-dir {self.audit_archive_dir} is not a directory; make it, or give one"
+            )
         if self.storage is not None:
             check_storage_url(self.storage)
         if self.upstream is not None:

@@ -1,4 +1,5 @@
-"""The gateway's background retention: idempotency records expire, and SQLite gives back free pages.
+"""The gateway's background retention: idempotency records expire, SQLite gives back free pages, and
+with `--audit-retention` old audit entries go to checked archives.
 
 One cleanup context owns an engine of its own (its pool apart from the one
 serving requests, so a sweep never waits for a request's connection or holds
@@ -8,6 +9,12 @@ long of its expiry; every replica runs it, and on PostgreSQL one at a time does
 the work (`storage.expiry`). On SQLite each sweep then returns the file's
 free pages to the file system (`storage.vacuum`). A failed sweep is logged
 and tried again at the next wake-up: it changed nothing it did not commit.
+
+With `--audit-retention`, a second task archives the entries older than it
+every `ARCHIVE_EVERY` (or every retention, if shorter) into
+`--audit-archive-dir` (`storage.archive.archive_into`: a run cut short is
+finished first, so archives never overlap). On PostgreSQL one replica at a
+time runs it, under a session advisory lock held for the run.
 """
 
 from __future__ import annotations
@@ -17,20 +24,25 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from aiohttp import web
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.keys import AppKeys
 from gateway.metrics import Metrics
 from gateway.storage_tls import open_storage
 from storage import StorageError
+from storage.archive import archive_into
 from storage.expiry import expire_idempotency
 from storage.vacuum import INCREMENTAL, auto_vacuum_mode, reclaim
 
 log = logging.getLogger("gateway")
 
 SWEEP_EVERY = 15.0  # seconds between sweeps at most: a record past its TTL is gone well within a minute
+ARCHIVE_EVERY = 3600.0  # seconds between audit archive runs at most: one file an hour
+ARCHIVE_LOCK = 0x6172636876  # "archv": the advisory lock one PostgreSQL replica at a time archives under
 
 
 def sweep_pause(ttl: float) -> float:
@@ -61,6 +73,43 @@ async def _sweep_forever(engine: AsyncEngine, ttl: float, metrics: Metrics) -> N
             log.warning("retention sweep failed, tried again in %g s: %s", sweep_pause(ttl), exc)
 
 
+async def _archive_once(engine: AsyncEngine, retention: float, directory: Path) -> None:
+    cutoff = datetime.now(UTC) - timedelta(seconds=retention)
+    async with engine.connect() as lock:
+        if engine.dialect.name == "postgresql":
+            held = await lock.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": ARCHIVE_LOCK})
+            if not held.scalar_one():
+                return
+        try:
+            result = await archive_into(engine, directory, before_time=cutoff)
+        finally:
+            if engine.dialect.name == "postgresql":
+                await lock.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ARCHIVE_LOCK})
+    if result.archive is not None:
+        log.info(
+            "audit entries %d..%d archived to %s (ends on %s), %d deleted from the database",
+            result.archive.first_id,
+            result.archive.last_id,
+            result.archive.path,
+            result.archive.end,
+            result.deleted,
+        )
+
+
+async def _archive_forever(engine: AsyncEngine, retention: float, directory: Path) -> None:
+    pause = min(ARCHIVE_EVERY, retention)
+    while True:
+        await asyncio.sleep(pause)
+        try:
+            await _archive_once(engine, retention, directory)
+        except StorageError as exc:
+            log.error(
+                "audit archive run failed, nothing unarchived was deleted; tried again in %g s: %s",
+                pause,
+                exc,
+            )
+
+
 async def _check_auto_vacuum(engine: AsyncEngine) -> None:
     """Warn, with the fix, about a SQLite file made before auto_vacuum: its deletes never shrink it."""
     path = _sqlite_file(engine)
@@ -89,11 +138,23 @@ async def retention_ctx(app: web.Application) -> AsyncIterator[None]:
     ttl = settings.idempotency_ttl
     log.info("idempotency records expire %s after their write (--idempotency-ttl)", ttl)
     await _check_auto_vacuum(engine)
-    task = asyncio.create_task(_sweep_forever(engine, ttl, app[AppKeys.metrics]), name="fencegate-retention")
+    tasks = [
+        asyncio.create_task(_sweep_forever(engine, ttl, app[AppKeys.metrics]), name="fencegate-retention")
+    ]
+    if settings.audit_retention is not None and settings.audit_archive_dir is not None:
+        log.info(
+            "audit entries older than %s are archived to %s (--audit-retention)",
+            settings.audit_retention,
+            settings.audit_archive_dir,
+        )
+        archiving = _archive_forever(engine, settings.audit_retention, settings.audit_archive_dir)
+        tasks.append(asyncio.create_task(archiving, name="fencegate-audit-archive"))
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await engine.dispose()
