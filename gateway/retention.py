@@ -1,5 +1,5 @@
-"""The gateway's background retention: idempotency records expire, SQLite gives back free pages, and
-with `--audit-retention` old audit entries go to checked archives.
+"""The gateway's background jobs: idempotency records expire, SQLite gives back free pages, the tables
+are measured for the metrics, and with `--audit-retention` old audit entries go to checked archives.
 
 One cleanup context owns an engine of its own (its pool apart from the one
 serving requests, so a sweep never waits for a request's connection or holds
@@ -36,11 +36,13 @@ from gateway.storage_tls import open_storage
 from storage import StorageError
 from storage.archive import archive_into
 from storage.expiry import expire_idempotency
+from storage.tablesize import table_sizes
 from storage.vacuum import INCREMENTAL, auto_vacuum_mode, reclaim
 
 log = logging.getLogger("gateway")
 
 SWEEP_EVERY = 15.0  # seconds between sweeps at most: a record past its TTL is gone well within a minute
+SIZES_EVERY = 300.0  # seconds between two reads of the tables' rows and bytes (a count on SQLite)
 ARCHIVE_EVERY = 3600.0  # seconds between audit archive runs at most: one file an hour
 ARCHIVE_LOCK = 0x6172636876  # "archv": the advisory lock one PostgreSQL replica at a time archives under
 
@@ -110,6 +112,19 @@ async def _archive_forever(engine: AsyncEngine, retention: float, directory: Pat
             )
 
 
+async def _measure_forever(engine: AsyncEngine, metrics: Metrics) -> None:
+    """The tables' rows and bytes as gauges: at start, then every `SIZES_EVERY`."""
+    while True:
+        try:
+            for size in await table_sizes(engine):
+                metrics.table_rows.labels(table=size.table).set(size.rows)
+                if size.bytes is not None:
+                    metrics.table_bytes.labels(table=size.table).set(size.bytes)
+        except StorageError as exc:
+            log.warning("table sizes not read, tried again in %g s: %s", SIZES_EVERY, exc)
+        await asyncio.sleep(SIZES_EVERY)
+
+
 async def _check_auto_vacuum(engine: AsyncEngine) -> None:
     """Warn, with the fix, about a SQLite file made before auto_vacuum: its deletes never shrink it."""
     path = _sqlite_file(engine)
@@ -141,6 +156,7 @@ async def retention_ctx(app: web.Application) -> AsyncIterator[None]:
     tasks = [
         asyncio.create_task(_sweep_forever(engine, ttl, app[AppKeys.metrics]), name="fencegate-retention")
     ]
+    tasks.append(asyncio.create_task(_measure_forever(engine, app[AppKeys.metrics]), name="fencegate-sizes"))
     if settings.audit_retention is not None and settings.audit_archive_dir is not None:
         log.info(
             "audit entries older than %s are archived to %s (--audit-retention)",

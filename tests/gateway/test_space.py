@@ -103,3 +103,19 @@ async def test_postgresql_vacuums_the_write_heavy_tables_early(postgres_cluster:
     assert len(rows) == 4
     for row in rows:
         assert "autovacuum_vacuum_scale_factor=0.01" in row["reloptions"], row
+
+
+async def test_the_tables_rows_and_bytes_are_metrics(make_client: MakeClient) -> None:
+    client = await make_client()
+    resp = await client.put("/v1/objects/sized", data=b"x", headers={"Fencing-Token": "1"})
+    assert resp.status == 201
+
+    async def measured() -> bool:
+        text = await (await client.get("/metrics")).text()
+        return all(
+            f'fencegate_table_{what}{{table="{table}"}}' in text
+            for what in ("rows", "bytes")
+            for table in ("fencegate_objects", "fencegate_bindings", "fencegate_fences", "fencegate_audit")
+        )
+
+    await eventually(measured, what="the table size gauges")
