@@ -13,6 +13,7 @@ from gateway.metrics import Metrics
 from gateway.middlewares import deadline_middleware, error_middleware
 from gateway.readiness import Readiness
 from gateway.replica import ordering_ctx
+from gateway.retention import retention_ctx
 from gateway.routes import setup_routes
 from lockclient.protocols import TokenSource
 from storage.fenced import FENCED, Policy
@@ -54,6 +55,7 @@ def create_app(
     app.cleanup_ctx.append(auth_ctx)
     app.cleanup_ctx.append(storage_ctx)
     app.cleanup_ctx.append(audit_ctx)
+    app.cleanup_ctx.append(retention_ctx)
     app.cleanup_ctx.append(fencer_ctx)
     setup_routes(app)
     return app

@@ -1,4 +1,5 @@
-"""`fencegate audit verify`: check the audit trail offline, straight from the database.
+"""`fencegate audit verify` and `audit archive`: check the audit trail offline, and move its old entries
+to checked archives.
 
 It reads every entry of `fencegate_audit` and the marks, prints what it read
 (entries, id range, outcomes, resources, the chain head to export), whether
@@ -23,6 +24,7 @@ import json
 import sqlite3
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -30,6 +32,7 @@ from sqlalchemy.engine import make_url
 from gateway.config import check_storage_url, env_name
 from gateway.errors import ConfigurationError
 from gateway.storage_tls import open_storage
+from storage.archive import ArchiveResult, archive_audit
 from storage.chain import Head
 from storage.models import SchemaVersion
 from storage.verify import AuditReport, verify_audit
@@ -91,28 +94,89 @@ def check_sqlite_store(database: str) -> None:
         )
 
 
-async def _verify(url: str, heads: list[Head]) -> AuditReport:
+async def _verify(url: str, heads: list[Head], archives: list[Path]) -> AuditReport:
     engine = open_storage(url)
     try:
-        return await verify_audit(engine, heads=heads, progress=progress_printer())
+        return await verify_audit(engine, heads=heads, progress=progress_printer(), archives=archives)
     finally:
         await engine.dispose()
 
 
-def run(args: argparse.Namespace) -> int:
-    """`fencegate audit verify`: 0 when the trail is sound, 1 when it is not; errors raise."""
+def _checked_storage(args: argparse.Namespace) -> str:
     if not args.storage:
         raise ConfigurationError(f"give --storage URL or ${ENV_STORAGE}")
     check_storage_url(args.storage)
+    url = make_url(args.storage)
+    if url.get_backend_name() == "sqlite" and url.database:
+        check_sqlite_store(url.database)
+    storage: str = args.storage
+    return storage
+
+
+def cutoff(text: str) -> tuple[int | None, datetime | None]:
+    """`--before`: an entry id (digits, at least 1) or an ISO 8601 time (UTC without an offset)."""
+    if text.isdigit() and text.isascii():
+        if int(text) < 1:
+            raise ConfigurationError("--before 0: give an entry id of at least 1, or a time")
+        return int(text), None
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"--before {text[:40]!r} is neither an entry id nor an ISO 8601 time (2026-11-01T00:00:00Z)"
+        ) from None
+    return None, at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+async def _archive(
+    url: str, to: Path, before: tuple[int | None, datetime | None], batch: int
+) -> ArchiveResult:
+    engine = open_storage(url)
+    try:
+        return await archive_audit(engine, to=to, before_id=before[0], before_time=before[1], batch=batch)
+    finally:
+        await engine.dispose()
+
+
+def _run_archive(args: argparse.Namespace) -> int:
+    """`fencegate audit archive`: 0 once the archive is written, checked and its entries deleted."""
+    before = cutoff(args.before)
+    url = _checked_storage(args)
+    result = asyncio.run(_archive(url, args.to, before, args.batch))
+    info = result.archive
+    done = {
+        "archive": None if info is None else str(info.path),
+        "first_id": None if info is None else info.first_id,
+        "last_id": None if info is None else info.last_id,
+        "ends_on": None if info is None else str(info.end),
+        "deleted": result.deleted,
+    }
+    if args.json:
+        print(json.dumps(done, indent=2))
+    elif info is None:
+        print("nothing to archive: no entry before the cutoff")
+    else:
+        print(
+            f"archived entries {info.first_id}..{info.last_id} to {info.path} (ends on {info.end}); "
+            f"deleted {result.deleted} from the database"
+        )
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """`fencegate audit verify`: 0 when the trail is sound, 1 when it is not; errors raise."""
+    if args.action == "archive":
+        return _run_archive(args)
+    if not args.storage:
+        raise ConfigurationError(f"give --storage URL or ${ENV_STORAGE}")
+    check_storage_url(args.storage)  # a bad URL, then a bad head, then a file that is no store
     heads = []
     for text in args.head:
         try:
             heads.append(Head.parse(text))
         except ValueError as exc:
             raise ConfigurationError(f"--head: {exc}") from None
-    url = make_url(args.storage)
-    if url.get_backend_name() == "sqlite" and url.database:
-        check_sqlite_store(url.database)
-    report = asyncio.run(_verify(args.storage, heads))
+    url = _checked_storage(args)
+    report = asyncio.run(_verify(url, heads, list(args.archive)))
     print(json.dumps(report.as_dict(), indent=2) if args.json else "\n".join(report.lines()))
     return 0 if report.ok else 1

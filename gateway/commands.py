@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from gateway.config import add_arguments, env_name
 
@@ -74,6 +75,12 @@ def _key_file(parser: argparse.ArgumentParser, *, default: str | None) -> None:
     )
 
 
+def _batch(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 100_000):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number from 1 to 100000")
+    return int(text)
+
+
 def audit(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Read the audit trail of a gateway's database and check it; the gateway need not run."
@@ -99,14 +106,51 @@ def audit(parser: argparse.ArgumentParser) -> None:
         help="an exported chain head that must still be in the trail; repeatable (default: none)",
     )
     verify.add_argument(
-        "--json", action="store_true", help="print the report as one JSON object (exit codes unchanged)"
+        "--archive",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="an archive `audit archive` wrote, checked before the live trail; repeatable (default: none)",
     )
     verify.add_argument(
-        "--storage",
-        default=os.environ.get(env_name("storage")) or None,
-        metavar="URL",
-        help=f"the gateway's storage, sqlite:///PATH or postgresql://... (default: ${env_name('storage')})",
+        "--json", action="store_true", help="print the report as one JSON object (exit codes unchanged)"
     )
+    archive = actions.add_parser(
+        "archive",
+        help="move the entries before a cutoff to a compressed file, checked, then delete them",
+        description="Write the trail's entries before --before (an entry id, or a time) to --to (gzip JSON "
+        "lines ending on their chain head), read the file back and check it against the database, and only "
+        "then delete those entries, in batches. A crash at any step loses no entry; run it again with the "
+        "same --to to finish. A target that cannot be written stops it before anything is deleted.",
+    )
+    archive.epilog = (
+        "examples:\n  fencegate audit archive --storage URL --before 500000 --to audit-1.jsonl.gz"
+        "\n  fencegate audit archive --storage URL --before 2026-11-01T00:00:00Z --to audit-2.jsonl.gz"
+        "\n  fencegate audit verify --storage URL --archive audit-1.jsonl.gz --archive audit-2.jsonl.gz"
+    )
+    archive.add_argument(
+        "--before",
+        required=True,
+        metavar="ID|TIME",
+        help="archive the entries with an id below ID, or written before TIME (ISO 8601, e.g. "
+        "2026-11-01T00:00:00Z; without an offset, UTC)",
+    )
+    archive.add_argument("--to", required=True, type=Path, metavar="FILE", help="the archive to write")
+    archive.add_argument(
+        "--batch",
+        type=_batch,
+        default=5_000,
+        metavar="N",
+        help="entries deleted per transaction, 1..100000: each holds the trail's delete that long "
+        "(default: 5000)",
+    )
+    archive.add_argument("--json", action="store_true", help="print what was done as one JSON object")
+    where = f"the gateway's storage, sqlite:///PATH or postgresql://... (default: ${env_name('storage')})"
+    for action in (verify, archive):
+        action.add_argument(
+            "--storage", default=os.environ.get(env_name("storage")) or None, metavar="URL", help=where
+        )
     parser.set_defaults(func="gateway.audit_cli:run")
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
+from gateway.durations import Duration, parse_duration
 from gateway.errors import ConfigurationError
 from gateway.eventloop import EVENT_LOOPS
 from gateway.s3url import is_s3_url, parse_s3_url
@@ -48,6 +49,9 @@ MAX_PORT = 65535
 MAX_MAX_BODY = 1024**3
 MAX_GROUP_COMMIT = 10_000
 MAX_COMMIT_LANES = 16
+# A retry may come this long after its request and still get the first outcome: a client retries for
+# minutes or hours after an outage, not days (Stripe keeps its keys as long); then the key is forgotten.
+DEFAULT_IDEMPOTENCY_TTL = Duration(24 * 3600)
 SHOWN = 40  # characters of a bad value an error message repeats
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 SQLITE_FILE = "fencegate.db"
@@ -173,6 +177,23 @@ class Settings:
             "most": MAX_COMMIT_LANES,
         },
     )
+    idempotency_ttl: Duration = field(
+        default=DEFAULT_IDEMPOTENCY_TTL,
+        metadata={
+            "help": "how long an Idempotency-Key's first outcome is kept for its retries "
+            "(30s, 15m, 24h, 7d); then the record is deleted in the background and the key may be used afresh"
+        },
+    )
+    audit_retention: Duration | None = field(
+        default=None,
+        metadata={
+            "help": "archive audit entries older than this (30s, 15m, 24h, 7d) to --audit-archive-dir, "
+            "checked, then delete them from the database; unset, the trail is kept whole"
+        },
+    )
+    audit_archive_dir: Path | None = field(
+        default=None, metadata={"help": "the directory --audit-retention writes its archives to"}
+    )
     tls_cert: Path | None = field(
         default=None, metadata={"help": "serve HTTPS with this PEM certificate (chain); needs --tls-key"}
     )
@@ -234,6 +255,24 @@ class Settings:
             seconds = getattr(self, name)
             if not (math.isfinite(seconds) and seconds > 0):  # nan passes `<= 0`, and no timer takes it
                 raise ConfigurationError(f"{name} must be a positive number of seconds, not {seconds!r}")
+        if not (math.isfinite(self.idempotency_ttl) and self.idempotency_ttl > 0):
+            ttl = self.idempotency_ttl
+            raise ConfigurationError(f"idempotency_ttl must be a positive duration, not {ttl!r}")
+        if (self.audit_retention is None) != (self.audit_archive_dir is None):
+            raise ConfigurationError(
+                "give --audit-retention and --audit-archive-dir together (how old an entry is archived, "
+                "and where to)"
+            )
+        if self.audit_retention is not None and not (
+            math.isfinite(self.audit_retention) and self.audit_retention > 0
+        ):
+            raise ConfigurationError(
+                f"audit_retention must be a positive duration, not {self.audit_retention!r}"
+            )
+        if self.audit_archive_dir is not None and not self.audit_archive_dir.is_dir():
+            raise ConfigurationError(
+                f"--audit-archive-dir {self.audit_archive_dir} is not a directory; make it, or give one"
+            )
         if self.storage is not None:
             check_storage_url(self.storage)
         if self.upstream is not None and not is_s3_url(self.upstream):
@@ -408,8 +447,16 @@ def _yes_no(raw: str) -> bool:
 
 
 # How a flag's or a variable's text becomes a setting, by the setting's type: the one table for both.
-PARSERS: dict[type, Parse] = {int: _whole_number, float: _number, bool: _yes_no, Path: Path, str: str}
-METAVARS = {int: "N", float: "SECONDS", Path: "PATH"}  # a str setting's flag shows its own name
+PARSERS: dict[type, Parse] = {
+    int: _whole_number,
+    float: _number,
+    bool: _yes_no,
+    Path: Path,
+    str: str,
+    Duration: parse_duration,
+}
+# a str setting's flag shows its own name
+METAVARS = {int: "N", float: "SECONDS", Path: "PATH", Duration: "DURATION"}
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,23 @@ class Metrics:
             "refusals dropped from the audit trail because storage was unreachable for long",
             registry=self.registry,
         )
+        self.idempotency_expired = Counter(
+            "fencegate_idempotency_expired",
+            "idempotency records deleted past --idempotency-ttl (by this replica)",
+            registry=self.registry,
+        )
+        self.table_rows = Gauge(
+            "fencegate_table_rows",
+            "rows of each of fencegate's tables (PostgreSQL: the planner's estimate), read every few minutes",
+            ["table"],
+            registry=self.registry,
+        )
+        self.table_bytes = Gauge(
+            "fencegate_table_bytes",
+            "bytes on disk of each of fencegate's tables, indexes included, read every few minutes",
+            ["table"],
+            registry=self.registry,
+        )
         self.marks = Gauge(
             "fencegate_marks", "resources with a high-water mark (updated on scrape)", registry=self.registry
         )

@@ -153,6 +153,12 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
+            # a new (empty) file is made with deletes' pages reclaimable (storage/vacuum.py); an existing
+            # one is not touched: setting it there rewrites its header, and a reader (audit verify) must
+            # change no byte of the file
+            cursor.execute("PRAGMA page_count")
+            if cursor.fetchone()[0] == 0:
+                cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")
             enter_wal(cursor.execute, timeout=SQLITE_BUSY_TIMEOUT)
             cursor.execute("PRAGMA synchronous=FULL")
             cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT * 1000)}")

@@ -9,7 +9,8 @@ StorageError
  │                             so a caller must never report success (invariant 4)
  ├── SchemaError               the database holds a schema this code cannot use
  ├── MalformedRow              a stored value is of a type or form fencegate never writes (an edited row)
- └── BadStorageURL (ValueError) the storage URL is malformed or names an engine this code does not support
+ ├── BadStorageURL (ValueError) the storage URL is malformed or names an engine this code does not support
+ └── BadArchive (ValueError)   an audit archive cannot be written, or a file given as one is not a whole one
 """
 
 from __future__ import annotations
@@ -105,3 +106,7 @@ def map_storage_errors(what: str, *, drivers: tuple[type[Exception], ...] = ()) 
         raise StorageUnavailable(
             f"storage failed during {what}; check that the database is running and reachable, then retry"
         ) from exc
+
+
+class BadArchive(StorageError, ValueError):
+    """An audit archive's target cannot be written (nothing was deleted), or a file is not a whole archive."""

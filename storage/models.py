@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Float, Integer, LargeBinary, String
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, Index, Integer, LargeBinary, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 MAX_KEY_LENGTH = 512
@@ -127,6 +127,8 @@ class IdempotencyRecord(Base):
     """
 
     __tablename__ = "fencegate_idempotency"
+    # expiry deletes the oldest records first, a few hundred at a time (`storage/expiry.py`)
+    __table_args__ = (Index("fencegate_idempotency_at", "at"),)
 
     client: Mapped[str] = mapped_column(String(MAX_CLIENT_LENGTH), primary_key=True)
     idempotency_key: Mapped[str] = mapped_column(String(MAX_IDEMPOTENCY_KEY_LENGTH), primary_key=True)

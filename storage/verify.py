@@ -16,6 +16,11 @@ upsert that holds the resource's row lock) and checks:
 4. every resource's current mark in `fencegate_fences` is at least the
    highest token the trail accepted for it (the mark did not go back).
 
+With archives (`archivefile.py`), their entries are checked first, in id
+order, and the live trail's first entry must follow from the last archived
+one; entries both in an archive and still in the database (an archive run
+cut short before its deletion ended) must be equal, and are counted once.
+
 After a break the chain check goes on from the stored hash, so every break
 is listed, the first one first. It needs only the database, not a running
 gateway, and says what it read. It reads one snapshot (PostgreSQL: REPEATABLE
@@ -28,11 +33,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from storage.archivefile import read_entries, read_info
 from storage.chain import GENESIS_HEAD, HASHED, Head, entry_hash
 from storage.engine import READ_ONLY
 from storage.errors import MalformedRow, map_storage_errors
@@ -113,9 +120,14 @@ class AuditReport:
 
 
 async def verify_audit(
-    engine: AsyncEngine, *, heads: Sequence[Head] = (), progress: Callable[[int], None] | None = None
+    engine: AsyncEngine,
+    *,
+    heads: Sequence[Head] = (),
+    progress: Callable[[int], None] | None = None,
+    archives: Sequence[Path] = (),
 ) -> AuditReport:
-    """Check the audit trail and the marks of the database behind `engine`, and any exported `heads`.
+    """Check the audit trail and the marks of the database behind `engine`, and any exported `heads`,
+    after the entries of `archives` (`BadArchive` if one is not a whole archive).
 
     `progress` is called with the count of entries checked after each page read (a long trail takes
     minutes).
@@ -138,6 +150,8 @@ async def verify_audit(
     snapshot = {READ_ONLY: True} if dialect.name == "sqlite" else {"isolation_level": "REPEATABLE READ"}
     with map_storage_errors("audit verification"):
         async with engine.execution_options(**snapshot).connect() as conn:
+            live_first = (await conn.execute(select(func.min(AuditEntry.id)))).scalar()
+            overlap = _archived(report, archives, anchors, live_first)
             after: int | None = None  # the first page has no lower bound: an id below 1 is malformed too
             while True:
                 query = select(*entries.stored).order_by(AuditEntry.id).limit(READ_BATCH)
@@ -147,6 +161,10 @@ async def verify_audit(
                 if not page:
                     break
                 for raw in page:
+                    if raw.id in overlap:  # archived too: one entry, counted once if equal
+                        if entries.get(raw._mapping, "chain") != overlap[raw.id]:
+                            report.broken(raw.id, "differs from the archived entry of that id")
+                        continue
                     _entry(report, raw._mapping, entries, anchors)
                 after = page[-1].id
                 if progress is not None:
@@ -173,15 +191,41 @@ async def verify_audit(
     return report
 
 
-def _entry(report: AuditReport, raw: Mapping[Any, Any], decode: Decoder, anchors: Mapping[int, Head]) -> None:
-    """Check one entry as stored: decoded, linked to the entry before it, its tokens in order."""
-    row_id: int = raw["id"]
-    linked = True
+def _archived(
+    report: AuditReport, archives: Sequence[Path], anchors: Mapping[int, Head], live_first: int | None
+) -> dict[int, str]:
+    """Check the archives' entries, in id order; the hashes of those the live trail still holds."""
+    overlap: dict[int, str] = {}
+    for info in sorted((read_info(path) for path in archives), key=lambda info: info.first_id):
+        for row in read_entries(info.path):
+            linked = _start(report, row["id"], anchors)
+            _link(report, row, linked=linked)
+            _check(report, row["id"], row["resource"], row["token"], row["mark"], row["outcome"])
+            if live_first is not None and row["id"] >= live_first:
+                overlap[row["id"]] = row["chain"]
+    if overlap:
+        report.notes.append(
+            f"{len(overlap)} archived entries are still in the trail (an archive run was cut short: "
+            "run it again to finish)"
+        )
+    return overlap
+
+
+def _start(report: AuditReport, row_id: int, anchors: Mapping[int, Head]) -> bool:
+    """Whether the entry can be linked to the one before it: the first one read after entries that
+    were archived (and not given) links only to an exported head of the entry before it."""
     if report.rows == 0 and row_id > 1:  # entries before it were archived
         report.archived = row_id - 1
         anchor = anchors.get(report.archived)
-        linked = anchor is not None
         report.chain = anchor or report.chain
+        return anchor is not None
+    return True
+
+
+def _entry(report: AuditReport, raw: Mapping[Any, Any], decode: Decoder, anchors: Mapping[int, Head]) -> None:
+    """Check one entry as stored: decoded, linked to the entry before it, its tokens in order."""
+    row_id: int = raw["id"]
+    linked = _start(report, row_id, anchors)
     try:
         if row_id < 1:
             raise MalformedRow(f"id {row_id} is below 1, where fencegate numbers entries from", column="id")

@@ -1,0 +1,199 @@
+"""An archive run: the audit entries before a cutoff go to a file, are checked there, then deleted.
+
+Steps, each observable (`PAUSE_AT`), and what a crash after each leaves:
+
+1. `selected`: the range is chosen (the trail's first entry up to the cutoff); nothing written.
+2. `written`: the entries are in `FILE.partial`, fsynced; the database is unchanged.
+3. `renamed`: the file is in place, whole (renamed after its fsync); the database is unchanged.
+4. `checked`: the file was read back whole and matches the database entry for entry.
+5. `deleting`: the first batch of `DELETE_BATCH` entries is deleted (each batch its own
+   transaction, oldest first, so the trail left is always a whole suffix of the chain).
+6. `deleted`: every archived entry is gone from the database.
+
+After a crash at any step no entry is lost (each is in the file, the
+database, or both) and `audit verify --archive FILE` checks the chain across
+them. A rerun with the same `--to FILE` finds the whole file, checks that
+the database's remaining entries up to its end are the file's, and finishes
+the deletion; a `.partial` left behind is written again. A target that
+cannot be written stops the run at step 2, before anything is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from storage.archivefile import ArchiveInfo, read_entries, read_info, write_archive
+from storage.chain import GENESIS, entry_hash
+from storage.errors import BadArchive, map_storage_errors
+from storage.models import AuditEntry
+from storage.statements import AUDIT_COLUMNS
+
+DELETE_BATCH = 5_000  # entries deleted per transaction
+READ_BATCH = 10_000  # entries read per round trip
+# A test names a step here; the run then says so on stderr and waits there, to be killed (`kill -9`).
+PAUSE_AT = "FENCEGATE_ARCHIVE_PAUSE_AT"
+STEPS = ("selected", "written", "renamed", "checked", "deleting", "deleted")
+_COLUMNS = [getattr(AuditEntry, name) for name in AUDIT_COLUMNS]
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveResult:
+    """What a run did: the archive (None if there was nothing to archive) and the entries deleted."""
+
+    archive: ArchiveInfo | None
+    deleted: int
+
+
+def _step(name: str) -> None:
+    """The test hook: with `PAUSE_AT` naming this step, stop here until killed."""
+    if os.environ.get(PAUSE_AT) == name:
+        print(f"fencegate audit archive: paused at {name}", file=sys.stderr, flush=True)
+        while True:  # only a signal ends it; the loop is held on purpose
+            time.sleep(3600)
+
+
+async def _range(engine: AsyncEngine, before_id: int | None, before_time: datetime | None) -> tuple[int, int]:
+    """(first, last) ids to archive: the trail's first entry up to the one before the cutoff."""
+    async with engine.connect() as conn:
+        first = (await conn.execute(select(func.min(AuditEntry.id)))).scalar()
+        if before_time is not None:
+            newer = select(func.min(AuditEntry.id)).where(AuditEntry.at >= before_time)
+            cutoff = (await conn.execute(newer)).scalar()
+            last = (
+                (await conn.execute(select(func.max(AuditEntry.id)))).scalar()
+                if cutoff is None
+                else cutoff - 1
+            )
+        else:
+            assert before_id is not None
+            last = (
+                await conn.execute(select(func.max(AuditEntry.id)).where(AuditEntry.id < before_id))
+            ).scalar()
+    return (first or 0), (last or 0)
+
+
+async def _rows(engine: AsyncEngine, first: int, last: int) -> AsyncIterator[Mapping[Any, Any]]:
+    """The entries `first`..`last` in id order, a page at a time."""
+    after = first - 1
+    while after < last:
+        async with engine.connect() as conn:
+            query = select(*_COLUMNS).where(AuditEntry.id > after, AuditEntry.id <= last)
+            page = (await conn.execute(query.order_by(AuditEntry.id).limit(READ_BATCH))).all()
+        if not page:
+            return
+        for row in page:
+            yield row._mapping
+        after = page[-1].id
+
+
+async def _check(engine: AsyncEngine, info: ArchiveInfo, live_first: int) -> None:
+    """The file is whole, its chain holds within it, and each entry still in the database (from
+    `live_first` to its end) is the file's; `BadArchive` otherwise."""
+    stored = _rows(engine, live_first, info.last_id)
+    previous = GENESIS if info.first_id == 1 else None
+    count = 0
+    for entry in read_entries(info.path):
+        if previous is not None and entry_hash(previous, entry) != entry["chain"]:
+            raise BadArchive(
+                f"archive {info.path}: entry {entry['id']} does not hash as stored; nothing deleted"
+            )
+        previous, count = entry["chain"], count + 1
+        if entry["id"] >= live_first:
+            row = await anext(stored, None)
+            if row is None or (row["id"], row["chain"]) != (entry["id"], entry["chain"]):
+                raise BadArchive(
+                    f"archive {info.path}: entry {entry['id']} differs from the database's; nothing deleted"
+                )
+    if count != info.last_id - info.first_id + 1:
+        raise BadArchive(f"archive {info.path} holds {count} entries, not its range's; nothing deleted")
+
+
+async def _delete(engine: AsyncEngine, last: int, batch: int) -> int:
+    deleted = 0
+    while True:
+        oldest = select(AuditEntry.id).where(AuditEntry.id <= last).order_by(AuditEntry.id).limit(batch)
+        async with engine.begin() as conn:
+            done = (await conn.execute(delete(AuditEntry).where(AuditEntry.id.in_(oldest)))).rowcount
+        deleted += done
+        if done:
+            _step("deleting")
+        if done < batch:
+            return deleted
+        await asyncio.sleep(0)
+
+
+async def archive_audit(
+    engine: AsyncEngine,
+    *,
+    to: Path,
+    before_id: int | None = None,
+    before_time: datetime | None = None,
+    batch: int = DELETE_BATCH,
+) -> ArchiveResult:
+    """Archive the entries before `before_id` (or written before `before_time`) to `to`, then delete
+    them. A whole archive already at `to` is resumed (its entries still in the database deleted)."""
+    with map_storage_errors("audit archive"):
+        first, last = await _range(engine, before_id, before_time)
+        if await asyncio.to_thread(to.exists):
+            info = read_info(to)
+            if first and first < info.first_id:
+                raise BadArchive(f"archive {to} exists and starts after entry {first}; give a new file")
+        else:
+            if not first or last < first:
+                return ArchiveResult(None, 0)
+            _step("selected")
+            rows = _rows(engine, first, last)
+            info = await write_archive(
+                to, rows, first_id=first, last_id=last, written=lambda: _step("written")
+            )
+        _step("renamed")
+        if first and first <= info.last_id:
+            await _check(engine, info, first)
+        _step("checked")
+        deleted = await _delete(engine, info.last_id, batch) if first and first <= info.last_id else 0
+        _step("deleted")
+        return ArchiveResult(info, deleted)
+
+
+ARCHIVE_NAME = re.compile(r"audit-(\d{12})-(\d{12})\.jsonl\.gz")
+
+
+def archive_name(first: int, last: int) -> str:
+    """The file a scheduled run writes entries `first`..`last` to: its range in its name."""
+    return f"audit-{first:012d}-{last:012d}.jsonl.gz"
+
+
+def _unfinished(directory: Path, live_first: int) -> Path | None:
+    """A whole archive in `directory` whose entries are still partly in the database: a run cut short."""
+    for path in sorted(directory.iterdir()):
+        found = ARCHIVE_NAME.fullmatch(path.name)
+        if found is not None and int(found[1]) <= live_first <= int(found[2]):
+            return path
+    return None
+
+
+async def archive_into(engine: AsyncEngine, directory: Path, *, before_time: datetime) -> ArchiveResult:
+    """The scheduled run: archive the entries written before `before_time` to a file of `directory`
+    named by its range, first finishing a run that was cut short there (so archives never overlap)."""
+    with map_storage_errors("audit archive"):
+        first, last = await _range(engine, None, before_time)
+    if not first:
+        return ArchiveResult(None, 0)
+    unfinished = await asyncio.to_thread(_unfinished, directory, first)
+    if unfinished is not None:
+        return await archive_audit(engine, to=unfinished, before_id=first)
+    if last < first:
+        return ArchiveResult(None, 0)
+    return await archive_audit(engine, to=directory / archive_name(first, last), before_id=last + 1)

@@ -1,0 +1,77 @@
+"""Idempotency records expire: deleted in the background, oldest first, a few hundred per transaction.
+
+A record is kept for the gateway's `--idempotency-ttl` from its write; then
+`expire_idempotency` deletes it and its key may be used afresh (a retry
+later than that is a new request: its fence check runs again). Each batch is
+its own short transaction (`EXPIRY_BATCH` rows found by the index on `at`),
+so the write lock (SQLite) or the rows (PostgreSQL) are held for a few
+milliseconds at a time, and fenced writes go between the batches.
+
+Several replicas on one PostgreSQL: each batch first takes a transaction-level
+advisory lock with `pg_try_advisory_xact_lock`; a replica that does not get it
+leaves the round to the one that has it (nothing waits; a crashed holder's
+lock ends with its transaction). The batch's rows are taken `FOR UPDATE SKIP
+LOCKED`, so a record a concurrent request holds is left for the next round
+instead of waited on. SQLite is one machine: its write lock orders the batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnClause, Delete, delete, literal_column, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from storage.errors import map_storage_errors
+from storage.models import IdempotencyRecord
+
+log = logging.getLogger(__name__)
+
+EXPIRY_BATCH = 500  # records deleted per transaction: a few milliseconds of the write lock
+EXPIRY_LOCK = 0x6578706972  # "expir": the advisory lock one PostgreSQL replica at a time expires under
+
+
+def _batch_delete(dialect: str, before: datetime, batch: int) -> Delete:
+    """Delete up to `batch` records written before `before`, oldest first, by their physical row."""
+    row: ColumnClause[Any] = literal_column("ctid" if dialect == "postgresql" else "rowid")
+    oldest = (
+        select(row)
+        .select_from(IdempotencyRecord)
+        .where(IdempotencyRecord.at < before)
+        .order_by(IdempotencyRecord.at)
+        .limit(batch)
+    )
+    if dialect == "postgresql":
+        oldest = oldest.with_for_update(skip_locked=True)
+    return delete(IdempotencyRecord).where(row.in_(oldest))
+
+
+async def _one_batch(engine: AsyncEngine, before: datetime, batch: int) -> int | None:
+    """Records deleted by one transaction, or None if another replica holds the expiry lock."""
+    dialect = engine.dialect.name
+    async with engine.begin() as conn:
+        if dialect == "postgresql":
+            locked = await conn.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": EXPIRY_LOCK})
+            if not locked.scalar_one():
+                return None
+        result = await conn.execute(_batch_delete(dialect, before, batch))
+        deleted: int = result.rowcount
+        return deleted
+
+
+async def expire_idempotency(engine: AsyncEngine, *, before: datetime, batch: int = EXPIRY_BATCH) -> int:
+    """Delete every idempotency record written before `before`, `batch` per transaction; the count
+    deleted (0 if another replica is at it). `StorageError` if the database fails."""
+    deleted = 0
+    with map_storage_errors("idempotency expiry"):
+        while True:
+            done = await _one_batch(engine, before, batch)
+            if done is None:
+                return deleted
+            deleted += done
+            if done < batch:
+                return deleted
+            await asyncio.sleep(0)  # the loop serves requests between batches
