@@ -29,11 +29,6 @@ async def pg_url(postgres_cluster: LocalCluster) -> AsyncIterator[str]:
         yield asyncpg_url(url)
 
 
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite+aiosqlite:///{tmp_path / 'own.db'}"
-
-
 @pytest.fixture(params=["postgresql", "sqlite"])
 async def engine(
     request: pytest.FixtureRequest, postgres_cluster: LocalCluster, tmp_path: Path
