@@ -249,8 +249,16 @@ class ConditionalStore(ObjectStore):
             self._cache.popitem(last=False)
 
     async def _fenced_read(self, request: FencedRequest) -> ObjectData:
-        """The mark is raised (above); the bytes and the token are the store's."""
-        return await self._get(request.key, resource=request.resource, audited=True)
+        """The mark is raised (above); the bytes and the token are the store's. An object the store
+        holds under another resource is refused, as a write to it would be (invariant 6)."""
+        found = await self._get(request.key, resource=request.resource, audited=True)
+        bound = found.meta.resource
+        if bound != request.resource:
+            raise ResourceMismatch(
+                f"key {request.key!r} belongs to resource {bound!r} at the store",
+                key=request.key, resource=request.resource, bound=bound,
+            )  # fmt: skip
+        return found
 
     async def read(self, key: str, *, resource: str) -> ObjectData:
         return await self._get(key, resource=resource, audited=False)

@@ -154,3 +154,23 @@ async def test_listing_pages_through_the_store_and_skips_tombstones(
         everything = await (await client.get("/v1/objects", params={"prefix": "k/"})).json()
         assert [o["key"] for o in everything["objects"]] == ["k/a", "k/e"]
         assert everything["next"] is None
+
+
+async def test_a_fenced_request_naming_another_resource_than_the_store_holds_is_refused_and_changes_nothing(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+) -> None:
+    a = await _replica(make_client, store, prefix, tmp_path / "a")
+    b = await _replica(make_client, store, prefix, tmp_path / "b")  # its database has no binding for k
+    written = await a.put(
+        "/v1/objects/k", data=b"a", headers={"Fencing-Token": "3", "Fencing-Resource": "r1"}
+    )
+    assert written.status == 201
+    for method in ("PUT", "GET", "DELETE"):
+        headers = {"Fencing-Token": "9", "Fencing-Resource": "r2"}
+        refused = await b.request(method, "/v1/objects/k", data=b"b", headers=headers)
+        assert refused.status == 409, method
+        assert (await refused.json())["error"] == "resource_mismatch"
+    async with direct_client(store) as s3:
+        found = await held(s3, store["bucket"], prefix + "k")
+    assert found is not None
+    assert (found.data, found.token, found.metadata["fencing-resource"]) == (b"a", 3, "r1")
