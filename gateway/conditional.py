@@ -322,7 +322,10 @@ class ConditionalStore(ObjectStore):
         return await self._fences.marks_count()
 
     async def ping(self) -> None:
+        """Ready only if both answer: the gateway's database, and the store (a HEAD of a scratch key:
+        unreachable is 503, credentials it refuses 502)."""
         await self._fences.ping()
+        await self.transport.head(SCRATCH_PREFIX + "ready")
 
     async def record_refusals(self, entries: Sequence[Refused]) -> None:
         await self._fences.record_refusals(entries)
