@@ -43,6 +43,7 @@ maps its driver's errors to the gateway's (502 garbage, 503 unreachable,
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -67,6 +68,8 @@ TOMBSTONE_SIZE = len(TOMBSTONE_PREFIX) + 32  # the prefix and 16 random bytes in
 MAX_ATTEMPTS = 4  # conditional sends per request before 503 upstream_contended
 CACHE_SIZE = 10_000  # keys whose last known version is kept (least recently used goes first)
 ROUND_TRIP_BUCKETS = (1, 2, 3, 4, 6, 8, 12)
+LIST_HEADS = 16  # HEADs a listing sends at once for keys whose version is not cached
+SCRATCH_PREFIX = ".fencegate-probe/"  # the probe's scratch keys (gateway.probe), never listed
 
 
 class PreconditionFailed(Exception):
@@ -246,8 +249,16 @@ class ConditionalStore(ObjectStore):
             self._cache.popitem(last=False)
 
     async def _fenced_read(self, request: FencedRequest) -> ObjectData:
-        """The mark is raised (above); the bytes and the token are the store's."""
-        return await self._get(request.key, resource=request.resource, audited=True)
+        """The mark is raised (above); the bytes and the token are the store's. An object the store
+        holds under another resource is refused, as a write to it would be (invariant 6)."""
+        found = await self._get(request.key, resource=request.resource, audited=True)
+        bound = found.meta.resource
+        if bound != request.resource:
+            raise ResourceMismatch(
+                f"key {request.key!r} belongs to resource {bound!r} at the store",
+                key=request.key, resource=request.resource, bound=bound,
+            )  # fmt: skip
+        return found
 
     async def read(self, key: str, *, resource: str) -> ObjectData:
         return await self._get(key, resource=resource, audited=False)
@@ -265,7 +276,44 @@ class ConditionalStore(ObjectStore):
         return ObjectData(meta=meta, data=data, content_type=version.content_type)
 
     async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]:
-        raise NotSupported("listing is not available in this proxy mode yet")
+        """Keys under `prefix` after `after`, tombstones and the probe's scratch keys skipped.
+
+        A listing does not show metadata, so each key's token and resource (and whether it is a
+        tombstone) come from the cached version when the listed ETag is that version's, else from
+        a HEAD (at most `LIST_HEADS` at once). Store pages are read until `limit` objects are found
+        or the store has no more.
+        """
+        found: list[ObjectMeta] = []
+        cursor = after
+        while len(found) < limit:
+            page = await self.transport.list(prefix, after=cursor, limit=limit)
+            if not page:
+                break
+            cursor = page[-1].key
+            versions = await self._versions(
+                [item for item in page if not item.key.startswith(SCRATCH_PREFIX)]
+            )
+            for item, version in versions:
+                if version is not None and not version.tombstone and len(found) < limit:
+                    found.append(ObjectMeta(
+                        key=item.key, resource=version.resource or item.key, token=version.token,
+                        version=None, size=version.size, digest=None,
+                    ))  # fmt: skip
+            if len(page) < limit:
+                break
+        return found
+
+    async def _versions(self, items: Sequence[Listed]) -> Sequence[tuple[Listed, Version | None]]:
+        heads = asyncio.Semaphore(LIST_HEADS)
+
+        async def version(item: Listed) -> Version | None:
+            cached = self._cache.get(item.key)
+            if cached is not None and cached.etag == item.etag:
+                return cached
+            async with heads:
+                return await self._head(item.key)
+
+        return tuple(zip(items, await asyncio.gather(*(version(item) for item in items)), strict=True))
 
     async def mark(self, resource: str) -> int:
         return await self._fences.mark(resource)
@@ -274,7 +322,10 @@ class ConditionalStore(ObjectStore):
         return await self._fences.marks_count()
 
     async def ping(self) -> None:
+        """Ready only if both answer: the gateway's database, and the store (a HEAD of a scratch key:
+        unreachable is 503, credentials it refuses 502)."""
         await self._fences.ping()
+        await self.transport.head(SCRATCH_PREFIX + "ready")
 
     async def record_refusals(self, entries: Sequence[Refused]) -> None:
         await self._fences.record_refusals(entries)

@@ -28,10 +28,9 @@ import secrets
 from collections.abc import Awaitable
 from dataclasses import asdict, dataclass
 
-from gateway.conditional import RESOURCE, TOKEN, PreconditionFailed, Transport
+from gateway.conditional import RESOURCE, SCRATCH_PREFIX, TOKEN, PreconditionFailed, Transport
 from gateway.errors import ConfigurationError, Refusal, UpstreamTimeout
 
-SCRATCH_PREFIX = ".fencegate-probe/"
 CONCURRENT = 32  # PUTs sent at once on one ETag
 PROBE_TOKEN, PROBE_RESOURCE = 1, "fencegate-probe"
 

@@ -135,3 +135,26 @@ async def test_a_store_answering_garbage_is_502_with_the_fixed_message_and_nothi
     finally:
         await engine.dispose()
     assert report.ok, report.violations
+
+
+async def test_readyz_fails_while_the_store_is_unreachable_and_passes_again_once_it_answers(
+    make_client: MakeClient, aiohttp_server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    careless = CarelessS3("none")
+    server = await aiohttp_server(careless.app)
+    port = server.port
+    for name, value in {"AWS_ACCESS_KEY_ID": "AKREADY", "AWS_SECRET_ACCESS_KEY": SECRET}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    gateway = await make_client(
+        upstream="s3://ready-store", upstream_endpoint=f"http://127.0.0.1:{port}", upstream_timeout=2.0
+    )
+    assert (await gateway.get("/readyz")).status == 200
+    await server.close()
+    down = await gateway.get("/readyz")
+    assert down.status == 503
+    assert (await down.json())["error"] == "upstream_unavailable"
+    again = await aiohttp_server(careless.app, port=port)
+    assert again.port == port
+    assert (await gateway.get("/readyz")).status == 200

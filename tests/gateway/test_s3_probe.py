@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
-from gateway.probe import CHECKS, SCRATCH_PREFIX, probe
+from gateway.conditional import SCRATCH_PREFIX
+from gateway.probe import CHECKS, probe
 from gateway.s3 import open_s3
 from gateway.s3url import parse_s3_url
 from tests.gateway.careless_s3 import CarelessS3, Fault

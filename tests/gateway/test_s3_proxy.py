@@ -130,3 +130,47 @@ async def test_a_delete_leaves_a_tombstone_that_a_held_older_write_cannot_get_pa
         found = await held(s3, store["bucket"], prefix + "k")
     assert found is not None
     assert (found.data, found.token) == (b"v7", 7)
+
+
+async def test_listing_pages_through_the_store_and_skips_tombstones(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+) -> None:
+    gateway = await _replica(make_client, store, prefix, tmp_path / "a")
+    for n, key in enumerate(("k/a", "k/b", "k/c", "k/d", "k/e", "other/x"), start=1):
+        put = await gateway.put(f"/v1/objects/{key}", data=key.encode(), headers={"Fencing-Token": str(n)})
+        assert put.status == 201
+    for key in ("k/b", "k/c", "k/d"):
+        deleted = await gateway.delete(f"/v1/objects/{key}", headers={"Fencing-Token": "9"})
+        assert deleted.status == 200
+    other = await _replica(make_client, store, prefix, tmp_path / "b")  # no cached versions: HEADs
+    for client in (gateway, other):
+        first = await (await client.get("/v1/objects", params={"prefix": "k/", "limit": "1"})).json()
+        assert [o["key"] for o in first["objects"]] == ["k/a"]
+        assert (first["objects"][0]["token"], first["objects"][0]["resource"]) == (1, "k/a")
+        assert first["next"] == "k/a"
+        page = await client.get("/v1/objects", params={"prefix": "k/", "limit": "1", "after": first["next"]})
+        second = await page.json()
+        assert [o["key"] for o in second["objects"]] == ["k/e"]  # three tombstones between them
+        everything = await (await client.get("/v1/objects", params={"prefix": "k/"})).json()
+        assert [o["key"] for o in everything["objects"]] == ["k/a", "k/e"]
+        assert everything["next"] is None
+
+
+async def test_a_fenced_request_naming_another_resource_than_the_store_holds_is_refused_and_changes_nothing(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+) -> None:
+    a = await _replica(make_client, store, prefix, tmp_path / "a")
+    b = await _replica(make_client, store, prefix, tmp_path / "b")  # its database has no binding for k
+    written = await a.put(
+        "/v1/objects/k", data=b"a", headers={"Fencing-Token": "3", "Fencing-Resource": "r1"}
+    )
+    assert written.status == 201
+    for method in ("PUT", "GET", "DELETE"):
+        headers = {"Fencing-Token": "9", "Fencing-Resource": "r2"}
+        refused = await b.request(method, "/v1/objects/k", data=b"b", headers=headers)
+        assert refused.status == 409, method
+        assert (await refused.json())["error"] == "resource_mismatch"
+    async with direct_client(store) as s3:
+        found = await held(s3, store["bucket"], prefix + "k")
+    assert found is not None
+    assert (found.data, found.token, found.metadata["fencing-resource"]) == (b"a", 3, "r1")
