@@ -85,7 +85,7 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool, store: str = GATEW
             "trigger with clients that only write their token (store sql-trigger, fenced mode only)), "
             "s3 (two gateway replicas on PostgreSQL in front of SeaweedFS, started for the run: writes "
             "conditional at the store (store s3) or not (store s3-unconditional); fenced mode, proxy-delay "
-            "only), all: every one "
+            "and proxy-delete only), all: every one "
             f"(default: {store}; the sql rows run pause and none only)",
         )
         parser.add_argument(
@@ -240,10 +240,11 @@ def _command(args: argparse.Namespace, scenarios: Sequence[str], *, strict: bool
         skipped = [name for name in scenarios if store_inapplicable(store, name) is not None]
         if skipped and not strict:
             why = (
-                "it runs proxy-delay only; the other faults hit the lock, whatever store is behind it"
+                "it runs proxy-delay and proxy-delete only; the other faults hit the lock, whatever store is "
+                "behind it"
                 if store in PROXY_STORES
                 else "a lock node's faults hit the lock, whatever store is behind it: the gateway's rows "
-                "show them; proxy-delay runs on the s3 stores"
+                "show them; proxy-delay and proxy-delete run on the s3 stores"
             )
             print(f"note: the {store} store skips {', '.join(skipped)} ({why})", file=sys.stderr)
     if ETCD in designs and args.tokens not in ("sqlite", ETCD):
