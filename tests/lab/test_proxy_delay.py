@@ -29,6 +29,7 @@ from fencegate.lab.predictions import (
     UNCONDITIONAL,
     store_inapplicable,
 )
+from fencegate.lab.run_cli import run_store
 from fencegate.lab.scenarios import RunPlan
 from fencegate.lab.session import LabSession, RunSpec, expected_safe, plan_runs, servers_for
 from tests.gateway.s3_support import Held, direct_client, held
@@ -131,6 +132,12 @@ async def test_a_held_write_after_a_newer_delete_recreates_the_key_only_without_
     else:  # the tombstone carries the deleting token: the held write is refused, nothing recreated
         assert outcome == "refused"
         assert_the_fence_refused(verdict)
+
+
+def test_lab_run_of_a_proxy_scenario_runs_the_s3_stores_unless_told_otherwise() -> None:
+    assert run_store(PROXY_DELAY, None) == run_store(PROXY_DELETE, None) == "s3"
+    assert run_store("pause", None) == "gateway"
+    assert run_store(PROXY_DELAY, "gateway") == "gateway"  # asked for: plan_runs refuses it in one line
 
 
 def test_proxy_delay_runs_on_the_s3_stores_only_in_fenced_mode() -> None:
