@@ -17,7 +17,16 @@ from fencegate.lab.cluster import TERMINATED, until_terminated
 Benchmark = Callable[[BenchEnv], Awaitable[Section]]
 
 
-NAMES = ("leases", "scaling", "contention", "tokens", "gateway", "e2e", "sql")  # in the order they run
+NAMES = (
+    "leases",
+    "scaling",
+    "contention",
+    "tokens",
+    "gateway",
+    "e2e",
+    "sql",
+    "proxy",
+)  # in the order they run
 
 
 def benchmarks() -> dict[str, Benchmark]:
@@ -26,6 +35,7 @@ def benchmarks() -> dict[str, Benchmark]:
     from fencegate.bench.e2e import e2e
     from fencegate.bench.gateway import gateway
     from fencegate.bench.leases import leases, scaling
+    from fencegate.bench.proxy import proxy
     from fencegate.bench.sql import sql
     from fencegate.bench.tokens import tokens
 
@@ -37,6 +47,7 @@ def benchmarks() -> dict[str, Benchmark]:
         "gateway": gateway,
         "e2e": e2e,
         "sql": sql,
+        "proxy": proxy,
     }
     return {name: found[name] for name in NAMES}
 
@@ -44,7 +55,8 @@ def benchmarks() -> dict[str, Benchmark]:
 def configure(parser: argparse.ArgumentParser) -> None:
     describe(
         parser,
-        "Start 7 redis-server masters, ZooKeeper, PostgreSQL and 3 etcd members on loopback, run each "
+        "Start 7 redis-server masters, ZooKeeper, PostgreSQL and 3 etcd members on loopback (and SeaweedFS "
+        "for the proxy bench), run each "
         "benchmark with fencegate and its peers alternately (several runs each), and print medians, p50/p99 "
         "and same-run ratios against the goals. Progress goes to stderr, also with --json. Peers come from "
         "the `bench` extra: pip install -e '.[bench]'.",

@@ -4,7 +4,7 @@ The package root exports the pure parts (the history, the checker, the
 report); the parts that start processes or talk to servers live in their own
 modules (`lab.runner`, `lab.scenarios`, `lab.faults`, `lab.locks`, `lab.leases`,
 `lab.gateway_store`, `lab.gateway_process`, `lab.sql_store`, `lab.sql_deployment`,
-`lab.session`) so that
+`lab.proxy_store`, `lab.proxy_deployment`, `lab.unconditional_serve`, `lab.session`) so that
 importing `lab.cluster` or reading a history stays light.
 """
 

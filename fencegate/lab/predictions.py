@@ -19,9 +19,10 @@ stores other than the gateway (`STORE_SCENARIOS`) run the scenarios that
 ask their own question: a user's table sees a paused holder's stale write
 exactly as the gateway does, and the faults of a lock node hit the lock,
 whatever store is behind it. The s3 stores (two gateway replicas in front of
-SeaweedFS) run `proxy-delay` alone, the one scenario about the path between
-a gateway and its store, and only they run it: the unconditional proxy is
-unsafe there, the conditional one safe. Pure: the
+SeaweedFS) run `proxy-delay` and `proxy-delete` alone, the scenarios about
+the path between a gateway and its store, and only they run them: the unconditional proxy is
+unsafe there, the conditional one safe; `proxy-delete` is the same with the
+newer lease's delete before the held write arrives (the tombstone's case). Pure: the
 report and `lab report` use it on recorded histories, the runs use it
 before they start.
 """
@@ -60,11 +61,13 @@ GATEWAY = "gateway"  # the store of every scenario: the built-in store behind th
 _SQL_ROWS = frozenset({"none", "pause"})
 PROXY_DELAY = "proxy-delay"  # the scenario whose fault sits between a gateway replica and its store
 UNCONDITIONAL = "s3-unconditional"  # the s3 store whose replicas send writes without preconditions
+PROXY_DELETE = "proxy-delete"  # the same, with the newer lease's delete before the held write arrives
+PROXY_SCENARIOS = frozenset({PROXY_DELAY, PROXY_DELETE})
 PROXY_STORES = ("s3", UNCONDITIONAL)
 STORE_SCENARIOS: dict[str, frozenset[str]] = {
     "sql": _SQL_ROWS,
     "sql-trigger": _SQL_ROWS,
-    **{store: frozenset({PROXY_DELAY}) for store in PROXY_STORES},
+    **{store: PROXY_SCENARIOS for store in PROXY_STORES},
 }
 
 
@@ -94,7 +97,7 @@ def inapplicable(design: str, scenario: str) -> str | None:
 
 def store_inapplicable(store: str, scenario: str) -> str | None:
     """Why `scenario` has no row on `store` (None: it has)."""
-    if scenario == PROXY_DELAY and store not in PROXY_STORES:
+    if scenario in PROXY_SCENARIOS and store not in PROXY_STORES:
         return (
             f"has no row on the {store} store: it holds the path between a gateway replica and an S3 "
             f"store, so it runs on the {' and '.join(PROXY_STORES)} stores"
@@ -103,9 +106,7 @@ def store_inapplicable(store: str, scenario: str) -> str | None:
     if runs is None or scenario in runs:
         return None
     if store in PROXY_STORES:
-        return (
-            f"has no row on the {store} store, which runs {PROXY_DELAY} only: the other faults hit the lock"
-        )
+        return f"has no row on the {store} store, which runs {PROXY_DELAY} and {PROXY_DELETE} only"
     return (
         f"has no row on the {store} store, which runs {', '.join(sorted(runs))}: the faults of a lock node "
         "hit the lock, whatever store is behind it, and the gateway's rows show them"
@@ -114,7 +115,7 @@ def store_inapplicable(store: str, scenario: str) -> str | None:
 
 def expected_safe(run: Described) -> bool:
     """The verdict the seed documents predict for `run`."""
-    if run.scenario == PROXY_DELAY:  # the held write meets the store after the challenger's
+    if run.scenario in PROXY_SCENARIOS:  # the held write meets the store after the challenger's
         return run.store != UNCONDITIONAL
     if run.mode != LOCK_ONLY:
         return not (run.scenario == REGRESS and run.tokens == INCR)
@@ -128,6 +129,8 @@ __all__ = [
     "INCR",
     "LOCK_ONLY",
     "PROXY_DELAY",
+    "PROXY_DELETE",
+    "PROXY_SCENARIOS",
     "PROXY_STORES",
     "REGRESS",
     "STORE_SCENARIOS",

@@ -124,3 +124,11 @@ class HeldPath(Protocol):
     def hold_path(self, seconds: float) -> None:
         """Hold the held replica's requests to the store this long (0: let them through)."""
         ...
+
+    async def delete(self, token: int) -> None:
+        """Delete the counter through the other replica, fenced by `token` (a newer lease's)."""
+        ...
+
+    async def recreate(self, value: int, token: int) -> None:
+        """Write the counter back through the other replica, fenced by `token`."""
+        ...

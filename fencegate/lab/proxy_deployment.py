@@ -37,10 +37,12 @@ from fencegate.lab.deployments import GatewayDeployment
 from fencegate.lab.errors import LabError, StoreError
 from fencegate.lab.faults.proxy import DelayProxy
 from fencegate.lab.gateway_process import GatewayProcess
+from fencegate.lab.gateway_store import TIMEOUT
 from fencegate.lab.predictions import PROXY_STORES, UNCONDITIONAL
 from fencegate.lab.protocols import Component
 from fencegate.lab.scenarios.stage import HOLDER
 from gateway.conditional import TOKEN
+from lockclient import GatewayClient
 
 if TYPE_CHECKING:
     from aiobotocore.session import ClientCreatorContext
@@ -82,6 +84,19 @@ class ProxyDeployment:
     def hold_path(self, seconds: float) -> None:
         """Hold replica A's requests to the store this long (0: let them through)."""
         self.path.hold(seconds)
+
+    async def delete(self, token: int) -> None:
+        async with self._client() as client:
+            await client.delete(self.gateway.key, token=token, resource=self.resource)
+
+    async def recreate(self, value: int, token: int) -> None:
+        async with self._client() as client:
+            await client.put(self.gateway.key, str(value).encode(), token=token, resource=self.resource)
+
+    def _client(self) -> GatewayClient:
+        """Replica B's client; no Idempotency-Key, which proxy mode refuses."""
+        host, port = self.gateway.gateway
+        return GatewayClient(f"http://{host}:{port}", timeout=TIMEOUT, retry=None)
 
     def lock(self, urls: Sequence[str], *, tokens: str) -> Component:
         return self.gateway.lock(urls, tokens=tokens)

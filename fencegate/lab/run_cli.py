@@ -29,7 +29,13 @@ from fencegate.lab.cluster import TERMINATED, until_terminated
 from fencegate.lab.deployments import DESIGNS, ETCD, MODES, Mode
 from fencegate.lab.errors import LabArgumentError, LabError
 from fencegate.lab.history import Meta
-from fencegate.lab.predictions import GATEWAY, PROXY_STORES, inapplicable, store_inapplicable
+from fencegate.lab.predictions import (
+    GATEWAY,
+    PROXY_SCENARIOS,
+    PROXY_STORES,
+    inapplicable,
+    store_inapplicable,
+)
 from fencegate.lab.report import RunResult, as_predicted, predicted_line, summary, table, to_json, token_trail
 from fencegate.lab.scenarios import SCENARIOS, RunPlan
 from fencegate.lab.session import (
@@ -85,8 +91,9 @@ def _options(parser: argparse.ArgumentParser, *, modes: bool, store: str = GATEW
             "trigger with clients that only write their token (store sql-trigger, fenced mode only)), "
             "s3 (two gateway replicas on PostgreSQL in front of SeaweedFS, started for the run: writes "
             "conditional at the store (store s3) or not (store s3-unconditional); fenced mode, proxy-delay "
-            "only), all: every one "
-            f"(default: {store}; the sql rows run pause and none only)",
+            "and proxy-delete only), all: every one "
+            f"(default: {store}; the sql rows run pause and none only; `lab run` of proxy-delay or "
+            "proxy-delete defaults to s3)",
         )
         parser.add_argument(
             "--mode",
@@ -179,9 +186,7 @@ def add_commands(commands: Any) -> None:
         "--scenario", required=True, choices=list(SCENARIOS), help="see `fencegate lab scenarios`"
     )
     _options(run, modes=True)
-    run.set_defaults(
-        func=lambda args: _command(args, [args.scenario], strict=args.lock != "all" and args.store != "all")
-    )
+    run.set_defaults(store=None, func=_run)
     every = commands.add_parser(
         "all",
         help="run every scenario in every mode (a few minutes)",
@@ -200,6 +205,19 @@ def add_commands(commands: Any) -> None:
     headline.epilog = "examples:\n  fencegate lab headline\n  fencegate lab headline --lock all --seeds 3"
     _options(headline, modes=False)
     headline.set_defaults(func=lambda args: _command(args, list(HEADLINE)), mode="all", store=GATEWAY)
+
+
+def run_store(scenario: str, store: str | None) -> str:
+    """The store `lab run` uses: the one asked for, else the s3 stores for the scenarios only they run,
+    else the gateway."""
+    if store is not None:
+        return store
+    return "s3" if scenario in PROXY_SCENARIOS else GATEWAY
+
+
+def _run(args: argparse.Namespace) -> int:
+    args.store = run_store(args.scenario, args.store)
+    return _command(args, [args.scenario], strict=args.lock != "all" and args.store != "all")
 
 
 def _applicable(scenarios: Sequence[str], design: str, store: str, *, strict: bool) -> list[str]:
@@ -240,10 +258,11 @@ def _command(args: argparse.Namespace, scenarios: Sequence[str], *, strict: bool
         skipped = [name for name in scenarios if store_inapplicable(store, name) is not None]
         if skipped and not strict:
             why = (
-                "it runs proxy-delay only; the other faults hit the lock, whatever store is behind it"
+                "it runs proxy-delay and proxy-delete only; the other faults hit the lock, whatever store is "
+                "behind it"
                 if store in PROXY_STORES
                 else "a lock node's faults hit the lock, whatever store is behind it: the gateway's rows "
-                "show them; proxy-delay runs on the s3 stores"
+                "show them; proxy-delay and proxy-delete run on the s3 stores"
             )
             print(f"note: the {store} store skips {', '.join(skipped)} ({why})", file=sys.stderr)
     if ETCD in designs and args.tokens not in ("sqlite", ETCD):

@@ -89,6 +89,7 @@ def test_scenarios_lists_every_fault_schedule(capsys: pytest.CaptureFixture[str]
         "failover",
         "token-regress",
         "proxy-delay",
+        "proxy-delete",
     ]
 
 

@@ -11,8 +11,9 @@ import asyncio
 
 from fencegate.lab.errors import FaultError
 from fencegate.lab.faults.nodes import crash_restart
+from fencegate.lab.history import Event
 from fencegate.lab.runner import Checkpoint, ClientProcess
-from fencegate.lab.scenarios.stage import Scenario, Stage
+from fencegate.lab.scenarios.stage import CHALLENGER_WAIT, HOLDER, Scenario, Stage
 
 HOLD_LONG = 3600.0  # the delayed write is held until the challenger has written, then let through
 JUMP_TTLS = 10  # a clock jump of this many TTLs expires every key the node holds
@@ -79,6 +80,66 @@ class ProxyDelay(Scenario):
                 stage.runner.note("fault", holder.name, "held write delivered to the store", lease=at.lease)
 
         stage.runner.background(deliver_late())
+
+
+class ProxyDelete(Scenario):
+    """As proxy-delay, and the newer lease deletes the counter before the held write arrives.
+
+    Once the challenger's write is answered, the stage deletes the counter through replica B with the
+    challenger's token (its lease is live: the challenger is parked at its "wrote" checkpoint), lets the
+    held write through, waits for its answer, then writes the challenger's value back with the same
+    token, so the workload goes on with the counter where the challenger left it. A held write that
+    recreates the deleted key is a stale write applied after a newer one.
+    """
+
+    name = "proxy-delete"
+    summary = (
+        "as proxy-delay, and the newer lease deletes the counter before the held write reaches the store, "
+        "then recreates it"
+    )
+
+    async def after_read(self, stage: Stage, holder: ClientProcess, at: Checkpoint) -> None:
+        path = stage.path
+        if path is None:
+            raise FaultError(f"{self.name} holds a replica's path to its store: run it on an s3 store")
+        path.hold_path(HOLD_LONG)
+        stage.runner.note("fault", holder.name, "replica A's path to the store holds it", lease=at.lease)
+        gate = stage.challengers_wait = asyncio.Event()
+
+        async def delete_then_deliver() -> None:
+            wrote = None
+            try:
+                await stage.challenger_wrote()
+                wrote = next((e for e in stage.runner.events() if _challengers_write(e)), None)
+                if wrote is not None and wrote.token is not None:
+                    await path.delete(wrote.token)
+                    stage.runner.note(
+                        "fault", wrote.client, f"deleted with token {wrote.token}", lease=wrote.lease
+                    )
+            finally:
+                path.hold_path(0)
+                stage.runner.note("fault", holder.name, "held write delivered to the store", lease=at.lease)
+            try:
+                await stage.runner.wait_for(
+                    _held_answered, within=CHALLENGER_WAIT, what="the held write's answer"
+                )
+                if wrote is not None and wrote.token is not None and wrote.value is not None:
+                    await path.recreate(wrote.value, wrote.token)
+                    stage.runner.note(
+                        "fault", wrote.client, f"recreated with token {wrote.token}", lease=wrote.lease
+                    )
+            finally:
+                gate.set()
+
+        stage.runner.background(delete_then_deliver())
+
+
+def _challengers_write(event: Event) -> bool:
+    return event.client != HOLDER and event.kind == "write" and event.accepted
+
+
+def _held_answered(events: list[Event]) -> bool:
+    return any(e.lease == f"{HOLDER}/1" and e.kind == "write" and e.outcome != "sent" for e in events)
 
 
 class ClockJump(Scenario):
@@ -172,5 +233,6 @@ SCENARIOS: dict[str, Scenario] = {
         Failover(),
         TokenRegress(),
         ProxyDelay(),
+        ProxyDelete(),
     )
 }

@@ -69,6 +69,8 @@ class Stage:
     pair: ReplicatedPair | None = None
     skew: ClockShift | None = None  # the challenger's own wall clock, where the scenario skews it
     path: HeldPath | None = None  # a deployment whose replica's path to its store can be held
+    # set by a scenario that acts on the store for a challenger: the challengers go on once it is set
+    challengers_wait: asyncio.Event | None = None
 
     def urls_for(self, client: str) -> list[str]:
         """The lock nodes as `client` reaches them: through its own links when the scenario partitions."""
@@ -252,6 +254,9 @@ async def run_scenario(
                     )
             elif client.name != HOLDER:  # after its first write: the holder's (stale) write comes first
                 await runner.wait_for(_holder_done, within=CHALLENGER_WAIT, what="the holder's first lease")
+                if stage.challengers_wait is not None:
+                    async with asyncio.timeout(CHALLENGER_WAIT):
+                        await stage.challengers_wait.wait()
             elif at.point == "start":
                 await scenario.before_acquire(stage, client)
             elif at.point == "acquired":
