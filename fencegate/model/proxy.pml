@@ -19,11 +19,17 @@
  *                    If-Match on the checked ETag) and leaves no version behind
  *   -DBLIND_DELETE   like CONDITIONAL, but the tombstone is written unconditionally
  *   -DBARE_TOMBSTONE like CONDITIONAL, but the tombstone carries no token
+ *   -DINCREMENTS     like CONDITIONAL, but each request is the lab's increment: a
+ *                    fenced GET of the counter, then a PUT of the value read + 1
+ *   -DREAD_RAISES    like INCREMENTS, but a fenced GET whose token is above the one
+ *                    stored first writes that token onto the version it read (a PUT
+ *                    of the same bytes, If-Match its ETag), as the mark is raised
  * Sizes: -DK=clients -DOPS=requests per client -DMAXT=requests the gateway may stop
  * waiting for. Each client holds one token (drawn in order, as from any token
  * source; no lock: the lock only decides who believes it may write, and a
  * client past its lease is exactly a holder of an older token) and sends OPS
- * requests, each a PUT or a DELETE of the one key.
+ * requests, each a PUT or a DELETE of the one key (an increment in INCREMENTS and
+ * READ_RAISES).
  * Properties, one per pan run (./pan -N name):
  *   store_order    the store never applies a request (write, delete, tombstone) with
  *                  a lower token than one it applied before
@@ -32,6 +38,9 @@
  *   acked_durable  once every client has its answers, the store's state comes
  *                  from a request whose token is at least that of every request
  *                  answered 2xx (and stays so while held requests still land)
+ *   increments     once every client has its answers, the counter at the store is at
+ *                  least the increments answered 2xx (vacuous where clients write
+ *                  blind: their writes count no increment)
  *
  * Every printf line starting with "EV" is an event for model/trail.py, in the
  * format of fencegate.pml:
@@ -74,15 +83,36 @@
 #define TOMB 1
 #define TOMB_TOKEN 0
 #define DEL_COND 1
+#elif defined(INCREMENTS)
+#define COND 1
+#define TOMB 1
+#define TOMB_TOKEN 1
+#define DEL_COND 1
+#define INCR 1
+#elif defined(READ_RAISES)
+#define COND 1
+#define TOMB 1
+#define TOMB_TOKEN 1
+#define DEL_COND 1
+#define INCR 1
+#define RAISE 1
 #else
-#error "pick a variant: TRUST_PATH CONDITIONAL NO_TOMBSTONE BLIND_DELETE BARE_TOMBSTONE"
+#error "pick a variant: TRUST_PATH CONDITIONAL NO_TOMBSTONE BLIND_DELETE BARE_TOMBSTONE INCREMENTS READ_RAISES"
 #endif
+#ifndef INCR
+#define INCR 0          /* each request is a fenced read, then a write of the value read + 1 */
+#endif
+#ifndef RAISE
+#define RAISE 0         /* a fenced read writes its token onto the version it read */
+#endif
+#define WVAL (INCR -> v + 1 : tok)  /* the bytes a PUT writes: the counter read + 1, or the writer's token */
 
 #define SLOTS (K * OPS)
 #define RETRIES 1       /* a 412 is followed by one new read and one new attempt, then 503 */
 #define PUT 1
 #define DEL 2           /* a real DELETE */
 #define TOMBSTONE 3     /* a PUT of the tombstone marker */
+#define RAISED 4        /* a PUT of the version's own bytes (or tombstone) with the reader's token */
 #define IF_MATCH 1
 #define IF_NONE 2       /* If-None-Match: * */
 #define APPLIED 1
@@ -93,7 +123,8 @@ byte etag;              /* the current version's ETag, 0 = no version at all */
 byte stok;              /* the token the current version carries as metadata, 0 = none */
 bool tomb;              /* the current version is a tombstone */
 byte versions;          /* ETags issued so far: every version has its own */
-byte seq;               /* the store's order of the requests it applied */
+byte seq;               /* the store's order of the requests it applied (and of the reads it served) */
+byte value;             /* the counter the current version holds (0 for none or a tombstone) */
 
 /* the gateway's database, shared by every replica */
 byte mark;
@@ -102,6 +133,7 @@ byte tokens;            /* the token source: last token issued */
 /* the path: one slot per request; a courier per slot delivers it whenever it likes */
 byte pkind[SLOTS];      /* 0 empty, else PUT, DEL or TOMBSTONE */
 byte ptok[SLOTS];
+byte pval[SLOTS];       /* the bytes of a PUT: the counter value */
 byte pcond[SLOTS];      /* 0 none, IF_MATCH petag, IF_NONE */
 byte petag[SLOTS];      /* the ETag of the condition; once applied, of the version made */
 byte presp[SLOTS];      /* 0 not delivered yet, APPLIED, FAILED */
@@ -111,6 +143,7 @@ bool pwait[SLOTS];      /* a gateway still waits for the answer */
 /* ghosts: what the properties and the trail need, invisible to the protocol */
 byte counter;           /* the token of the request that made the store's current state */
 byte acked;             /* the highest token of a request answered 2xx */
+byte incs;              /* increments answered 2xx */
 byte maxap;             /* the highest token the store has applied */
 byte delmax;            /* the highest token of a delete done */
 byte timeouts;          /* requests the gateway stopped waiting for */
@@ -118,7 +151,7 @@ byte bad;               /* properties broken so far: 1 store order, 2 recreated 
 byte done;              /* clients with all their answers */
 
 inline clear(s) {
-    pkind[s] = 0; ptok[s] = 0; pcond[s] = 0; petag[s] = 0; presp[s] = 0; pseq[s] = 0; pwait[s] = false
+    pkind[s] = 0; ptok[s] = 0; pval[s] = 0; pcond[s] = 0; petag[s] = 0; presp[s] = 0; pseq[s] = 0; pwait[s] = false
 }
 
 /* The store applies the request in slot s: a new version, or none left by a DELETE. */
@@ -135,14 +168,16 @@ inline apply(s) {
         :: (etag == 0 || tomb) && ptok[s] < delmax -> bad = bad | 2
         :: else
         fi;
-        versions++; etag = versions; stok = ptok[s]; tomb = false
-    :: pkind[s] == DEL -> etag = 0; stok = 0; tomb = false
+        versions++; etag = versions; stok = ptok[s]; tomb = false; value = pval[s]
+    :: pkind[s] == DEL -> etag = 0; stok = 0; tomb = false; value = 0
+    :: pkind[s] == RAISED ->  /* over no version: a tombstone carrying the token */
+        tomb = (etag == 0 -> true : tomb); versions++; etag = versions; stok = ptok[s]
     :: pkind[s] == TOMBSTONE ->
-        versions++; etag = versions; tomb = true;
+        versions++; etag = versions; tomb = true; value = 0;
         stok = (TOMB_TOKEN -> ptok[s] : 0)
     fi;
     if
-    :: pkind[s] != PUT && ptok[s] > delmax -> delmax = ptok[s]
+    :: (pkind[s] == DEL || pkind[s] == TOMBSTONE) && ptok[s] > delmax -> delmax = ptok[s]
     :: else
     fi;
     counter = ptok[s]
@@ -162,7 +197,7 @@ end:
             /* detail: what was sent, plus 10 when no gateway waits for the answer any more */
             if
             :: presp[s] == APPLIED ->
-                printf("EV store %d 1 %d ok %d %d %d %d\n", s / OPS, ptok[s], (pkind[s] == PUT -> ptok[s] : -1),
+                printf("EV store %d 1 %d ok %d %d %d %d\n", s / OPS, ptok[s], (pkind[s] == PUT -> pval[s] : -1),
                        pseq[s], pkind[s] + (pwait[s] -> 0 : 10), etag)
             :: !pwait[s] && presp[s] == FAILED ->
                 printf("EV store %d 1 %d refused -1 0 %d %d\n", s / OPS, ptok[s], pkind[s] + 10, etag)
@@ -185,6 +220,8 @@ proctype Client(byte c) {
     byte ct;        /* and the token it carries */
     bool obj;       /* that version is an object, not a tombstone */
     byte tries;
+    byte v;         /* the counter value read (INCR) */
+    byte i;         /* the store's seq of that read */
 
     atomic {
         tokens++;
@@ -197,17 +234,74 @@ proctype Client(byte c) {
         atomic {
             it++;
             s = c * OPS + it - 1;
+#if INCR
+            k = PUT;
+            printf("EV read %d 1 %d sent -1 0 - -1\n", c, tok)
+#else
             if
             :: k = PUT; printf("EV write %d 1 %d sent %d 0 - -1\n", c, tok, tok)
             :: k = DEL; printf("EV delete %d 1 %d sent -1 0 - -1\n", c, tok)
             fi
+#endif
         };
+#if INCR
+        /* the fenced GET: the mark first, then the store's version */
+        atomic {
+            if
+            :: tok < mark -> printf("EV read %d 1 %d refused -1 0 stale %d\n", c, tok, mark); goto next
+            :: else -> mark = tok
+            fi
+        };
+reread:
+        atomic { ce = etag; ct = stok; v = value; seq++; i = seq };  /* served by the store, in its order */
+        if
+        :: tok < ct -> printf("EV read %d 1 %d refused -1 0 stored %d\n", c, tok, ct); goto next
+#if RAISE
+        :: tok > ct ->
+            atomic {
+                ptok[s] = tok;
+                pwait[s] = true;
+                pkind[s] = RAISED;
+                pcond[s] = (ce != 0 -> IF_MATCH : IF_NONE);
+                petag[s] = ce;
+                printf("EV forward %d 1 %d ok -1 0 %d %d\n", c, tok, pcond[s] * 10 + pkind[s], ce)
+            };
+            if
+            :: atomic { presp[s] == APPLIED -> clear(s) }
+            :: atomic {
+                presp[s] == FAILED ->
+                    clear(s);
+                    tries++;
+                    printf("EV precondition %d 1 %d ok -1 0 - -1\n", c, tok);
+                    if
+                    :: tries > RETRIES -> printf("EV read %d 1 %d error -1 0 retries -1\n", c, tok); goto next
+                    :: else
+                    fi
+                };
+                goto reread
+            :: atomic {
+                presp[s] == 0 && timeouts < MAXT ->
+                    timeouts++;
+                    pwait[s] = false;
+                    printf("EV read %d 1 %d error -1 0 timeout -1\n", c, tok);
+                    goto next
+                }
+            fi
+#endif
+        :: else
+        fi;
+        atomic {
+            printf("EV read %d 1 %d ok %d %d - -1\n", c, tok, v, i);
+            printf("EV write %d 1 %d sent %d 0 - -1\n", c, tok, v + 1);
+            tries = 0
+        };
+#endif
         /* the gateway's fence: one transaction in its database */
         atomic {
             if
             :: tok < mark ->
                 if
-                :: k == PUT -> printf("EV write %d 1 %d refused %d 0 stale %d\n", c, tok, tok, mark)
+                :: k == PUT -> printf("EV write %d 1 %d refused %d 0 stale %d\n", c, tok, WVAL, mark)
                 :: else -> printf("EV delete %d 1 %d refused -1 0 stale %d\n", c, tok, mark)
                 fi;
                 goto next
@@ -225,7 +319,7 @@ again:
             if
             :: tok < ct ->
                 if
-                :: k == PUT -> printf("EV write %d 1 %d refused %d 0 stored %d\n", c, tok, tok, ct)
+                :: k == PUT -> printf("EV write %d 1 %d refused %d 0 stored %d\n", c, tok, WVAL, ct)
                 :: else -> printf("EV delete %d 1 %d refused -1 0 stored %d\n", c, tok, ct)
                 fi;
                 goto next
@@ -243,6 +337,7 @@ again:
             fi;
 #endif
             ptok[s] = tok;
+            pval[s] = WVAL;
             pwait[s] = true;
             pkind[s] = (k == PUT -> PUT : (TOMB -> TOMBSTONE : DEL));
             if
@@ -260,8 +355,9 @@ again:
                 :: tok > acked -> acked = tok
                 :: else
                 fi;
+                incs = incs + INCR;
                 if
-                :: k == PUT -> printf("EV write %d 1 %d ok %d %d etag %d\n", c, tok, tok, pseq[s], petag[s])
+                :: k == PUT -> printf("EV write %d 1 %d ok %d %d etag %d\n", c, tok, pval[s], pseq[s], petag[s])
                 :: else -> printf("EV delete %d 1 %d ok -1 %d etag %d\n", c, tok, pseq[s], petag[s])
                 fi;
                 clear(s)
@@ -274,7 +370,7 @@ again:
                 if
                 :: tries > RETRIES ->
                     if
-                    :: k == PUT -> printf("EV write %d 1 %d error %d 0 retries -1\n", c, tok, tok)
+                    :: k == PUT -> printf("EV write %d 1 %d error %d 0 retries -1\n", c, tok, WVAL)
                     :: else -> printf("EV delete %d 1 %d error -1 0 retries -1\n", c, tok)
                     fi;
                     goto next
@@ -287,13 +383,13 @@ again:
                 timeouts++;
                 pwait[s] = false;
                 if
-                :: k == PUT -> printf("EV write %d 1 %d error %d 0 timeout -1\n", c, tok, tok)
+                :: k == PUT -> printf("EV write %d 1 %d error %d 0 timeout -1\n", c, tok, WVAL)
                 :: else -> printf("EV delete %d 1 %d error -1 0 timeout -1\n", c, tok)
                 fi
             }
         fi;
 next:
-        atomic { k = 0; ce = 0; ct = 0; obj = false; tries = 0; s = 0 }
+        atomic { k = 0; ce = 0; ct = 0; obj = false; tries = 0; s = 0; v = 0; i = 0 }
     od;
     atomic { tok = 0; it = 0; done++ }
 }
@@ -320,3 +416,4 @@ init {
 ltl store_order { [] ((bad & 1) == 0) }
 ltl no_recreate { [] ((bad & 2) == 0) }
 ltl acked_durable { [] (done < K || counter >= acked) }
+ltl increments { [] (done < K || value >= incs) }

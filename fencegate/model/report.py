@@ -176,7 +176,8 @@ def history_lines(result: CheckResult) -> list[dict[str, Any]]:
             "tokens": "counter" if variant.fence else None,
             "clients": result.sizes.clients,
         },
-        "final": result.trail.final,
+        # the counter the store ends with: proxy.pml keeps it apart from the token behind the store's state
+        "final": result.trail.value if variant.model == PROXY_MODEL else result.trail.final,
         "initial": 0,
     }
     events = [e for e in result.trail.events if e["kind"] != "delete" or e["outcome"] != "sent"]
@@ -200,7 +201,8 @@ def _ending(variant: str, trail: Trail) -> str:
     """How the trail ends: the counter, or (proxy.pml) the token of the request behind the store's state."""
     if VARIANTS[variant].model == PROXY_MODEL:
         return (
-            f"the store's state made by token {trail.final}, highest token answered 2xx: {trail.acknowledged}"
+            f"the store's state made by token {trail.final}, highest token answered 2xx "
+            f"{trail.acknowledged}; counter {trail.value}, increments answered 2xx {trail.increments}"
         )
     return f"final counter {trail.final}, acknowledged increments {trail.acknowledged}"
 

@@ -58,7 +58,8 @@ EVENT_KEYS = ("at", "client", "kind", "lease", "token", "outcome", "value", "seq
 REQUEST_KINDS = ("read", "write", "delete")  # the store operations a client sends
 RESOURCES = {1: "lock", 2: "key"}  # what the model prints for the resource a request named
 # proxy.pml: what the gateway sent to the store (pkind) and the precondition it carried (pcond)
-SENT = {1: "PUT", 2: "DELETE", 3: "PUT of a tombstone"}
+SENT = {1: "PUT", 2: "DELETE", 3: "PUT of a tombstone", 4: "PUT of the version read, with the reader's token"}
+_STORE_KINDS = {1: "write", 4: "read"}  # what a request the store applied was part of; else a delete
 CONDITIONS = {0: "unconditional", 1: "If-Match: e{etag}", 2: "If-None-Match: *"}
 
 
@@ -68,7 +69,9 @@ class Trail:
 
     events: list[dict[str, Any]] = field(default_factory=list)
     final: int = 0  # the counter when the trail ends
-    acknowledged: int = 0  # writes the store acknowledged by then
+    acknowledged: int = 0  # writes the store acknowledged by then (proxy.pml: the highest token answered 2xx)
+    value: int = 0  # proxy.pml: the counter the store holds when the trail ends
+    increments: int = 0  # proxy.pml: the increments answered 2xx by then
     assertion: str | None = None  # the text of the failed assertion, None for other errors
     steps: int = 0
 
@@ -102,6 +105,10 @@ def parse_replay(text: str) -> Trail:
                 trail.final = int(match.group(2))
             elif match.group(1) == "acked":
                 trail.acknowledged = int(match.group(2))
+            elif match.group(1) == "value":
+                trail.value = int(match.group(2))
+            elif match.group(1) == "incs":
+                trail.increments = int(match.group(2))
     if not raw and trail.steps == 0:
         raise TrailError(
             "no model events and no trail end in the replay: was it produced by `spin -t -p` "
@@ -172,7 +179,7 @@ class _Translator:
         if kind == "store":
             sent, unheard = int(detail) % 10, int(detail) >= 10
             self.emit(
-                at=at, client=client, kind="write" if sent == 1 else "delete", lease=lease, token=token,
+                at=at, client=client, kind=_STORE_KINDS.get(sent, "delete"), lease=lease, token=token,
                 outcome=outcome, value=value, seq=seq,
                 detail="; ".join([*self.path.get(client, []), _delivered(outcome, sent, unheard, arg)]),
             )  # fmt: skip

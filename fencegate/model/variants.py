@@ -160,6 +160,24 @@ VARIANTS: dict[str, Variant] = {
             "like proxy-conditional, but the tombstone carries no token",
             model=PROXY_MODEL,
         ),
+        Variant(
+            "proxy-increments",
+            "INCREMENTS",
+            False,
+            True,
+            "proxy-conditional under the lab's workload: each request a fenced GET of the counter, "
+            "then a PUT of the value read + 1",
+            model=PROXY_MODEL,
+        ),
+        Variant(
+            "proxy-read-raises",
+            "READ_RAISES",
+            False,
+            True,
+            "like proxy-increments, but a fenced GET whose token is above the stored one first "
+            "writes that token onto the version it read (same bytes, If-Match its ETag)",
+            model=PROXY_MODEL,
+        ),
     )
 }
 
@@ -208,6 +226,14 @@ PROPERTIES: dict[str, Property] = {
             True,
             "once every client has its answers, the store holds a state at least as new as every "
             "request answered 2xx, and keeps it while held requests still land",
+            model=PROXY_MODEL,
+        ),
+        Property(
+            "increments",
+            "increments",
+            True,
+            "once every client has its answers, the counter at the store holds every increment "
+            "answered 2xx (vacuous where clients write blind)",
             model=PROXY_MODEL,
         ),
     )

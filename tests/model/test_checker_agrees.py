@@ -82,3 +82,13 @@ def test_every_proxy_counterexample_is_a_history_the_lab_can_draw(
     history = _as_lab_history(by_key[(variant, prop)], tmp_path)
     run = RunResult.of(history)
     assert write_svg(run, tmp_path / "run.svg").read_text().startswith("<svg")
+
+
+def test_the_checker_counts_the_increment_the_conditional_proxy_loses_under_the_labs_workload(
+    by_key: dict[tuple[str, str], CheckResult], tmp_path: Path
+) -> None:
+    result = by_key[("proxy-increments", "increments")]
+    trail = counterexample(result)
+    verdict = check(_as_lab_history(result, tmp_path))
+    assert verdict.lost_updates == trail.increments - trail.value >= 1
+    assert verdict.interleaved_leases >= 1  # the older write accepted after the newer fenced read
