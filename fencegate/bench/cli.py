@@ -17,7 +17,7 @@ from fencegate.lab.cluster import TERMINATED, until_terminated
 Benchmark = Callable[[BenchEnv], Awaitable[Section]]
 
 
-NAMES = ("leases", "scaling", "contention", "tokens", "gateway", "e2e")  # in the order they run
+NAMES = ("leases", "scaling", "contention", "tokens", "gateway", "e2e", "growth")  # in the order they run
 
 
 def benchmarks() -> dict[str, Benchmark]:
@@ -25,6 +25,7 @@ def benchmarks() -> dict[str, Benchmark]:
     from fencegate.bench.contention import contention
     from fencegate.bench.e2e import e2e
     from fencegate.bench.gateway import gateway
+    from fencegate.bench.growth import growth
     from fencegate.bench.leases import leases, scaling
     from fencegate.bench.tokens import tokens
 
@@ -35,6 +36,7 @@ def benchmarks() -> dict[str, Benchmark]:
         "tokens": tokens,
         "gateway": gateway,
         "e2e": e2e,
+        "growth": growth,
     }
     return {name: found[name] for name in NAMES}
 
