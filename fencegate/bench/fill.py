@@ -75,14 +75,15 @@ async def fill(engine: AsyncEngine, count: int) -> None:
         )
 
 
-async def fill_expired(engine: AsyncEngine, count: int) -> None:
-    """Add `count` idempotency records written long ago: the next expiry sweep deletes them all."""
+async def fill_expired(engine: AsyncEngine, count: int, *, prefix: str = "old") -> None:
+    """Add `count` idempotency records written long ago, their keys starting with `prefix` (a run's
+    own: the last run's sweep may not be done): the next expiry sweeps delete them all."""
     dialect = engine.dialect.name
     at: object = datetime(2001, 1, 1, tzinfo=UTC)
     if dialect == "sqlite":
         at = "2001-01-01 00:00:00.000000"
     template = _PG if dialect == "postgresql" else _SQLITE
-    key = "'old/' || lpad(i::text, 10, '0')" if dialect == "postgresql" else "'old/' || printf('%010d', i)"
+    key = f"'{prefix}/' || " + ("lpad(i::text, 10, '0')" if dialect == "postgresql" else "printf('%010d', i)")
     columns = (
         "client, idempotency_key, request_digest, key, resource, token, version, size, digest, created, at"
     )

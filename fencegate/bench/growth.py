@@ -62,7 +62,7 @@ async def _database(env: BenchEnv, engine: str, workdir: Path, name: str) -> Asy
         await admin.close()
 
 
-async def _prepare(url: str, keys: int, expired: int = 0) -> dict[str, float]:
+async def _prepare(url: str, keys: int, expired: int = 0, run: int = 0) -> dict[str, float]:
     """Migrate (and fill) the store; the seconds the fill took and bytes per row of each filled table."""
     engine = open_storage(url, command_timeout=3600)
     try:
@@ -72,7 +72,7 @@ async def _prepare(url: str, keys: int, expired: int = 0) -> dict[str, float]:
             await fill(engine, keys)
         figures = {"fill seconds": time.monotonic() - started}
         if expired:
-            await fill_expired(engine, expired)
+            await fill_expired(engine, expired, prefix=f"old{run}")
         if keys:
             if engine.dialect.name == "postgresql":  # its row counts are what the last analyze saw
                 async with engine.begin() as conn:
@@ -108,7 +108,7 @@ async def growth(env: BenchEnv) -> Section:
                     url = fresh if kind == "fresh store" else filled
                     flags = ["--storage", url]
                     if kind.endswith("expiring"):
-                        await _prepare(url, 0, expired)
+                        await _prepare(url, 0, expired, run)
                         flags += ["--idempotency-ttl", "1s"]
                     here = workdir / f"{run}-{kind.replace(' ', '_').replace(',', '')}"
                     here.mkdir()
