@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,7 +43,11 @@ from storage.vacuum import INCREMENTAL, auto_vacuum_mode, reclaim
 log = logging.getLogger("gateway")
 
 SWEEP_EVERY = 15.0  # seconds between sweeps at most: a record past its TTL is gone well within a minute
-SIZES_EVERY = 300.0  # seconds between two reads of the tables' rows and bytes (a count on SQLite)
+# seconds between two reads of the tables' rows and bytes: on PostgreSQL two catalog reads, on SQLite a
+# count and a page scan of the whole file (storage/tablesize.py), so a large file is first read after
+# that long, not at start, where a restarted gateway serves its backlog
+SIZES_EVERY = {"postgresql": 300.0, "sqlite": 3600.0}
+SMALL_FILE = 256 * 1024 * 1024  # bytes of a SQLite file read at start
 ARCHIVE_EVERY = 3600.0  # seconds between audit archive runs at most: one file an hour
 ARCHIVE_LOCK = 0x6172636876  # "archv": the advisory lock one PostgreSQL replica at a time archives under
 
@@ -50,6 +55,13 @@ ARCHIVE_LOCK = 0x6172636876  # "archv": the advisory lock one PostgreSQL replica
 def sweep_pause(ttl: float) -> float:
     """Seconds between two sweeps: `SWEEP_EVERY`, or the TTL if shorter (a 5 s TTL is swept every 5 s)."""
     return min(SWEEP_EVERY, ttl)
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _sqlite_file(engine: AsyncEngine) -> str | None:
@@ -113,7 +125,11 @@ async def _archive_forever(engine: AsyncEngine, retention: float, directory: Pat
 
 
 async def _measure_forever(engine: AsyncEngine, metrics: Metrics) -> None:
-    """The tables' rows and bytes as gauges: at start, then every `SIZES_EVERY`."""
+    """The tables' rows and bytes as gauges, every `SIZES_EVERY` of the engine."""
+    every = SIZES_EVERY.get(engine.dialect.name, 3600.0)
+    path = _sqlite_file(engine)
+    file_bytes = 0 if path is None else await asyncio.to_thread(_file_size, path)
+    await asyncio.sleep(every if file_bytes > SMALL_FILE else 0)
     while True:
         try:
             for size in await table_sizes(engine):
@@ -121,8 +137,8 @@ async def _measure_forever(engine: AsyncEngine, metrics: Metrics) -> None:
                 if size.bytes is not None:
                     metrics.table_bytes.labels(table=size.table).set(size.bytes)
         except StorageError as exc:
-            log.warning("table sizes not read, tried again in %g s: %s", SIZES_EVERY, exc)
-        await asyncio.sleep(SIZES_EVERY)
+            log.warning("table sizes not read, tried again in %g s: %s", every, exc)
+        await asyncio.sleep(every)
 
 
 async def _check_auto_vacuum(engine: AsyncEngine) -> None:

@@ -26,6 +26,7 @@ NAMES = (
     "e2e",
     "sql",
     "proxy",
+    "growth",
 )  # in the order they run
 
 
@@ -34,6 +35,7 @@ def benchmarks() -> dict[str, Benchmark]:
     from fencegate.bench.contention import contention
     from fencegate.bench.e2e import e2e
     from fencegate.bench.gateway import gateway
+    from fencegate.bench.growth import growth
     from fencegate.bench.leases import leases, scaling
     from fencegate.bench.proxy import proxy
     from fencegate.bench.sql import sql
@@ -48,6 +50,7 @@ def benchmarks() -> dict[str, Benchmark]:
         "e2e": e2e,
         "sql": sql,
         "proxy": proxy,
+        "growth": growth,
     }
     return {name: found[name] for name in NAMES}
 
