@@ -1,0 +1,175 @@
+"""`Idempotency-Key` in front of real SeaweedFS: one application at the store, one answer for all.
+
+Two `fencegate serve` processes on one real PostgreSQL in front of one real
+SeaweedFS: identical retries sent at once and split over both replicas are
+applied once (each replica counts the writes the store accepted from it:
+`fencegate_upstream_round_trips_count`) and answered alike, and the store
+holds the write with the request's id. The control (`unclaimed_serve`: the
+key ignored, no record claimed) must apply more than once. The same key on
+another request is 422 `idempotency_key_reused`, as on the built-in store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from fencegate.lab.cluster import LocalCluster
+from fencegate.lab.faults.proxy import DelayProxy
+from gateway import Settings, create_app
+from gateway.conditional import REQUEST, TOMBSTONE
+from tests.gateway.conftest import AppClient, create_database
+from tests.gateway.s3_support import Held, aws_environment, direct_client, fresh_prefix, held, use_store
+from tests.gateway.test_s3_acceptance import Replica
+
+RETRIES = 16
+TIMEOUT, HOLD = 1.0, 3.0  # the 504 case: seconds the gateway waits for the store, and the path holds
+_APPLIED = re.compile(r"^fencegate_upstream_round_trips_count (\S+)$", re.MULTILINE)
+
+
+@pytest.fixture
+async def database(postgres_cluster: LocalCluster) -> str:
+    return await create_database(postgres_cluster.postgres_dsn)
+
+
+@contextlib.asynccontextmanager
+async def _replicas(
+    module: str, store: dict[str, str], dsn: str, prefix: str, tmp_path: Path
+) -> AsyncIterator[tuple[Replica, Replica]]:
+    env = aws_environment(store, tmp_path)
+    args = ["--storage", dsn, "--upstream", f"s3://{store['bucket']}/{prefix}",
+            "--upstream-endpoint", store["endpoint"]]  # fmt: skip
+    a, b = (Replica(tmp_path / f"{name}.log", module, args, env) for name in ("a", "b"))
+    try:
+        await a.start()
+        await b.start()
+        yield a, b
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def _applied(session: aiohttp.ClientSession, *replicas: Replica) -> int:
+    """Writes the store accepted, over the replicas."""
+    total = 0.0
+    for replica in replicas:
+        async with session.get(f"{replica.url}/metrics") as scraped:
+            found = _APPLIED.search(await scraped.text())
+        total += float(found.group(1)) if found else 0.0
+    return int(total)
+
+
+async def _retries(
+    session: aiohttp.ClientSession, replicas: tuple[Replica, Replica], method: str, key: str, idem: str,
+    data: bytes = b"",
+) -> list[tuple[int, bytes]]:  # fmt: skip
+    headers = {"Fencing-Token": "7", "Idempotency-Key": idem}
+
+    async def send(i: int) -> tuple[int, bytes]:
+        url = f"{replicas[i % 2].url}/v1/objects/{key}"
+        async with session.request(method, url, data=data or None, headers=headers) as answer:
+            return answer.status, await answer.read()
+
+    return await asyncio.gather(*(send(i) for i in range(RETRIES)))
+
+
+@pytest.mark.parametrize(
+    ("module", "claimed"), [("fencegate.cli", True), ("tests.gateway.unclaimed_serve", False)],
+    ids=["claimed", "control-without-the-claim"],
+)  # fmt: skip
+async def test_identical_retries_over_two_replicas_apply_once_and_get_one_answer(
+    module: str, claimed: bool, s3_cluster: LocalCluster, database: str, tmp_path: Path
+) -> None:
+    store, prefix = s3_cluster.s3, fresh_prefix()
+    async with (
+        _replicas(module, store, database, prefix, tmp_path) as (a, b),
+        aiohttp.ClientSession() as session,
+        direct_client(store) as s3,
+    ):
+        put = await _retries(session, (a, b), "PUT", "doc", uuid.uuid4().hex, b"once")
+        put_applied = await _applied(session, a, b)
+        stored = await held(s3, store["bucket"], prefix + "doc")
+        delete = await _retries(session, (a, b), "DELETE", "doc", uuid.uuid4().hex)
+        delete_applied = await _applied(session, a, b) - put_applied
+        gone = await held(s3, store["bucket"], prefix + "doc")
+    if not claimed:
+        assert (put_applied, delete_applied) != (1, 1), "the control applied once: the count sees nothing"
+        return
+    assert {status for status, _ in put} == {201}, put
+    assert len(set(put)) == 1, put
+    assert put_applied == 1
+    assert isinstance(stored, Held)
+    assert (stored.data, stored.token) == (b"once", 7)
+    assert REQUEST in stored.metadata
+    assert {status for status, _ in delete} == {200}, delete
+    assert len(set(delete)) == 1, delete
+    assert delete_applied == 1
+    assert gone is not None
+    assert gone.metadata.get(TOMBSTONE) == "1"
+
+
+async def test_the_same_key_on_another_request_is_refused_and_changes_nothing(
+    s3_cluster: LocalCluster, database: str, tmp_path: Path
+) -> None:
+    store, prefix, idem = s3_cluster.s3, fresh_prefix(), uuid.uuid4().hex
+    async with (
+        _replicas("fencegate.cli", store, database, prefix, tmp_path) as (a, b),
+        aiohttp.ClientSession() as session,
+        direct_client(store) as s3,
+    ):
+        headers = {"Fencing-Token": "7", "Idempotency-Key": idem}
+        async with session.put(f"{a.url}/v1/objects/doc", data=b"first", headers=headers) as first:
+            assert first.status == 201
+        for body, token in ((b"other body", "7"), (b"first", "8")):
+            reused_headers = {**headers, "Fencing-Token": token}
+            async with session.put(f"{b.url}/v1/objects/doc", data=body, headers=reused_headers) as reused:
+                assert (reused.status, (await reused.json())["error"]) == (422, "idempotency_key_reused")
+        stored = await held(s3, store["bucket"], prefix + "doc")
+        assert stored is not None
+        assert (stored.data, stored.token) == (b"first", 7)
+        assert await _applied(session, a, b) == 1
+
+
+async def test_a_retry_after_a_504_gets_the_write_applied_once(
+    s3_cluster: LocalCluster, aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One gateway on SQLite, its path to the store held past `--upstream-timeout`: the first attempt
+    is 504 (its record says: no answer), the retry decides at the store and applies the write once
+    (or finds the first attempt's id there), and every later retry gets that answer."""
+    store, prefix = s3_cluster.s3, fresh_prefix()
+    use_store(monkeypatch, store, tmp_path)
+    host, port = store["endpoint"].removeprefix("http://").split(":")
+    async with DelayProxy(host, int(port)) as proxy:
+        settings = Settings(
+            data_dir=tmp_path / "data", upstream=f"s3://{store['bucket']}/{prefix}",
+            upstream_endpoint=f"http://127.0.0.1:{proxy.port}", upstream_timeout=TIMEOUT,
+        )  # fmt: skip
+        gateway: AppClient = await aiohttp_client(create_app(settings))
+        assert (
+            await gateway.put("/v1/objects/doc", data=b"v4", headers={"Fencing-Token": "4"})
+        ).status == 201
+        headers = {"Fencing-Token": "5", "Idempotency-Key": uuid.uuid4().hex}
+        await proxy.drop()  # the pool's idle connections are cut: the first attempt opens its own
+        proxy.hold(HOLD)
+        first = await gateway.put("/v1/objects/doc", data=b"v5", headers=headers)
+        assert first.status == 504
+        proxy.hold(0)
+        answers = []
+        for _ in range(3):
+            retry = await gateway.put("/v1/objects/doc", data=b"v5", headers=headers)
+            answers.append((retry.status, await retry.read()))
+        async with direct_client(store) as s3:
+            stored = await held(s3, store["bucket"], prefix + "doc")
+    assert {status for status, _ in answers} == {200}, answers
+    assert len(set(answers)) == 1, answers
+    assert stored is not None
+    assert (stored.data, stored.token) == (b"v5", 5)
+    assert REQUEST in stored.metadata
