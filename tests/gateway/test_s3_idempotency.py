@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -138,12 +139,26 @@ async def test_the_same_key_on_another_request_is_refused_and_changes_nothing(
         assert await _applied(session, a, b) == 1
 
 
-async def test_a_retry_after_a_504_gets_the_write_applied_once(
-    s3_cluster: LocalCluster, aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+# What the key held when the 504's retries came: nothing written since, a newer token's write, or
+# another write of the same lease; what the retries are answered; what the store ends with.
+SINCE = {
+    "nothing-since": (None, (200, None), b"v5"),
+    "a-higher-token-since": (("6", b"v6"), (409, "stale_token"), b"v6"),
+    "the-same-lease-since": (("5", b"v5-later"), (503, "upstream_outcome_unknown"), b"v5-later"),
+}
+
+
+@pytest.mark.parametrize("since", SINCE)
+async def test_the_retries_of_a_write_answered_504(
+    since: str, s3_cluster: LocalCluster, aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:  # fmt: skip
     """One gateway on SQLite, its path to the store held past `--upstream-timeout`: the first attempt
-    is 504 (its record says: no answer), the retry decides at the store and applies the write once
-    (or finds the first attempt's id there), and every later retry gets that answer."""
+    is 504 (its record says: no answer). Its retries decide at the store: with nothing written since,
+    the write is applied once (or the first attempt's id is found there) and every retry gets that
+    answer; after a higher token's write, 409; after another write of the same lease, 503 and that
+    write stays (a retry never puts an older write over it)."""
+    between, (status, code), final = SINCE[since]
     store, prefix = s3_cluster.s3, fresh_prefix()
     use_store(monkeypatch, store, tmp_path)
     host, port = store["endpoint"].removeprefix("http://").split(":")
@@ -153,23 +168,30 @@ async def test_a_retry_after_a_504_gets_the_write_applied_once(
             upstream_endpoint=f"http://127.0.0.1:{proxy.port}", upstream_timeout=TIMEOUT,
         )  # fmt: skip
         gateway: AppClient = await aiohttp_client(create_app(settings))
-        assert (
-            await gateway.put("/v1/objects/doc", data=b"v4", headers={"Fencing-Token": "4"})
-        ).status == 201
+        base = await gateway.put("/v1/objects/doc", data=b"v4", headers={"Fencing-Token": "4"})
+        assert base.status == 201
         headers = {"Fencing-Token": "5", "Idempotency-Key": uuid.uuid4().hex}
         await proxy.drop()  # the pool's idle connections are cut: the first attempt opens its own
         proxy.hold(HOLD)
         first = await gateway.put("/v1/objects/doc", data=b"v5", headers=headers)
         assert first.status == 504
         proxy.hold(0)
+        if between is not None:
+            token, body = between
+            written = await gateway.put("/v1/objects/doc", data=body, headers={"Fencing-Token": token})
+            assert written.status == 200, await written.text()
         answers = []
         for _ in range(3):
             retry = await gateway.put("/v1/objects/doc", data=b"v5", headers=headers)
             answers.append((retry.status, await retry.read()))
         async with direct_client(store) as s3:
             stored = await held(s3, store["bucket"], prefix + "doc")
-    assert {status for status, _ in answers} == {200}, answers
-    assert len(set(answers)) == 1, answers
+    assert {answered for answered, _ in answers} == {status}, answers
+    if code is None:
+        assert len(set(answers)) == 1, answers
+        assert stored is not None
+        assert REQUEST in stored.metadata
+    else:
+        assert {json.loads(body)["error"] for _, body in answers} == {code}, answers
     assert stored is not None
-    assert (stored.data, stored.token) == (b"v5", 5)
-    assert REQUEST in stored.metadata
+    assert stored.data == final
