@@ -26,7 +26,9 @@ import pytest
 from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.faults.proxy import DelayProxy
 from gateway import Settings, create_app
-from gateway.conditional import REQUEST, TOMBSTONE
+from gateway.conditional import REQUEST, TOMBSTONE, ConditionalStore
+from gateway.keys import AppKeys
+from storage.protocols import FencedRequest, ObjectMeta
 from tests.gateway.conftest import AppClient, create_database
 from tests.gateway.s3_support import Held, aws_environment, direct_client, fresh_prefix, held, use_store
 from tests.gateway.test_s3_acceptance import Replica
@@ -195,3 +197,44 @@ async def test_the_retries_of_a_write_answered_504(
         assert {json.loads(body)["error"] for _, body in answers} == {code}, answers
     assert stored is not None
     assert stored.data == final
+
+
+async def test_a_retry_takes_over_from_a_claimant_that_stopped_after_its_claim(
+    s3_cluster: LocalCluster, aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The first attempt claimed the record and stopped before its write (as a replica killed
+    there): the record stays pending, and a retry waits the claim's window, then decides at the
+    store and applies the write once."""
+    store, prefix = s3_cluster.s3, fresh_prefix()
+    use_store(monkeypatch, store, tmp_path)
+    settings = Settings(
+        data_dir=tmp_path / "data", upstream=f"s3://{store['bucket']}/{prefix}",
+        upstream_endpoint=store["endpoint"],
+    )  # fmt: skip
+    app = create_app(settings)
+    gateway: AppClient = await aiohttp_client(app)
+    conditional = app[AppKeys.store]
+    assert isinstance(conditional, ConditionalStore)
+    conditional.records.window = 0.5
+    write = conditional._write
+
+    async def stopped(request: FencedRequest, *, settling: bool = False) -> ObjectMeta:
+        if not settling:
+            raise RuntimeError("the replica stopped here")
+        return await write(request, settling=settling)
+
+    monkeypatch.setattr(conditional, "_write", stopped)
+    headers = {"Fencing-Token": "5", "Idempotency-Key": uuid.uuid4().hex}
+    first = await gateway.put("/v1/objects/doc", data=b"v5", headers=headers)
+    assert first.status == 500
+    answers = []
+    for _ in range(2):
+        retry = await gateway.put("/v1/objects/doc", data=b"v5", headers=headers)
+        answers.append((retry.status, await retry.read()))
+    async with direct_client(store) as s3:
+        stored = await held(s3, store["bucket"], prefix + "doc")
+    assert {status for status, _ in answers} == {201}, answers
+    assert len(set(answers)) == 1, answers
+    assert stored is not None
+    assert (stored.data, stored.token) == (b"v5", 5)
+    assert REQUEST in stored.metadata
