@@ -238,3 +238,28 @@ async def test_a_retry_takes_over_from_a_claimant_that_stopped_after_its_claim(
     assert stored is not None
     assert (stored.data, stored.token) == (b"v5", 5)
     assert REQUEST in stored.metadata
+
+
+async def test_identical_retries_the_store_refuses_are_all_refused_and_write_nothing(
+    s3_cluster: LocalCluster, database: str, tmp_path: Path
+) -> None:
+    """The store holds a higher token than the gateway's mark knows (written there directly): the
+    claimant's write is refused at the store, its record released, and every retry, on either
+    replica, meets the same refusal; the store keeps what it held."""
+    store, prefix = s3_cluster.s3, fresh_prefix()
+    async with (
+        _replicas("fencegate.cli", store, database, prefix, tmp_path) as (a, b),
+        aiohttp.ClientSession() as session,
+        direct_client(store) as s3,
+    ):
+        await s3.put_object(
+            Bucket=store["bucket"], Key=prefix + "doc", Body=b"v9",
+            Metadata={"fencing-token": "9", "fencing-resource": "doc"},
+        )  # fmt: skip
+        answers = await _retries(session, (a, b), "PUT", "doc", uuid.uuid4().hex, b"stale")
+        stored = await held(s3, store["bucket"], prefix + "doc")
+        applied = await _applied(session, a, b)
+    assert {(status, json.loads(body)["error"]) for status, body in answers} == {(409, "stale_token")}
+    assert stored is not None
+    assert (stored.data, stored.token) == (b"v9", 9)
+    assert applied == 0
