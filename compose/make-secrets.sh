@@ -38,6 +38,17 @@ if [ ! -e secrets/api-keys.json ]; then
         > secrets/api-keys.json
 fi
 
+# the S3 store's one identity (profile s3): SeaweedFS's identities file, and the same keys as an AWS
+# shared credentials file for the gateways (AWS_SHARED_CREDENTIALS_FILE)
+if [ ! -e secrets/s3-identities.json ]; then
+    access="FG$(openssl rand -hex 8 | tr a-f A-F)"
+    secret=$(openssl rand -hex 24)
+    printf '{"identities": [{"name": "fencegate", "credentials": [{"accessKey": "%s", "secretKey": "%s"}], "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}\n' \
+        "$access" "$secret" > secrets/s3-identities.json
+    printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' "$access" "$secret" \
+        > secrets/s3-credentials
+fi
+
 cd secrets/tls
 if [ ! -e ca.pem ]; then
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days "$DAYS" \
@@ -76,4 +87,4 @@ issue fencegate clientAuth
 issue lab clientAuth
 issue lb clientAuth
 [ -e lb.pem ] || cat lb.crt lb.key > lb.pem
-echo "secrets ready in $here: .env, secrets/lab-api-key, secrets/api-keys.json, secrets/tls/" >&2
+echo "secrets ready in $here: .env, secrets/lab-api-key, secrets/api-keys.json, secrets/s3-*, secrets/tls/" >&2

@@ -36,6 +36,12 @@ compare-and-swap compares bytes, not versions, so a write held since a
 version whose bytes a later, higher-token write puts back exactly can still
 match. Writes of distinct bytes, and every delete, are ordered by the store.
 
+A write sent with an `Idempotency-Key` is recorded in the gateway's
+database around the store's write, and carries the request's id as metadata
+(`REQUEST`), so a retry can tell at the store whether the first attempt
+landed (`gateway.proxyidem`). A re-read after a 412 that finds the
+request's own id means a twin of this request got there first: its success.
+
 A transport (S3 today, see `gateway.s3`) is four calls and a listing; it
 maps its driver's errors to the gateway's (502 garbage, 503 unreachable,
 504 no answer in time: outcome unknown, so the cache entry is dropped).
@@ -52,20 +58,23 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
+from gateway.errors import Unavailable, UpstreamFailed, UpstreamTimeout
 from gateway.parsing import MAX_TOKEN, token_or_none
+from gateway.proxyidem import ProxyRecords, request_id
 from gateway.upstream import ResourceLocks
 from storage.errors import ObjectNotFound, ResourceMismatch, StaleToken
 from storage.fenced import digest_of
 from storage.models import DEFAULT_CONTENT_TYPE
-from storage.protocols import Caller, FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
+from storage.protocols import FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
 from storage.sql import SqlObjectStore
 
 # The user metadata every object written through the gateway carries (x-amz-meta-* on S3).
 TOKEN, RESOURCE, TOMBSTONE = "fencing-token", "fencing-resource", "fencing-tombstone"
+REQUEST = "fencing-request"  # the id of the Idempotency-Key request that wrote the version
 TOMBSTONE_PREFIX = b"fencegate tombstone "
 TOMBSTONE_SIZE = len(TOMBSTONE_PREFIX) + 32  # the prefix and 16 random bytes in hex
 MAX_ATTEMPTS = 4  # conditional sends per request before 503 upstream_contended
+CLAIM_WINDOW = 30.0  # seconds a retry waits for its claimant's answer before deciding at the store
 CACHE_SIZE = 10_000  # keys whose last known version is kept (least recently used goes first)
 ROUND_TRIP_BUCKETS = (1, 2, 3, 4, 6, 8, 12)
 LIST_HEADS = 16  # HEADs a listing sends at once for keys whose version is not cached
@@ -90,6 +99,7 @@ class Version:
     tombstone: bool
     size: int
     content_type: str = DEFAULT_CONTENT_TYPE
+    request: str | None = None  # `REQUEST`: set by a write sent with an Idempotency-Key
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +148,7 @@ def version_of(
             fields={"upstream": where, "key": key},
         )
     tombstone = metadata.get(TOMBSTONE) == "1"
-    return Version(etag, token, metadata.get(RESOURCE), tombstone, size, content_type)
+    return Version(etag, token, metadata.get(RESOURCE), tombstone, size, content_type, metadata.get(REQUEST))
 
 
 class ProxyMetrics:
@@ -169,6 +179,7 @@ class ConditionalStore(ObjectStore):
         metrics: ProxyMetrics,
         attempts: int = MAX_ATTEMPTS,
         cache_size: int = CACHE_SIZE,
+        claim_window: float = CLAIM_WINDOW,
     ) -> None:
         assert not fences.policy.objects, "proxy mode keeps no objects in its own database"
         self._fences = fences
@@ -178,29 +189,60 @@ class ConditionalStore(ObjectStore):
         self._cache_size = cache_size
         self._cache: OrderedDict[str, Version] = OrderedDict()
         self.locks = ResourceLocks()  # per key: this replica's own writes to a key never race each other
+        self.records = ProxyRecords(fences.engine, window=claim_window)
 
     async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
-        if request.method != "GET":
-            _no_idempotency(request.caller)
+        recorded = request.method != "GET" and request.caller.idempotency_key is not None
         async with self.locks.hold(request.key):
-            await self._fences.fenced(request)  # binding, mark, audit: StaleToken raised here first
+            # binding, mark, audit, the idempotency record's claim: StaleToken raised here first
+            first = await self._fences.fenced(request)
             if request.method == "GET":
                 return await self._fenced_read(request)
-            return await self._write(request)
+            if not recorded:
+                return await self._write(request)
+            assert isinstance(first, ObjectMeta)
+            if not first.replayed:
+                return await self.records.record(request, lambda: self._write(request))
+        return await self.records.replayed(
+            request, first, afresh=lambda: self._meta(request), settle=lambda: self._settle(request)
+        )
 
-    async def _write(self, request: FencedRequest) -> ObjectMeta:
+    async def _meta(self, request: FencedRequest) -> ObjectMeta:
+        found = await self.fenced(request)
+        assert isinstance(found, ObjectMeta)
+        return found
+
+    async def _settle(self, request: FencedRequest) -> ObjectMeta:
+        """A retry's write when its claimant got no answer: decided on a fresh read of the store."""
+        async with self.locks.hold(request.key):
+            self._cache.pop(request.key, None)
+            return await self._write(request, settling=True)
+
+    async def _write(self, request: FencedRequest, *, settling: bool = False) -> ObjectMeta:
         key, deleting = request.key, request.method == "DELETE"
+        rid = None if request.caller.idempotency_key is None else request_id(request.caller)
         current, trips = self._cache.get(key), 0
         if current is None:
             current, trips = await self._head(key), 1
         for _ in range(self._attempts):
+            if rid is not None and current is not None and current.request == rid:
+                return _landed(request)  # a twin of this request (or its first attempt) wrote it
             _decide(request, current)
+            if settling and current is not None and current.token == request.token:
+                raise Unavailable(
+                    f"the store holds another write of token {request.token} under {key!r}, and no trace "
+                    "of this request's first attempt: it may have landed before that write; not sent again",
+                    code="upstream_outcome_unknown",
+                    fields={"key": key},
+                )
             if deleting and (current is None or current.tombstone):
                 raise ObjectNotFound(f"no object under key {request.key!r} upstream", key=key, audited=True)
             data, content_type = (_tombstone_body(), "application/octet-stream") if deleting else (
                 request.data, request.content_type
             )  # fmt: skip
             metadata = {TOKEN: str(request.token), RESOURCE: request.resource}
+            if rid is not None:
+                metadata[REQUEST] = rid
             if deleting:
                 metadata[TOMBSTONE] = "1"
             trips += 1
@@ -218,17 +260,11 @@ class ConditionalStore(ObjectStore):
                 self._cache.pop(key, None)  # the outcome may be unknown: read the store next time
                 raise
             self._remember(
-                key, Version(etag, request.token, request.resource, deleting, len(data), content_type)
+                key, Version(etag, request.token, request.resource, deleting, len(data), content_type, rid)
             )
             self._metrics.round_trips.observe(trips)
             created = current is None or current.tombstone
-            if deleting:
-                return ObjectMeta(key=key, resource=request.resource, token=request.token, version=None,
-                                  size=0, digest=None)  # fmt: skip
-            return ObjectMeta(
-                key=key, resource=request.resource, token=request.token, version=None, size=len(data),
-                digest=digest_of(data), created=created,
-            )  # fmt: skip
+            return _landed(request, created=created)
         raise Unavailable(
             f"the store's object {key!r} changed under each of {self._attempts} conditional writes; this "
             "request was not applied",
@@ -352,8 +388,12 @@ def _tombstone_body() -> bytes:
     return TOMBSTONE_PREFIX + secrets.token_hex(16).encode()
 
 
-def _no_idempotency(caller: Caller) -> None:
-    if caller.idempotency_key is not None:
-        raise NotSupported(
-            "Idempotency-Key is not available in this proxy mode yet; send the request without it"
-        )
+def _landed(request: FencedRequest, *, created: bool = False) -> ObjectMeta:
+    """The answer to a write the store holds: a delete's carries no bytes."""
+    if request.method == "DELETE":
+        return ObjectMeta(key=request.key, resource=request.resource, token=request.token, version=None,
+                          size=0, digest=None)  # fmt: skip
+    return ObjectMeta(
+        key=request.key, resource=request.resource, token=request.token, version=None,
+        size=len(request.data), digest=digest_of(request.data), created=created,
+    )  # fmt: skip

@@ -58,11 +58,13 @@ SERVER_ERROR_DETAILS = {
     "upstream_timeout": "the upstream did not answer in time; the outcome is unknown",
     "upstream_contended": "the store's object changed under every conditional write this request sent; "
     "none was applied, retry",
+    "upstream_outcome_unknown": "the first attempt under this Idempotency-Key got no answer from the store, "
+    "and the store cannot tell whether it landed; nothing more was sent, retry later with the same key",
     "replica_claim_lapsed": "this gateway no longer holds its claim as the one trust-path replica on its "
     "database; nothing was sent upstream, retry on the replica that holds it",
     "shutting_down": "the gateway is shutting down and admits no new requests; nothing was written, "
     "retry on another gateway",
-    "not_supported": "not available in this mode (proxy mode offers no listing and no Idempotency-Key)",
+    "not_supported": "not available in this mode (an http(s) proxy offers no listing and no Idempotency-Key)",
     "internal_error": "unexpected failure; the gateway log has the detail under request_id",
 }
 SERVER_ERROR_DETAIL = "the gateway could not complete the request; see the gateway log under request_id"

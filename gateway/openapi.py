@@ -50,12 +50,13 @@ _STATUS_TEXT = {
     428: "a write without Fencing-Token (token_required)",
     429: "the client has --max-client-requests in flight (too_many_requests); see Retry-After",
     500: "a failure nobody foresaw (internal_error): the detail is in the gateway log under request_id",
-    501: "not available in proxy mode (not_supported): listing, Idempotency-Key",
+    501: "not available in an http(s) proxy (not_supported): listing, Idempotency-Key",
     502: "proxy mode: the upstream answered an error, or a GET with a Fencing-Token that is not one token "
     "in the range above (upstream_failed)",
     503: "nothing acknowledged (storage_unavailable, request_timeout: the outcome is unknown; "
-    "token_source_unavailable, token_source_regressed, upstream_unavailable, replica_claim_lapsed, "
-    "shutting_down)",
+    "upstream_outcome_unknown: an Idempotency-Key retry the store cannot settle; "
+    "token_source_unavailable, token_source_regressed, upstream_unavailable, upstream_contended, "
+    "replica_claim_lapsed, shutting_down)",
     504: "proxy mode: the upstream did not answer in time (upstream_timeout); the outcome is unknown",
 }
 _READY = {

