@@ -159,16 +159,20 @@ def upstream(parser: argparse.ArgumentParser) -> None:
         "Check an upstream store before a gateway relies on it. `check` runs the probe `serve` runs at "
         "start on a scratch key of its own: a create with If-None-Match: *, the metadata given back, "
         "If-None-Match: * and a stale If-Match refused, exactly one of 32 concurrent PUTs on one ETag, "
-        "a delete on a stale ETag refused. Credentials and region come from the AWS environment and "
-        "config files. Exit 0 when every check passed, 1 when one failed."
+        "a delete on a stale ETag refused. For an s3:// URL, credentials and region come from the AWS "
+        "environment and config files; an http(s) URL is probed as --upstream-ordering conditional uses "
+        "it (strong ETags, RFC 9110 preconditions), its versions recorded in a scratch database. Exit 0 "
+        "when every check passed, 1 when one failed."
     )
     parser.epilog = "example:\n  fencegate upstream check s3://my-bucket/fenced/ --upstream-endpoint http://127.0.0.1:8333"
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     check = actions.add_parser(
-        "check", help="probe an s3:// upstream's conditional writes; print every check"
+        "check", help="probe an s3:// or http(s) upstream's conditional writes; print every check"
     )
     check.epilog = parser.epilog
-    check.add_argument("url", metavar="URL", help="the upstream: s3://BUCKET[/PREFIX]")
+    check.add_argument(
+        "url", metavar="URL", help="the upstream: s3://BUCKET[/PREFIX] or http(s)://HOST[:PORT][/PATH]"
+    )
     check.add_argument(
         "--upstream-endpoint",
         default=os.environ.get(env_name("upstream_endpoint")) or None,

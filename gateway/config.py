@@ -55,10 +55,11 @@ DEFAULT_IDEMPOTENCY_TTL = Duration(24 * 3600)
 SHOWN = 40  # characters of a bad value an error message repeats
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 SQLITE_FILE = "fencegate.db"
-# What an http(s) upstream's mode relies on for the order of the writes it applies. Only `trust-path`
-# today: the upstream applies whatever arrives, so the order is the path's to keep. A `conditional`
-# mode (the upstream's own compare-and-swap on its ETags) would join it as a value, not as a new flag.
-UPSTREAM_ORDERINGS = ("trust-path",)
+# What an http(s) upstream's mode relies on for the order of the writes it applies. `conditional`: the
+# upstream's own compare-and-swap on its strong ETags (RFC 9110 If-Match / If-None-Match: *), probed at
+# start; `trust-path`: the upstream applies whatever arrives, so the order is the path's to keep.
+CONDITIONAL = "conditional"
+UPSTREAM_ORDERINGS = (CONDITIONAL, "trust-path")
 # trust-path: the one replica's claim on its database is renewed this often, and runs out after
 # STALE_BEATS periods without a beat (a crashed replica blocks the next one that long, 10 s).
 DEFAULT_UPSTREAM_HEARTBEAT = 2.0
@@ -124,10 +125,12 @@ class Settings:
         default=None,
         metadata={
             "help": "proxy mode: what keeps an http(s) --upstream's writes in token order; required with "
-            "one, and the only value is trust-path: the upstream applies writes unconditionally, so this "
-            "gateway trusts the path to it not to delay or reorder them (a request that timed out may "
-            "still land after a newer one), and it refuses to start beside another trust-path replica on "
-            "its database"
+            "one. conditional: every write is a PUT conditional on the upstream's strong ETag (If-Match, "
+            "If-None-Match: *), so the upstream itself refuses a stale one, through any number of replicas "
+            "(probed at start: an upstream that fails is refused). trust-path: the upstream applies writes "
+            "unconditionally, so this gateway trusts the path to it not to delay or reorder them (a "
+            "request that timed out may still land after a newer one), and it refuses to start beside "
+            "another trust-path replica on its database"
         },
     )
     upstream_heartbeat: float = field(
@@ -367,7 +370,7 @@ def check_upstream_ordering(upstream: str | None, ordering: str | None) -> None:
         return
     if ordering is not None and is_s3_url(upstream):
         raise ConfigurationError(
-            f"--upstream-ordering {ordering} names the unconditional http(s) proxy; an s3:// upstream is "
+            f"--upstream-ordering {ordering} is for an http(s) upstream; an s3:// upstream is "
             "always fenced by the store's conditional writes: drop --upstream-ordering"
         )
     if ordering is None and urlsplit(upstream).scheme in ("http", "https"):
@@ -375,8 +378,8 @@ def check_upstream_ordering(upstream: str | None, ordering: str | None) -> None:
             f"upstream {redact(upstream)!r} applies whatever the gateway forwards, unconditionally: safe "
             "only while the path to it never delays or reorders a request (one that timed out may land "
             "after a newer token's) and one gateway forwards to it; give --upstream-ordering trust-path "
-            "to run it so (one replica per database), or use a conditional mode, where the store refuses "
-            "a stale write itself (an s3:// upstream, or an http one with conditional writes once offered)"
+            "to run it so (one replica per database), or --upstream-ordering conditional if the upstream "
+            "does conditional PUTs on strong ETags (RFC 9110), so it refuses a stale write itself"
         )
 
 

@@ -21,8 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.audit import AuditLog
 from gateway.auth import ApiKeys
+from gateway.config import CONDITIONAL
 from gateway.errors import ConfigurationError, Unavailable
 from gateway.fencing import Fencer, FutureGuard
+from gateway.http_transport import conditional_http_store
 from gateway.keys import AppKeys
 from gateway.readiness import check_token_source
 from gateway.s3url import is_s3_url
@@ -132,6 +134,13 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession(
             timeout=timeout, auto_decompress=False, connector=connector
         ) as session:
+            if settings.upstream_ordering == CONDITIONAL:
+                app[AppKeys.store] = await conditional_http_store(
+                    settings, fences=fences, engine=engine, session=session, metrics=app[AppKeys.metrics],
+                    conditional=app.get(AppKeys.s3_conditional, True),
+                )  # fmt: skip
+                yield
+                return
             replica = app[AppKeys.replica]
             app[AppKeys.store] = UpstreamStore(
                 fences=fences,

@@ -35,7 +35,7 @@ class AppKeys:
     drain: web.AppKey[Drain] = web.AppKey("drain")
     readiness: web.AppKey[Readiness] = web.AppKey("readiness")
     audit: web.AppKey[AuditLog] = web.AppKey("audit")
-    # False only in tests: the s3 upstream's writes without their preconditions (the control)
+    # False only in tests: the s3 or conditional http upstream's writes without their preconditions
     s3_conditional: web.AppKey[bool] = web.AppKey("s3_conditional")
     replica: web.AppKey[OneReplica | None] = web.AppKey("replica")  # trust-path proxy mode only
 

@@ -2,11 +2,14 @@
 
 Conditional writes are easy to get wrong: emulators that ignore the
 headers, stores where concurrent `If-None-Match: *` PUTs all succeed,
-proxies that drop `If-Match`. So before serving an s3:// upstream (and as
-`fencegate upstream check`), the gateway runs these checks on a scratch key
-of its own (`SCRATCH_PREFIX` and a random name, removed at the end):
+proxies that drop `If-Match`. So before serving an s3:// upstream or a
+conditional http(s) one (and as `fencegate upstream check`), the gateway
+runs these checks on a scratch key of its own (`SCRATCH_PREFIX` and a
+random name, removed at the end):
 
 - `create`: `If-None-Match: *` on a new key is accepted;
+- `strong-etag`: the write's answer gives a strong ETag (a weak `W/` one
+  names no single version, so no write can be conditional on it);
 - `metadata`: a HEAD gives back the token and resource the write carried;
 - `if-none-match`: `If-None-Match: *` on the existing key is refused (412);
 - `stale-if-match`: `If-Match` on an ETag the key no longer has is refused;
@@ -105,6 +108,11 @@ async def _run(transport: Transport, key: str, checks: list[Check]) -> None:
         first = await put(0, None)
         if not add("create", True, "If-None-Match: * on a new key was accepted"):
             return
+        weak = first.startswith("W/")
+        if not add(
+            "strong-etag", not weak, f"the write's ETag is {'WEAK' if weak else 'strong'}: {first[:40]}"
+        ):
+            return
         found = await transport.head(key)
         token = None if found is None else found.token
         resource = None if found is None else found.resource
@@ -153,7 +161,7 @@ async def _run(transport: Transport, key: str, checks: list[Check]) -> None:
         add(_next_check(checks), False, "a write the store had no reason to refuse was refused (412)")
 
 
-CHECKS = ("create", "metadata", "if-none-match", "stale-if-match", "concurrent-if-match",
+CHECKS = ("create", "strong-etag", "metadata", "if-none-match", "stale-if-match", "concurrent-if-match",
           "stale-conditional-delete")  # fmt: skip
 
 

@@ -1,7 +1,9 @@
-"""`fencegate upstream check URL`: the start-up probe of an s3:// upstream, every check printed.
+"""`fencegate upstream check URL`: the start-up probe of an s3:// or http(s) upstream, every check printed.
 
 The URL, the endpoint and the timeout are checked as `serve` checks them
-(`gateway.config.Settings`), so a bad one gets the same one line and exit 2.
+(`gateway.config.Settings`), so a bad one gets the same one line and exit 2. An http(s) upstream's
+versions are recorded in a scratch SQLite database, removed at the end (the
+probe's `metadata` check reads them back as a gateway would).
 """
 
 from __future__ import annotations
@@ -9,17 +11,43 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import tempfile
+from pathlib import Path
 
-from gateway.config import Settings, settings_from
-from gateway.errors import ConfigurationError
+from gateway.config import CONDITIONAL, Settings, settings_from
 from gateway.probe import Check, probe
 from gateway.s3url import is_s3_url, parse_s3_url
+
+
+async def _http_checks(settings: Settings) -> tuple[str, list[Check]]:
+    import aiohttp
+
+    from gateway.contexts import migrate_storage
+    from gateway.http_transport import HttpTransport
+    from gateway.storage_tls import open_storage
+
+    assert settings.upstream is not None
+    with tempfile.TemporaryDirectory(prefix="fencegate-probe-") as scratch:
+        url = f"sqlite:///{Path(scratch) / 'versions.db'}"
+        await migrate_storage(url)
+        engine = open_storage(url)
+        try:
+            async with aiohttp.ClientSession() as session:
+                transport = HttpTransport(
+                    session=session, base_url=settings.upstream, engine=engine,
+                    timeout=settings.upstream_timeout,
+                )  # fmt: skip
+                return transport.where, await probe(transport)
+        finally:
+            await engine.dispose()
 
 
 async def _checks(settings: Settings) -> tuple[str, list[Check]]:
     from gateway.s3 import open_s3  # aiobotocore: only once the arguments are good
 
     assert settings.upstream is not None
+    if not is_s3_url(settings.upstream):
+        return await _http_checks(settings)
     location = parse_s3_url(settings.upstream)
     async with open_s3(
         location, endpoint=settings.upstream_endpoint, call_timeout=settings.upstream_timeout
@@ -28,13 +56,10 @@ async def _checks(settings: Settings) -> tuple[str, list[Check]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not is_s3_url(args.url):
-        raise ConfigurationError(
-            f"upstream check takes an s3:// URL (an http upstream has no probe yet), not {args.url[:80]!r}"
-        )
     namespace = argparse.Namespace(
-        upstream=args.url, upstream_endpoint=args.upstream_endpoint, upstream_timeout=args.upstream_timeout
-    )
+        upstream=args.url, upstream_endpoint=args.upstream_endpoint, upstream_timeout=args.upstream_timeout,
+        upstream_ordering=None if is_s3_url(args.url) else CONDITIONAL,
+    )  # fmt: skip
     settings = settings_from(namespace, {})  # one check for each value, as `serve` does it
     where, checks = asyncio.run(_checks(settings))
     passed = bool(checks) and all(check.passed for check in checks)

@@ -1,4 +1,5 @@
-"""The tables: fence marks, key bindings, objects, the audit trail, idempotency records, replica claims.
+"""The tables: fence marks, key bindings, objects, the audit trail, idempotency records, replica claims,
+the versions written to an http(s) upstream.
 
 A fence row holds the highest token ever accepted for a resource; it only
 goes up (the conditional upsert of `statements.py` is the only writer). A
@@ -22,6 +23,7 @@ MAX_CLIENT_LENGTH = 128  # an API key's name, or a peer address
 MAX_IDEMPOTENCY_KEY_LENGTH = 128
 MAX_CONTENT_TYPE_LENGTH = 255
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
+MAX_ETAG_LENGTH = 256  # an upstream ETag longer than this is refused (502)
 
 # SQLite gives an autoincrement rowid only to an INTEGER PRIMARY KEY; PostgreSQL gets a BIGSERIAL.
 _ROW_ID = BigInteger().with_variant(Integer(), "sqlite")
@@ -162,3 +164,25 @@ class ReplicaClaim(Base):
     started_at: Mapped[float] = mapped_column(Float, nullable=False)
     beat_at: Mapped[float] = mapped_column(Float, nullable=False)
     expires_at: Mapped[float] = mapped_column(Float, nullable=False)
+
+
+class UpstreamVersion(Base):
+    """A write sent to a conditional http(s) upstream, and the ETag the upstream gave the version it made.
+
+    An http upstream keeps no metadata of ours, so the token, resource and
+    tombstone flag of each version the gateway wrote live here, found by the
+    version's ETag. `etag` is None from just before the write is sent until
+    its answer is recorded (or for good, if no answer came): such a row still
+    bounds the token of a version the upstream holds under an ETag not
+    recorded (`storage/upstream_versions.py`).
+    """
+
+    __tablename__ = "fencegate_upstream_versions"
+    __table_args__ = (Index("ix_fencegate_upstream_versions_key_etag", "key", "etag"),)
+
+    id: Mapped[int] = mapped_column(_ROW_ID, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(MAX_KEY_LENGTH), nullable=False)
+    etag: Mapped[str | None] = mapped_column(String(MAX_ETAG_LENGTH), nullable=True)
+    token: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    resource: Mapped[str] = mapped_column(String(MAX_RESOURCE_LENGTH), nullable=False)
+    tombstone: Mapped[bool] = mapped_column(Boolean, nullable=False)

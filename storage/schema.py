@@ -29,6 +29,7 @@ from storage.models import (
     ReplicaClaim,
     SchemaVersion,
     StoredObject,
+    UpstreamVersion,
 )
 from storage.rows import Decoder
 from storage.statements import HEAD_ROW
@@ -162,6 +163,11 @@ def _v6_expiry_index_and_autovacuum(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE {model.__tablename__} SET ({AUTOVACUUM})"))
 
 
+def _v7_upstream_versions(conn: Connection) -> None:
+    """The versions written to a conditional http(s) upstream, found by their ETags (`UpstreamVersion`)."""
+    Base.metadata.tables[UpstreamVersion.__tablename__].create(conn)
+
+
 # Step N turns a version N-1 database into version N. Append, never edit.
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v1_tables,
@@ -170,6 +176,7 @@ MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _v4_audit_chain,
     _v5_replica_claims,
     _v6_expiry_index_and_autovacuum,
+    _v7_upstream_versions,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -39,14 +39,14 @@ def _serve(tmp_path: Path, *extra: str) -> list[str]:
         (("--upstream", UPSTREAM), f"upstream '{UPSTREAM}' applies whatever the gateway forwards, "
          "unconditionally: safe only while the path to it never delays or reorders a request"),
         (("--upstream", "https://u:sekrit@store.test/o"), "upstream 'https://u:***@store.test/o' applies"),
-        (("--upstream", UPSTREAM, "--upstream-ordering", "conditional"),
-         "--upstream-ordering 'conditional' is not one of trust-path"),
+        (("--upstream", UPSTREAM, "--upstream-ordering", "ordered"),
+         "--upstream-ordering 'ordered' is not one of conditional, trust-path"),
         (("--upstream-ordering", "trust-path"), "--upstream-ordering trust-path needs proxy mode: give "
          "--upstream URL too"),
         (("--upstream", UPSTREAM, "--upstream-ordering", "trust-path", "--upstream-heartbeat", "0"),
          "upstream_heartbeat must be a positive number of seconds"),
         (("--upstream", "s3://bucket", "--upstream-ordering", "trust-path"),
-         "--upstream-ordering trust-path names the unconditional http(s) proxy; an s3:// upstream is "
+         "--upstream-ordering trust-path is for an http(s) upstream; an s3:// upstream is "
          "always fenced by the store's conditional writes"),
     ],
     ids=["no-ordering", "no-ordering-masked", "unknown-value", "no-upstream", "zero-heartbeat", "s3"],
@@ -68,7 +68,7 @@ def test_the_refusal_names_the_setting_and_the_safe_mode(
     assert main(_serve(tmp_path, "--upstream", UPSTREAM)) == 2
     err = capsys.readouterr().err
     assert "give --upstream-ordering trust-path" in err
-    assert "a conditional mode, where the store refuses a stale write itself (an s3:// upstream" in err
+    assert "or --upstream-ordering conditional if the upstream does conditional PUTs on strong ETags" in err
 
 
 def test_the_ordering_is_a_setting_from_the_flag_and_the_environment() -> None:
@@ -89,7 +89,8 @@ def test_help_shows_the_ordering_its_values_and_defaults(capsys: pytest.CaptureF
         main(["serve", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--upstream-ordering UPSTREAM_ORDERING" in text
-    assert "the only value is trust-path" in text
+    assert "conditional: every write is a PUT conditional on the upstream's strong ETag" in text
+    assert "trust-path: the upstream applies writes unconditionally" in text
     assert "(default: unset; env FENCEGATE_UPSTREAM_ORDERING)" in text
     assert "(default: 2.0; env FENCEGATE_UPSTREAM_HEARTBEAT)" in text
 
