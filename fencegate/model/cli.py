@@ -149,7 +149,7 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
         type=_size(MAX_NODES, minimum=1, why="use 1, 3 or 5 Redis masters"),
         default=3,
         metavar="N",
-        help=f"Redis masters (1, 3 or {MAX_NODES}; the proxy variants take no lock)",
+        help=f"Redis masters, unused by the proxy variants (1, 3 or {MAX_NODES})",
     )
     parser.add_argument(
         "--ops",
