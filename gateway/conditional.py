@@ -58,7 +58,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from gateway.errors import Unavailable, UpstreamFailed, UpstreamTimeout
+from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
 from gateway.parsing import MAX_TOKEN, token_or_none
 from gateway.proxyidem import ProxyRecords, request_id
 from gateway.upstream import ResourceLocks
@@ -115,6 +115,8 @@ class Transport(Protocol):
     """What the algorithm needs from a store that does conditional writes; keys are the gateway's."""
 
     where: str  # the store as logs name it (s3://bucket/prefix/): never a credential
+    # True if a write's metadata comes back on a read (the `REQUEST` id an Idempotency-Key retry looks for)
+    keeps_metadata: bool
 
     async def head(self, key: str) -> Version | None:
         """The current version, None if the key holds nothing."""
@@ -193,6 +195,11 @@ class ConditionalStore(ObjectStore):
 
     async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
         recorded = request.method != "GET" and request.caller.idempotency_key is not None
+        if recorded and not self.transport.keeps_metadata:
+            raise NotSupported(
+                "Idempotency-Key is not available with this upstream: it keeps no metadata, so a retry "
+                "could not tell whether its first attempt landed; send the request without it"
+            )
         async with self.locks.hold(request.key):
             # binding, mark, audit, the idempotency record's claim: StaleToken raised here first
             first = await self._fences.fenced(request)

@@ -83,6 +83,7 @@ class HttpTransport:
         self._engine = engine
         self._timeout = timeout
         self._conditional = conditional
+        self.keeps_metadata = False  # tokens are recorded by ETag in the gateway's database instead
         self.where = redact(self._base)
 
     async def _send(

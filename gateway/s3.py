@@ -68,6 +68,7 @@ class S3Transport:
         self._timeout = timeout
         self._conditional = conditional
         self.where = str(location)
+        self.keeps_metadata = True  # user metadata (x-amz-meta-*) comes back on HEAD and GET
 
     def _key(self, key: str) -> str:
         return self._location.prefix + key
