@@ -1,7 +1,9 @@
 """What the s3:// proxy tests share: the AWS environment of the cluster's store, and a direct client.
 
 The direct client is aiobotocore on the store itself, never through the
-gateway: tests read what the store finally holds with it.
+gateway: tests read what the store finally holds with it. `delayed_path` is
+the lab's `DelayProxy` in front of the store, and `delayed_settings` a
+gateway that reaches the store through it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 from aiobotocore.session import get_session
+
+from fencegate.lab.faults.proxy import DelayProxy
+from gateway import Settings
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client
@@ -47,6 +52,24 @@ def use_store(monkeypatch: pytest.MonkeyPatch, store: dict[str, str], home: Path
         monkeypatch.setenv(name, value)
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         monkeypatch.delenv(name, raising=False)
+
+
+@contextlib.asynccontextmanager
+async def delayed_path(store: dict[str, str]) -> AsyncIterator[DelayProxy]:
+    """The lab's `DelayProxy` in front of the store's endpoint."""
+    host, port = store["endpoint"].removeprefix("http://").split(":")
+    async with DelayProxy(host, int(port)) as proxy:
+        yield proxy
+
+
+def delayed_settings(
+    store: dict[str, str], prefix: str, proxy: DelayProxy, tmp_path: Path, timeout: float
+) -> Settings:
+    """One gateway on SQLite in `tmp_path`, its path to the store through `proxy`."""
+    return Settings(
+        data_dir=tmp_path / "data", upstream=f"s3://{store['bucket']}/{prefix}",
+        upstream_endpoint=f"http://127.0.0.1:{proxy.port}", upstream_timeout=timeout,
+    )  # fmt: skip
 
 
 def fresh_prefix() -> str:

@@ -16,7 +16,6 @@ import contextlib
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,22 @@ import aiohttp
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
-from fencegate.lab.faults.proxy import DelayProxy
 from gateway import Settings, create_app
 from gateway.conditional import REQUEST, TOMBSTONE, ConditionalStore
 from gateway.keys import AppKeys
 from storage.protocols import FencedRequest, ObjectMeta
 from tests.gateway.conftest import AppClient, create_database
-from tests.gateway.s3_support import Held, aws_environment, direct_client, fresh_prefix, held, use_store
-from tests.gateway.test_s3_acceptance import Replica
+from tests.gateway.race_support import Replica, replica_pair
+from tests.gateway.s3_support import (
+    Held,
+    aws_environment,
+    delayed_path,
+    delayed_settings,
+    direct_client,
+    fresh_prefix,
+    held,
+    use_store,
+)
 
 RETRIES = 16
 TIMEOUT, HOLD = 1.0, 3.0  # the 504 case: seconds the gateway waits for the store, and the path holds
@@ -43,21 +50,12 @@ async def database(postgres_cluster: LocalCluster) -> str:
     return await create_database(postgres_cluster.postgres_dsn)
 
 
-@contextlib.asynccontextmanager
-async def _replicas(
+def _replicas(
     module: str, store: dict[str, str], dsn: str, prefix: str, tmp_path: Path
-) -> AsyncIterator[tuple[Replica, Replica]]:
-    env = aws_environment(store, tmp_path)
+) -> contextlib.AbstractAsyncContextManager[tuple[Replica, Replica]]:
     args = ["--storage", dsn, "--upstream", f"s3://{store['bucket']}/{prefix}",
             "--upstream-endpoint", store["endpoint"]]  # fmt: skip
-    a, b = (Replica(tmp_path / f"{name}.log", module, args, env) for name in ("a", "b"))
-    try:
-        await a.start()
-        await b.start()
-        yield a, b
-    finally:
-        await a.stop()
-        await b.stop()
+    return replica_pair(module, tmp_path, args, args, aws_environment(store, tmp_path))
 
 
 async def _applied(session: aiohttp.ClientSession, *replicas: Replica) -> int:
@@ -163,12 +161,8 @@ async def test_the_retries_of_a_write_answered_504(
     between, (status, code), final = SINCE[since]
     store, prefix = s3_cluster.s3, fresh_prefix()
     use_store(monkeypatch, store, tmp_path)
-    host, port = store["endpoint"].removeprefix("http://").split(":")
-    async with DelayProxy(host, int(port)) as proxy:
-        settings = Settings(
-            data_dir=tmp_path / "data", upstream=f"s3://{store['bucket']}/{prefix}",
-            upstream_endpoint=f"http://127.0.0.1:{proxy.port}", upstream_timeout=TIMEOUT,
-        )  # fmt: skip
+    async with delayed_path(store) as proxy:
+        settings = delayed_settings(store, prefix, proxy, tmp_path, TIMEOUT)
         gateway: AppClient = await aiohttp_client(create_app(settings))
         base = await gateway.put("/v1/objects/doc", data=b"v4", headers={"Fencing-Token": "4"})
         assert base.status == 201

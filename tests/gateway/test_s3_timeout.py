@@ -19,12 +19,18 @@ from typing import Any
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
-from fencegate.lab.faults.proxy import DelayProxy
-from gateway import Settings, create_app
+from gateway import create_app
 from gateway.conditional import PreconditionFailed
 from gateway.keys import AppKeys
 from tests.gateway.conftest import AppClient
-from tests.gateway.s3_support import direct_client, fresh_prefix, held, use_store
+from tests.gateway.s3_support import (
+    delayed_path,
+    delayed_settings,
+    direct_client,
+    fresh_prefix,
+    held,
+    use_store,
+)
 from tests.waiting import eventually
 
 TIMEOUT, HOLD = 0.5, 1.5
@@ -40,13 +46,8 @@ async def test_a_write_answered_504_that_lands_late_does_not_overwrite_the_newer
 ) -> None:
     store, prefix = s3_cluster.s3, fresh_prefix()
     use_store(monkeypatch, store, tmp_path)
-    host, port = store["endpoint"].removeprefix("http://").split(":")
-    async with DelayProxy(host, int(port)) as proxy:
-        settings = Settings(
-            data_dir=tmp_path / "data", upstream=f"s3://{store['bucket']}/{prefix}",
-            upstream_endpoint=f"http://127.0.0.1:{proxy.port}", upstream_timeout=TIMEOUT,
-        )  # fmt: skip
-        app = create_app(settings)
+    async with delayed_path(store) as proxy:
+        app = create_app(delayed_settings(store, prefix, proxy, tmp_path, TIMEOUT))
         app[AppKeys.s3_conditional] = conditional
         gateway: AppClient = await aiohttp_client(app)
         assert (
