@@ -7,12 +7,11 @@ from aiohttp import web
 from gateway.admission import ClientLimiter, Drain
 from gateway.clients import client_middleware
 from gateway.config import Settings
-from gateway.contexts import audit_ctx, auth_ctx, fencer_ctx, storage_ctx
+from gateway.contexts import audit_ctx, auth_ctx, fencer_ctx, ordering_ctx, storage_ctx
 from gateway.keys import AppKeys
 from gateway.metrics import Metrics
 from gateway.middlewares import deadline_middleware, error_middleware
 from gateway.readiness import Readiness
-from gateway.replica import ordering_ctx
 from gateway.retention import retention_ctx
 from gateway.routes import setup_routes
 from lockclient.protocols import TokenSource

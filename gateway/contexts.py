@@ -27,6 +27,7 @@ from gateway.fencing import Fencer, FutureGuard
 from gateway.http_transport import conditional_http_store
 from gateway.keys import AppKeys
 from gateway.readiness import check_token_source
+from gateway.replica import TRUST_PATH, OneReplica
 from gateway.s3url import is_s3_url
 from gateway.storage_tls import open_storage
 from gateway.tls import upstream_context
@@ -261,3 +262,44 @@ async def audit_ctx(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await flusher
         await audit.flush()
+
+
+async def ordering_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The upstream ordering's gauge and, for trust-path, the one replica's claim and its heartbeat.
+
+    First of the contexts, so a refused second replica says so before anything else is logged.
+    """
+    settings = app[AppKeys.settings]
+    app[AppKeys.replica] = None
+    if settings.upstream_ordering is None:
+        yield
+        return
+    app[AppKeys.metrics].upstream_ordering.labels(mode=settings.upstream_ordering).set(1)
+    if settings.upstream_ordering != TRUST_PATH:
+        yield
+        return
+    if settings.storage is None:
+        make_data_dir(settings.data_dir)
+    await migrate_storage(settings.storage_url)  # the claims' table may not be there yet
+    engine = open_storage(settings.storage_url, command_timeout=settings.storage_timeout)
+    try:
+        replica = OneReplica(engine, period=settings.upstream_heartbeat)
+        await replica.start()
+        log.info(
+            "trust-path: this gateway is the one replica on its database (instance %s); heartbeat every "
+            "%s s, a crash blocks the next replica for %s s",
+            replica.instance,
+            replica.period,
+            replica.window,
+        )
+        app[AppKeys.replica] = replica
+        beating = asyncio.create_task(replica.run(), name="fencegate-replica-heartbeat")
+        try:
+            yield
+        finally:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
+            await replica.aclose()
+    finally:
+        await engine.dispose()

@@ -21,22 +21,17 @@ restart, which claims again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
-from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.config import STALE_BEATS
-from gateway.contexts import make_data_dir, migrate_storage
 from gateway.errors import ConfigurationError, Unavailable
-from gateway.keys import AppKeys
-from gateway.storage_tls import open_storage
 from storage import StorageError
 from storage.replicas import beat, claim, release
 
@@ -117,44 +112,3 @@ class OneReplica:
             await release(self._engine, slot=SLOT, instance=self.instance)
         except StorageError as exc:
             log.warning("trust-path claim not released (%s); it runs out in %.0f s", exc, self.window)
-
-
-async def ordering_ctx(app: web.Application) -> AsyncIterator[None]:
-    """The upstream ordering's gauge and, for trust-path, the one replica's claim and its heartbeat.
-
-    First of the contexts, so a refused second replica says so before anything else is logged.
-    """
-    settings = app[AppKeys.settings]
-    app[AppKeys.replica] = None
-    if settings.upstream_ordering is None:
-        yield
-        return
-    app[AppKeys.metrics].upstream_ordering.labels(mode=settings.upstream_ordering).set(1)
-    if settings.upstream_ordering != TRUST_PATH:
-        yield
-        return
-    if settings.storage is None:
-        make_data_dir(settings.data_dir)
-    await migrate_storage(settings.storage_url)  # the claims' table may not be there yet
-    engine = open_storage(settings.storage_url, command_timeout=settings.storage_timeout)
-    try:
-        replica = OneReplica(engine, period=settings.upstream_heartbeat)
-        await replica.start()
-        log.info(
-            "trust-path: this gateway is the one replica on its database (instance %s); heartbeat every "
-            "%s s, a crash blocks the next replica for %s s",
-            replica.instance,
-            replica.period,
-            replica.window,
-        )
-        app[AppKeys.replica] = replica
-        beating = asyncio.create_task(replica.run(), name="fencegate-replica-heartbeat")
-        try:
-            yield
-        finally:
-            beating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beating
-            await replica.aclose()
-    finally:
-        await engine.dispose()

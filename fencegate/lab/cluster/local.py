@@ -37,8 +37,8 @@ from typing import Any
 from fencegate.cli import termination_held
 from fencegate.lab.cluster.certs import Authority, KeyPair
 from fencegate.lab.cluster.errors import ClusterArgumentError, ClusterError, ServerStartError
+from fencegate.lab.cluster.seaweed import bucket_ready, s3_node
 from fencegate.lab.cluster.seaweed import endpoint as s3_endpoint
-from fencegate.lab.cluster.seaweed import s3_node
 from fencegate.lab.cluster.servers import (
     HOST,
     TLS_MODES,
@@ -480,7 +480,7 @@ class LocalCluster:
         for attempt in range(START_ATTEMPTS):
             end = time.monotonic() + deadline
             while time.monotonic() < end:
-                if probe(node):
+                if bucket_ready(node) if node.kind == "s3" else probe(node):  # a store: its bucket
                     return
                 proc = self._procs.get(name)
                 if proc is not None and proc.poll() is not None:

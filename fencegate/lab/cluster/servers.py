@@ -408,10 +408,6 @@ def probe(node: Node) -> bool:
         return _http_get(node, HTTP_PROBES[node.kind])[0] == 200
     if node.kind == "etcd":
         return _http_get(node, ETCD_HEALTH)[0] == 200
-    if node.kind == "s3":
-        from fencegate.lab.cluster.seaweed import bucket_ready  # botocore: only for a cluster with a store
-
-        return bucket_ready(node)
     question, answers = {
         "redis": (b"PING\r\n", (b"+PONG", b"-NOAUTH")),  # an ACL-only master answers, asking for a login
         "zookeeper": (b"srvr", (b"Mode: ",)),
