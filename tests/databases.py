@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import asyncpg
+import pytest
 
 from fencegate.lab.cluster import LocalCluster
 from gateway.storage_tls import open_storage
@@ -40,6 +42,21 @@ async def fresh_database(cluster: LocalCluster, prefix: str = "t") -> AsyncItera
             await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
     finally:
         await admin.close()
+
+
+ENGINES = ["sqlite", "postgresql"]  # the params of a fixture that runs a test on each engine
+
+
+@contextlib.asynccontextmanager
+async def engine_url(request: pytest.FixtureRequest, tmp_path: Path, prefix: str) -> AsyncIterator[str]:
+    """A store URL for the fixture's engine param: a SQLite file under `tmp_path`, or a fresh
+    database on the suite's PostgreSQL (`postgres_cluster`), dropped afterwards."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
+    async with fresh_database(cluster, prefix) as dsn:
+        yield dsn
 
 
 async def client_connections_tls(dsn: str) -> set[tuple[bool, str | None]]:

@@ -26,13 +26,12 @@ import pytest
 from sqlalchemy import func, select
 
 from fencegate.cli import main
-from fencegate.lab.cluster import LocalCluster
 from gateway.durations import Duration
 from gateway.storage_tls import open_storage
 from storage import Refused, SqlObjectStore, migrate, verify_audit
 from storage.archive import PAUSE_AT, STEPS
 from storage.models import AuditEntry
-from tests.databases import fresh_database
+from tests.databases import ENGINES, engine_url
 from tests.gateway.conftest import MakeClient
 from tests.waiting import eventually, eventually_sync
 
@@ -83,14 +82,10 @@ def verify(url: str, *archives: Path, capsys: pytest.CaptureFixture[str]) -> tup
     return code, json.loads(capsys.readouterr().out)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=ENGINES)
 async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
-    async with fresh_database(cluster, "archive") as dsn:
-        yield dsn
+    async with engine_url(request, tmp_path, "archive") as found:
+        yield found
 
 
 def test_archives_and_the_live_trail_verify_as_one_chain(

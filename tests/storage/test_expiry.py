@@ -17,24 +17,19 @@ import pytest
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from fencegate.lab.cluster import LocalCluster
 from gateway.storage_tls import open_storage
 from storage import migrate
 from storage.expiry import expire_idempotency
 from storage.models import IdempotencyRecord
-from tests.databases import fresh_database
+from tests.databases import ENGINES, engine_url
 
 LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=ENGINES)
 async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
-    async with fresh_database(cluster, "expiry") as dsn:
-        yield dsn
+    async with engine_url(request, tmp_path, "expiry") as found:
+        yield found
 
 
 @pytest.fixture

@@ -8,21 +8,16 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from fencegate.lab.cluster import LocalCluster
 from gateway.storage_tls import open_storage
 from storage import SqlObjectStore, migrate
 from storage.tablesize import TABLES, table_sizes
-from tests.databases import fresh_database
+from tests.databases import ENGINES, engine_url
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=ENGINES)
 async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    cluster: LocalCluster = request.getfixturevalue("postgres_cluster")
-    async with fresh_database(cluster, "sizes") as dsn:
-        yield dsn
+    async with engine_url(request, tmp_path, "sizes") as found:
+        yield found
 
 
 async def test_every_table_has_its_rows_and_bytes(url: str) -> None:
