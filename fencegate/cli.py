@@ -103,7 +103,7 @@ SettingsT = TypeVar("SettingsT", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
-class Command:
+class Tool:
     """A sub-command: `configure` is "module:function", imported only when the command is used."""
 
     name: str
@@ -112,18 +112,18 @@ class Command:
 
 
 COMMANDS = (
-    Command("serve", "gateway.commands:serve", "run the fencing gateway (HTTP) in front of the object store"),
-    Command("keys", "gateway.commands:keys", "add, list or revoke the gateway's API keys (stored hashed)"),
-    Command("audit", "gateway.commands:audit", "check a gateway's audit trail offline"),
-    Command("upstream", "gateway.commands:upstream", "probe an upstream store's conditional writes"),
-    Command("lock", "lockclient.commands:configure", "inspect a lock on the Redis masters, or force it free"),
-    Command("demo", "fencegate.lab.demo:configure", "start 5 local Redis masters, take a fenced lease, stop"),
-    Command("cluster", "fencegate.lab.cluster.cli:configure", "start, check or stop servers on loopback"),
-    Command("lab", "fencegate.lab.cli:configure", "the safety lab: Redis-only vs fenced on real faults"),
-    Command("bench", "fencegate.bench.cli:configure", "benchmark fencegate against its peers in one run"),
-    Command("model", "fencegate.model.cli:configure", "check the protocol exhaustively with spin"),
-    Command("soak", "fencegate.soak.cli:configure", "the long fault and load suite against 2 gateways"),
-    Command("sql", "fencegate.sql.cli:configure", "install the trigger that fences your table's writers"),
+    Tool("serve", "gateway.commands:serve", "run the fencing gateway (HTTP) in front of the object store"),
+    Tool("keys", "gateway.commands:keys", "add, list or revoke the gateway's API keys (stored hashed)"),
+    Tool("audit", "gateway.commands:audit", "check a gateway's audit trail offline"),
+    Tool("upstream", "gateway.commands:upstream", "probe an upstream store's conditional writes"),
+    Tool("lock", "lockclient.commands:configure", "inspect a lock on the Redis masters, or force it free"),
+    Tool("demo", "fencegate.lab.demo:configure", "start 5 local Redis masters, take a fenced lease, stop"),
+    Tool("cluster", "fencegate.lab.cluster.cli:configure", "start, check or stop servers on loopback"),
+    Tool("lab", "fencegate.lab.cli:configure", "the safety lab: Redis-only vs fenced on real faults"),
+    Tool("bench", "fencegate.bench.cli:configure", "benchmark fencegate against its peers in one run"),
+    Tool("model", "fencegate.model.cli:configure", "check the protocol exhaustively with spin"),
+    Tool("soak", "fencegate.soak.cli:configure", "the long fault and load suite against 2 gateways"),
+    Tool("sql", "fencegate.sql.cli:configure", "install the trigger that fences your table's writers"),
 )
 
 
@@ -366,7 +366,7 @@ def build_parser(load: Sequence[str] | None = None) -> Parser:
     return parser
 
 
-def _configure(command: Command) -> Callable[[argparse.ArgumentParser], None]:
+def _configure(command: Tool) -> Callable[[argparse.ArgumentParser], None]:
     module, _, function = command.configure.partition(":")
     configure: Callable[[argparse.ArgumentParser], None] = getattr(import_module(module), function)
     return configure

@@ -52,7 +52,7 @@ from storage.chain import HASHED, Head, announce, entry_tail, head_of
 from storage.errors import StorageError, StorageUnavailable
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply
 from storage.models import AuditEntry, AuditHead
-from storage.pgconn import Compiled, Lane
+from storage.pgconn import Lane, PgStatements
 from storage.pgread import PgReader
 from storage.protocols import FencedRequest, ObjectData
 from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
@@ -161,7 +161,7 @@ class _Raced(Exception):
 
 
 async def run_lockstep(
-    pg: Any, sql: Compiled, requests: Sequence[FencedRequest], *, now: datetime, policy: Policy
+    pg: Any, sql: PgStatements, requests: Sequence[FencedRequest], *, now: datetime, policy: Policy
 ) -> tuple[list[Outcome], list[Mapping[str, Any]]]:
     """Step every request's unit together on `pg` (an asyncpg connection in a transaction).
 
@@ -235,7 +235,7 @@ class PgGroupCommitStore(QueuedStore):
         self._engine = engine
         self._policy = policy
         self._lanes = max(1, lanes)
-        self._sql = Compiled()
+        self._sql = PgStatements()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._reader = PgReader(engine, timeout=timeout)

@@ -5,7 +5,7 @@ as every other one does: TLS, timeouts, the refused-login message) and kept
 as the raw asyncpg connection under it, with no SQLAlchemy between the two
 ends and no ping per use; its owner drops it (`close(broken=True)`, which
 aborts it without waiting for a hung server) after any failure, and the
-next use checks out a fresh one. `Compiled` holds `statements.py`'s
+next use checks out a fresh one. `PgStatements` holds `statements.py`'s
 statements compiled once for asyncpg, so both ends run the one definition
 of each.
 """
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 _CHAIN = ("audit_insert", "head_select", "head_update")
 
 
-class Compiled:
+class PgStatements:
     """Each statement as PostgreSQL text, plain (`plain`) and wrapped to return one row (`text`).
 
     `fetchmany` returns the rows of every execution in one list, so for the

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from storage.errors import StorageUnavailable, map_storage_errors
 from storage.fenced import read_object
-from storage.pgconn import Compiled, Lane
+from storage.pgconn import Lane, PgStatements
 from storage.protocols import ObjectData
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class PgReader:
 
     def __init__(self, engine: AsyncEngine, *, timeout: float, connections: int = DEFAULT_READERS) -> None:
         self._timeout = timeout  # seconds a whole read may take (`--storage-timeout`)
-        self._sql = Compiled()
+        self._sql = PgStatements()
         self._text = self._sql.plain["object_select"]
         self._lanes: asyncio.Queue[Lane] = asyncio.Queue()
         self._all = [Lane(engine) for _ in range(max(1, connections))]

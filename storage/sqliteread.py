@@ -3,7 +3,7 @@
 Through aiosqlite a read costs a hop to the connection's thread for each
 call (BEGIN, execute, fetch, COMMIT, close). Here a read is one job for the
 reader thread, which runs `Statements.object_select` (compiled once, as the
-writer's, `writer.Compiled`) and hands the row back; reads that queued up
+writer's, `writer.SqliteStatements`) and hands the row back; reads that queued up
 meanwhile are run and answered together, one wake-up of the loop for all.
 
 The connection is in autocommit mode, so each SELECT is its own read
@@ -29,7 +29,7 @@ from storage.errors import StorageUnavailable, map_storage_errors
 from storage.fenced import read_object
 from storage.protocols import ObjectData
 from storage.queued import settle
-from storage.writer import Compiled
+from storage.writer import SqliteStatements
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class SqliteReader:
     def __init__(self, path: str, *, busy_timeout: float = SQLITE_BUSY_TIMEOUT) -> None:
         self._path = path
         self._busy_timeout = busy_timeout
-        self._sql = Compiled()
+        self._sql = SqliteStatements()
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 

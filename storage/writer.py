@@ -36,7 +36,7 @@ _TIME_COLUMNS = ("updated_at", "at", "created_at")
 INLINE_BYTES = 1024 * 1024  # body bytes a batch may carry and still have its statements run on the loop
 
 
-class Compiled:
+class SqliteStatements:
     """The store's statements as SQLite SQL text with named parameters and their defaults."""
 
     def __init__(self) -> None:
@@ -71,7 +71,7 @@ class Compiled:
 class SqliteTx:
     """The unit's `Tx` on a sqlite3 connection; audit entries wait in `audits` for one insert per batch."""
 
-    def __init__(self, db: sqlite3.Connection, sql: Compiled) -> None:
+    def __init__(self, db: sqlite3.Connection, sql: SqliteStatements) -> None:
         self._db = db
         self._sql = sql
         self.audits: list[Mapping[str, Any]] = []
@@ -98,7 +98,7 @@ class BatchWriter:
         self._busy_timeout = busy_timeout
         self._policy = policy
         self._db: sqlite3.Connection | None = None
-        self._sql = Compiled()
+        self._sql = SqliteStatements()
         self._moved: tuple[Head, Head] | None = None  # the audit chain's head before and after the batch
 
     def _connect(self) -> sqlite3.Connection:

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 
 from fencegate.bench.env import BenchEnv
-from fencegate.bench.runner import Case, Op, run_alternating
+from fencegate.bench.runner import Case, UnitOfWork, run_alternating
 from fencegate.bench.section import Section
 from fencegate.bench.servers import http_server
 from lockclient import GatewayClient, Redlock
@@ -47,7 +47,7 @@ class FencedWrite:
             await self.gateway.aclose()
 
 
-async def _op(env: BenchEnv, url: str, *, lease: bool, write: bool) -> Op:
+async def _op(env: BenchEnv, url: str, *, lease: bool, write: bool) -> UnitOfWork:
     key = f"e2e-{uuid.uuid4().hex[:8]}"
     locker = Redlock(env.redis_urls[:5], tokens=env.tokens("sqlite")) if lease else None
     if locker is not None:

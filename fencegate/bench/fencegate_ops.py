@@ -1,11 +1,11 @@
-"""fencegate's side of the lease benchmarks, as `Op`s."""
+"""fencegate's side of the lease benchmarks, as `UnitOfWork`s."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from fencegate.bench.runner import Op
+from fencegate.bench.runner import UnitOfWork
 from lockclient import Redlock
 from lockclient.protocols import TokenSource
 
@@ -27,5 +27,5 @@ class LeaseOp:
         await self.locker.aclose()
 
 
-async def fencegate_lease(urls: list[str], key: str, tokens: TokenSource | None = None) -> Op:
+async def fencegate_lease(urls: list[str], key: str, tokens: TokenSource | None = None) -> UnitOfWork:
     return LeaseOp(Redlock(urls, tokens=tokens), key)

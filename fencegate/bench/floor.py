@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import hiredis
 
-from fencegate.bench.runner import Op
+from fencegate.bench.runner import UnitOfWork
 from lockclient._scripts import RELEASE
 from lockclient.transport.codec import Script, pack
 
@@ -144,12 +144,12 @@ async def _asyncio_fan_out(urls: list[str], payloads: tuple[bytes, ...]) -> Asyn
     return fan
 
 
-async def asyncio_quorum_fan_out(urls: list[str]) -> Op:
+async def asyncio_quorum_fan_out(urls: list[str]) -> UnitOfWork:
     """PING twice: what asyncio itself charges per master."""
     return await _asyncio_fan_out(urls, (PING, PING))
 
 
-async def asyncio_lock_commands(urls: list[str], key: str) -> Op:
+async def asyncio_lock_commands(urls: list[str], key: str) -> UnitOfWork:
     """The lock's own commands, SET NX PX and then the release script by SHA, with no Redlock around them:
     what asyncio and the servers' work per command charge, before any client logic."""
     value = "floor"
@@ -161,9 +161,9 @@ async def asyncio_lock_commands(urls: list[str], key: str) -> Op:
     return fan
 
 
-async def raw_fan_out(urls: list[str]) -> Op:
+async def raw_fan_out(urls: list[str]) -> UnitOfWork:
     return RawFanOut(urls)
 
 
-async def raw_quorum_fan_out(urls: list[str]) -> Op:
+async def raw_quorum_fan_out(urls: list[str]) -> UnitOfWork:
     return RawFanOut(urls, quorum=True)

@@ -1,4 +1,4 @@
-"""Adapters that make each peer lock one `Op`: acquire then release, uncontended.
+"""Adapters that make each peer lock one `UnitOfWork`: acquire then release, uncontended.
 
 Sync peers (pottery's Redlock, redis-py's Lock, python-redis-lock) run on the
 calling thread, as their users would run them; async peers run on the loop.
@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from fencegate.bench.minimal import MinimalRedlock
-from fencegate.bench.runner import Op
+from fencegate.bench.runner import UnitOfWork
 
 TTL_S = 10
 
 
 @dataclass
 class _Call:
-    """An `Op` from two callables: the unit of work and the clean-up."""
+    """An `UnitOfWork` from two callables: the unit of work and the clean-up."""
 
     work: Any
     close: Any
@@ -35,7 +35,7 @@ async def _nothing() -> None:
     return None
 
 
-async def minimal_redlock(urls: list[str], key: str) -> Op:
+async def minimal_redlock(urls: list[str], key: str) -> UnitOfWork:
     locker = MinimalRedlock(urls)
 
     async def work() -> None:
@@ -46,7 +46,7 @@ async def minimal_redlock(urls: list[str], key: str) -> Op:
     return _Call(work, locker.aclose)
 
 
-async def pottery_redlock(urls: list[str], key: str) -> Op:
+async def pottery_redlock(urls: list[str], key: str) -> UnitOfWork:
     import redis
     from pottery import Redlock
 
@@ -64,7 +64,7 @@ async def pottery_redlock(urls: list[str], key: str) -> Op:
     return _Call(work, close)
 
 
-async def pottery_aioredlock(urls: list[str], key: str) -> Op:
+async def pottery_aioredlock(urls: list[str], key: str) -> UnitOfWork:
     import redis.asyncio as aredis
     from pottery import AIORedlock
 
@@ -82,7 +82,7 @@ async def pottery_aioredlock(urls: list[str], key: str) -> Op:
     return _Call(work, close)
 
 
-async def aioredlock(urls: list[str], key: str) -> Op:
+async def aioredlock(urls: list[str], key: str) -> UnitOfWork:
     from aioredlock import Aioredlock
 
     manager = Aioredlock([{"host": h, "port": int(p)} for h, p in (_host_port(u) for u in urls)])
@@ -94,7 +94,7 @@ async def aioredlock(urls: list[str], key: str) -> Op:
     return _Call(work, manager.destroy)
 
 
-async def redis_py_lock(urls: list[str], key: str) -> Op:
+async def redis_py_lock(urls: list[str], key: str) -> UnitOfWork:
     import redis
 
     client = redis.Redis.from_url(urls[0])
@@ -110,7 +110,7 @@ async def redis_py_lock(urls: list[str], key: str) -> Op:
     return _Call(work, close)
 
 
-async def python_redis_lock(urls: list[str], key: str) -> Op:
+async def python_redis_lock(urls: list[str], key: str) -> UnitOfWork:
     import redis
     import redis_lock
 

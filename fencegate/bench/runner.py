@@ -3,7 +3,7 @@
 Absolute numbers drift from run to run on a shared 2-core machine, so every
 claim a benchmark makes is a ratio between cases measured in the same
 process, alternately: case A run 1, case B run 1, case A run 2, ... A case is
-an async factory returning an `Op`: one call is one unit of work (an
+an async factory returning a `UnitOfWork`: one call is one unit of work (an
 acquire+release, a token, a request), timed on the monotonic clock.
 """
 
@@ -18,7 +18,7 @@ from typing import Protocol
 from fencegate.tables import grid
 
 
-class Op(Protocol):
+class UnitOfWork(Protocol):
     """One unit of work and the way out of whatever it opened."""
 
     async def __call__(self) -> None: ...
@@ -28,11 +28,11 @@ class Op(Protocol):
 
 @dataclass(frozen=True)
 class Case:
-    """A named way to build an `Op`; `group` names the table it belongs to."""
+    """A named way to build a `UnitOfWork`; `group` names the table it belongs to."""
 
     group: str
     name: str
-    setup: Callable[[], Awaitable[Op]]
+    setup: Callable[[], Awaitable[UnitOfWork]]
 
 
 @dataclass

@@ -27,7 +27,7 @@ POLL = 0.05
 LOG_TAIL = 2000
 
 
-class GatewayProcess:
+class AsyncGatewayProcess:
     """One `fencegate serve` on loopback, its SQLite file under `data_dir`.
 
     `args` are more `serve` flags (another storage, an upstream), `env` its whole environment (None: this
@@ -113,9 +113,9 @@ class GatewayProcess:
 
 
 @contextlib.asynccontextmanager
-async def running(data_dir: Path) -> AsyncIterator[GatewayProcess]:
+async def running(data_dir: Path) -> AsyncIterator[AsyncGatewayProcess]:
     """A started gateway, stopped on the way out whatever happened."""
-    gateway = GatewayProcess(data_dir)
+    gateway = AsyncGatewayProcess(data_dir)
     try:
         await gateway.start()
         yield gateway
@@ -123,4 +123,4 @@ async def running(data_dir: Path) -> AsyncIterator[GatewayProcess]:
         await asyncio.shield(gateway.stop())
 
 
-__all__ = ["GatewayProcess", "running"]
+__all__ = ["AsyncGatewayProcess", "running"]

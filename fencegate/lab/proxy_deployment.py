@@ -36,7 +36,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from fencegate.lab.deployments import GatewayDeployment
 from fencegate.lab.errors import LabError, StoreError
 from fencegate.lab.faults.proxy import DelayProxy
-from fencegate.lab.gateway_process import GatewayProcess
+from fencegate.lab.gateway_process import AsyncGatewayProcess
 from fencegate.lab.gateway_store import TIMEOUT
 from fencegate.lab.predictions import PROXY_STORES, UNCONDITIONAL
 from fencegate.lab.protocols import Component
@@ -165,11 +165,11 @@ async def running(
     common = ["--storage", dsn, "--upstream", f"s3://{s3['bucket']}/{prefix}",
               "--upstream-timeout", str(UPSTREAM_TIMEOUT)]  # fmt: skip
     async with DelayProxy(endpoint.hostname, endpoint.port) as path:
-        a = GatewayProcess(
+        a = AsyncGatewayProcess(
             workdir / "replica-a", module=MODULES[store_name], env=env,
             args=[*common, "--upstream-endpoint", f"http://127.0.0.1:{path.port}"],
         )  # fmt: skip
-        b = GatewayProcess(
+        b = AsyncGatewayProcess(
             workdir / "replica-b", module=MODULES[store_name], env=env,
             args=[*common, "--upstream-endpoint", s3["endpoint"]],
         )  # fmt: skip

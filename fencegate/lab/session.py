@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from fencegate.lab.deployments import ETCD, GatewayDeployment, Locks, Mode
 from fencegate.lab.errors import LabArgumentError, LabError
-from fencegate.lab.gateway_process import GatewayProcess, running
+from fencegate.lab.gateway_process import AsyncGatewayProcess, running
 from fencegate.lab.history import History, Meta
 from fencegate.lab.predictions import (
     GATEWAY,
@@ -161,7 +161,7 @@ class LabSession:
     def __init__(
         self,
         workdir: Path,
-        gateway: GatewayProcess | None,
+        gateway: AsyncGatewayProcess | None,
         servers: LocalCluster,
         token_urls: Mapping[str, str],
         *,

@@ -65,7 +65,7 @@ class Final:
 
 
 @dataclass
-class History:
+class SoakHistory:
     calls: list[Call] = field(default_factory=list)  # the leased clients'
     unleased: list[Call] = field(default_factory=list)  # the unleased writers' (fresh keys, see writers.py)
     marks: list[tuple[str, int]] = field(default_factory=list)  # (resource, mark) in poll order
@@ -86,7 +86,7 @@ class Retries:
 
 
 @dataclass
-class Verdict:
+class SoakVerdict:
     """Counts the soak's table prints; `lost` and `violations` must be 0."""
 
     requests: int
@@ -198,14 +198,14 @@ def stale_accepted(calls: list[Call], acked: list[Call]) -> list[str]:
 
 
 def check(
-    history: History,
+    history: SoakHistory,
     finals: dict[str, Final],
     audited: Counter[tuple[str, int]],
     elapsed: float,
     *,
     objects: dict[str, tuple[bytes, int]],
     fault_window: tuple[float, float] | None = None,
-) -> Verdict:
+) -> SoakVerdict:
     """Check the history against the final state, the unleased writers' stored `objects` and the
     audit trail's accepted PUTs per (key, token); `fault_window`: the faults' span, seconds into the run."""
     calls = history.calls
@@ -294,7 +294,7 @@ def check(
             1 for c in everything if c.status is not None and c.status < 500 and start <= c.end < end
         )
         fault_rate = answered / (end - start)
-    return Verdict(
+    return SoakVerdict(
         requests=len(everything),
         rate=len(everything) / elapsed if elapsed else 0.0,
         fault_rate=fault_rate,

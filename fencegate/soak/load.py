@@ -35,7 +35,7 @@ from fencegate.cli import main as fencegate
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from fencegate.lab.cluster.gateway import GatewayProcess
 from fencegate.lab.cluster.servers import free_port
-from fencegate.soak.history import Call, Final, History
+from fencegate.soak.history import Call, Final, SoakHistory
 from fencegate.soak.writers import Writers
 from lockclient import LockClientError, Redlock, RetryPolicy, ZooKeeperTokens
 from storage import open_engine
@@ -85,7 +85,7 @@ class Fault:
 
 @dataclass
 class LoadResult:
-    history: History
+    history: SoakHistory
     finals: dict[str, Final]
     objects: dict[str, tuple[bytes, int]]  # the unleased writers' keys after the run: bytes, version
     audited: Counter[tuple[str, int]]
@@ -139,7 +139,7 @@ class Soak:
     def __init__(self, config: SoakConfig, state_dir: Path) -> None:
         self.config = config
         self.dir = state_dir
-        self.history = History()
+        self.history = SoakHistory()
         self.faults: list[Fault] = []
         self.gateways: list[GatewayProcess] = []
         self.urls: list[str] = []

@@ -22,7 +22,7 @@ from typing import Any
 
 from fencegate.lab.cluster import LocalCluster
 from fencegate.soak.badinput import BadInputResult, bad_input_phase
-from fencegate.soak.history import Verdict, check
+from fencegate.soak.history import SoakVerdict, check
 from fencegate.soak.load import PAUSE_TTLS, SPEC, LoadResult, Soak, SoakConfig
 
 STATE_DIR = Path(".state/soak")
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 class SoakReport:
     config: SoakConfig
     load: LoadResult
-    verdict: Verdict
+    verdict: SoakVerdict
     bad: BadInputResult
     seconds: float
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fencegate.cli import COMMANDS, Command, build_parser, main
+from fencegate.cli import COMMANDS, Tool, build_parser, main
 
 # Modules a help screen must not load: the server, the drivers, the tools.
 HEAVY = ("aiohttp", "sqlalchemy", "redis", "kazoo", "asyncpg", "lockclient", "storage", "gateway.app",
@@ -41,7 +41,7 @@ def test_help_loads_no_server_driver_or_tool(argv: list[str]) -> None:
 def test_only_the_named_command_is_configured(monkeypatch: pytest.MonkeyPatch) -> None:
     configured: list[str] = []
 
-    def configure(command: Command) -> Callable[[argparse.ArgumentParser], None]:
+    def configure(command: Tool) -> Callable[[argparse.ArgumentParser], None]:
         configured.append(command.name)
         return lambda parser: None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from fencegate.soak.history import Call, History, check, check_unleased, retries
+from fencegate.soak.history import Call, SoakHistory, check, check_unleased, retries
 
 
 def put(key: str, token: int, status: int | None, *, version: int | None = None, answer: bytes = b"") -> Call:
@@ -63,7 +63,7 @@ def test_a_refused_unleased_write_that_was_stored_is_a_violation() -> None:
 
 
 def test_check_fails_a_run_whose_retried_write_was_applied_twice() -> None:
-    history = History(unleased=[put("a", 1, None), put("a", 1, 201, version=1, answer=b"x")])
+    history = SoakHistory(unleased=[put("a", 1, None), put("a", 1, 201, version=1, answer=b"x")])
     verdict = check(history, {}, Counter({("a", 1): 2}), 1.0, objects={"a": (history.unleased[0].body, 1)})
     assert verdict.lost == 0
     assert any("applied 2 times" in v for v in verdict.violations)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from fencegate.soak.badinput import BadInputResult
-from fencegate.soak.history import Call, Final, History, check
+from fencegate.soak.history import Call, Final, SoakHistory, check
 from fencegate.soak.load import Fault, LoadResult, SoakConfig
 from fencegate.soak.run import SoakReport
 from storage.verify import AuditReport
@@ -19,7 +19,7 @@ def put(key: str, status: int, at: float, *, version: int | None = None) -> Call
 
 def report(calls: list[Call], unleased: list[Call], *, bench_rate: float) -> SoakReport:
     """Faults from 0 s to 10 s; the calls' answers are all the load there was."""
-    history = History(calls=calls, unleased=unleased)
+    history = SoakHistory(calls=calls, unleased=unleased)
     acked = [c for c in calls if c.status == 201]
     finals = {c.key: Final(c.body, c.version, c.token) for c in acked}
     objects = {c.key: (c.body, c.version or 0) for c in unleased if c.status == 201}

@@ -78,7 +78,7 @@ async def test_a_batch_takes_its_fence_rows_in_one_step_in_resource_order(url: s
         _put("k/c", "r-c", 1, idempotency_key="retry-2"),
         _put("k/d", "r-d", 1),
     ]
-    sql = pgconn.Compiled()
+    sql = pgconn.PgStatements()
     fence = sql.text["fence_upsert"]
     resource_at = [name for name, _ in sql.order["fence_upsert"]].index("resource")
     pg = await asyncpg.connect(url)
