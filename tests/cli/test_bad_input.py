@@ -1,4 +1,4 @@
-"""Bad input found by review: each is one line on stderr and exit 2, changes nothing, never a traceback."""
+"""Bad command-line input: each is one line on stderr and exit 2, changes nothing, never a traceback."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The token-from-the-future guard under attack, on a real `fencegate serve --tokens` process.
+"""The token-from-the-future guard under a flood, on a real `fencegate serve --tokens` process.
 
 Mallory holds a valid write key for the shared resource and floods it with
 token 2^62 (and with the source's bound + 1) while honest clients keep
