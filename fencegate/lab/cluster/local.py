@@ -25,6 +25,7 @@ from typing import Any
 
 from fencegate.lab.cluster.certs import Authority, KeyPair
 from fencegate.lab.cluster.errors import ClusterError
+from fencegate.lab.cluster.probes import etcd_is_leader
 from fencegate.lab.cluster.procfs import descendants
 from fencegate.lab.cluster.seaweed import endpoint as s3_endpoint
 from fencegate.lab.cluster.seaweed import s3_node
@@ -34,7 +35,6 @@ from fencegate.lab.cluster.servers import (
     Node,
     RedisTLS,
     ZooKeeperPeer,
-    etcd_is_leader,
     etcd_node,
     free_port,
     postgres_node,

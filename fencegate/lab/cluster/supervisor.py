@@ -24,9 +24,9 @@ from pathlib import Path
 
 from fencegate.cli import termination_held
 from fencegate.lab.cluster.errors import ClusterError, ServerStartError
+from fencegate.lab.cluster.probes import ready
 from fencegate.lab.cluster.procfs import alive, descendants, runs, tail
-from fencegate.lab.cluster.seaweed import bucket_ready
-from fencegate.lab.cluster.servers import HOST, Node, free_port, probe
+from fencegate.lab.cluster.servers import HOST, Node, free_port
 from fencegate.lab.cluster.statefile import write_state
 from fencegate.lab.cluster.topology import HAPROXY_CFG
 
@@ -113,7 +113,7 @@ class Supervisor:
         for attempt in range(START_ATTEMPTS):
             end = time.monotonic() + deadline
             while time.monotonic() < end:
-                if bucket_ready(node) if node.kind == "s3" else probe(node):  # a store: its bucket
+                if ready(node):
                     return
                 proc = self._procs.get(name)
                 if proc is not None and proc.poll() is not None:
