@@ -90,7 +90,8 @@ def _pg_user() -> str | None:
 
 
 class LocalCluster(Supervisor):
-    """Real servers on loopback; one owner, one way out (`stop_all`)."""
+    """Real servers on loopback, by kind; the `Supervisor` it is runs, signals and records their
+    processes, so there is one owner and one way out (`stop_all`)."""
 
     def __init__(self, state_dir: Path | str | None = None) -> None:
         super().__init__(state_dir)
