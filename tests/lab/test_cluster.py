@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster, MissingServerError
-from fencegate.lab.cluster.servers import probe
+from fencegate.lab.cluster.probes import probe
 from lockclient import TokenSourceError, ZooKeeperTokens, open_token_source
 from tests.urls import without_query
 from tests.waiting import eventually_sync

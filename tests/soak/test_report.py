@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections import Counter
 
 from fencegate.soak.badinput import BadInputResult
+from fencegate.soak.faults import Fault
 from fencegate.soak.history import Call, Final, SoakHistory, check
-from fencegate.soak.load import Fault, LoadResult, SoakConfig
+from fencegate.soak.load import LoadResult, SoakConfig
 from fencegate.soak.run import SoakReport
 from storage.verify import AuditReport
 
