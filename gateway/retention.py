@@ -6,7 +6,8 @@ serving requests, so a sweep never waits for a request's connection or holds
 one a request needs) and one task. The task wakes every `sweep_pause(ttl)`
 seconds, at most `SWEEP_EVERY`, so a record past its TTL is gone within that
 long of its expiry; every replica runs it, and on PostgreSQL one at a time does
-the work (`storage.expiry`). On SQLite each sweep then returns the file's
+the work (`storage.expiry`); with SQLite's group commit each batch of it is
+deleted inside one of the writer's transactions. On SQLite each sweep then returns the file's
 free pages to the file system (`storage.vacuum`); a file made without
 incremental auto_vacuum is migrated first, at start, when small enough. A failed sweep is logged
 and tried again at the next wake-up: it changed nothing it did not commit.
@@ -37,7 +38,8 @@ from gateway.metrics import Metrics
 from gateway.storage_tls import open_storage
 from storage import StorageError
 from storage.archive import archive_into
-from storage.expiry import expire_idempotency
+from storage.batch import GroupCommitStore
+from storage.expiry import Step, expire_idempotency
 from storage.tablesize import table_sizes
 from storage.vacuum import INCREMENTAL, auto_vacuum_mode, migrate_to_incremental, reclaim
 
@@ -72,9 +74,9 @@ def _sqlite_file(engine: AsyncEngine) -> str | None:
     return engine.url.database if engine.dialect.name == "sqlite" else None
 
 
-async def _sweep(engine: AsyncEngine, ttl: float, metrics: Metrics) -> None:
+async def _sweep(engine: AsyncEngine, ttl: float, metrics: Metrics, step: Step | None) -> None:
     cutoff = datetime.now(UTC) - timedelta(seconds=ttl)
-    expired = await expire_idempotency(engine, before=cutoff)
+    expired = await expire_idempotency(engine, before=cutoff, step=step)
     if expired:
         metrics.idempotency_expired.inc(expired)
         log.info("idempotency records expired: %d written before %s", expired, cutoff.isoformat())
@@ -82,11 +84,11 @@ async def _sweep(engine: AsyncEngine, ttl: float, metrics: Metrics) -> None:
         log.info("SQLite pages given back to the file system: %d", freed)
 
 
-async def _sweep_forever(engine: AsyncEngine, ttl: float, metrics: Metrics) -> None:
+async def _sweep_forever(engine: AsyncEngine, ttl: float, metrics: Metrics, step: Step | None) -> None:
     while True:
         await asyncio.sleep(sweep_pause(ttl))
         try:
-            await _sweep(engine, ttl, metrics)
+            await _sweep(engine, ttl, metrics, step)
         except StorageError as exc:
             log.warning("retention sweep failed, tried again in %g s: %s", sweep_pause(ttl), exc)
 
@@ -194,9 +196,11 @@ async def retention_ctx(app: web.Application) -> AsyncIterator[None]:
     ttl = settings.idempotency_ttl
     log.info("idempotency records expire %s after their write (--idempotency-ttl)", ttl)
     await _migrate_auto_vacuum(engine)
-    tasks = [
-        asyncio.create_task(_sweep_forever(engine, ttl, app[AppKeys.metrics]), name="fencegate-retention")
-    ]
+    store = app.get(AppKeys.store)
+    # on SQLite each expiry batch rides in a group commit, so it never takes the write lock of its own
+    step = store.expire if isinstance(store, GroupCommitStore) else None
+    sweeping = _sweep_forever(engine, ttl, app[AppKeys.metrics], step)
+    tasks = [asyncio.create_task(sweeping, name="fencegate-retention")]
     tasks.append(asyncio.create_task(_measure_forever(engine, app[AppKeys.metrics]), name="fencegate-sizes"))
     if settings.audit_retention is not None and settings.audit_archive_dir is not None:
         log.info(
