@@ -42,6 +42,10 @@ from storage.statements import AUDIT_COLUMNS
 
 DELETE_BATCH = 5_000  # entries deleted per transaction
 READ_BATCH = 10_000  # entries read per round trip
+# after each page read, written or checked, and each batch deleted, the run waits this many times as
+# long as that step took: its JSON, gzip and hashing share the interpreter (the GIL) with the gateway's
+# loop even in a worker thread, so a paced run takes about a quarter of it and leaves the rest to requests
+ARCHIVE_DUTY = 3.0
 # A test names a step here; the run then says so on stderr and waits there, to be killed (`kill -9`).
 PAUSE_AT = "FENCEGATE_ARCHIVE_PAUSE_AT"
 STEPS = ("selected", "written", "renamed", "checked", "deleting", "deleted")
@@ -86,15 +90,17 @@ async def _range(engine: AsyncEngine, before_id: int | None, before_time: dateti
 
 async def _pages(engine: AsyncEngine, first: int, last: int) -> AsyncIterator[list[Mapping[Any, Any]]]:
     """The entries `first`..`last` in id order, `READ_BATCH` per round trip."""
-    after = first - 1
+    after, clock = first - 1, asyncio.get_running_loop().time
     while after < last:
+        started = clock()
         async with engine.connect() as conn:
             query = select(*_COLUMNS).where(AuditEntry.id > after, AuditEntry.id <= last)
             page = (await conn.execute(query.order_by(AuditEntry.id).limit(READ_BATCH))).all()
         if not page:
             return
-        yield [row._mapping for row in page]
+        yield [row._mapping for row in page]  # written, or checked against the file, before the next
         after = page[-1].id
+        await asyncio.sleep(ARCHIVE_DUTY * (clock() - started))
 
 
 def _chain_holds(
@@ -140,8 +146,9 @@ async def _check(engine: AsyncEngine, info: ArchiveInfo, live_first: int, progre
 
 
 async def _delete(engine: AsyncEngine, last: int, batch: int) -> int:
-    deleted = 0
+    deleted, clock = 0, asyncio.get_running_loop().time
     while True:
+        started = clock()
         oldest = select(AuditEntry.id).where(AuditEntry.id <= last).order_by(AuditEntry.id).limit(batch)
         async with engine.begin() as conn:
             done = (await conn.execute(delete(AuditEntry).where(AuditEntry.id.in_(oldest)))).rowcount
@@ -150,7 +157,7 @@ async def _delete(engine: AsyncEngine, last: int, batch: int) -> int:
             _step("deleting")
         if done < batch:
             return deleted
-        await asyncio.sleep(0)
+        await asyncio.sleep(ARCHIVE_DUTY * (clock() - started))
 
 
 async def archive_audit(
