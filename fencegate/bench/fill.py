@@ -9,7 +9,8 @@ carry a placeholder hash and the head row is moved past them, so the gateway
 appends after them; such a store is for measuring, its chain does not verify.
 They are dated in 2100, so an archive run (`--audit-retention`) never takes
 them: it takes only the entries `fill_archivable` adds before them, dated in
-2001 and truly chained, in ids the fill left free (`reserve`).
+2001 and truly chained, in ids the fill left free (`reserve`), one block per
+run, each just below the last (ids stay contiguous, as the archive expects).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from storage.chain import GENESIS, Head, link
+from storage.chain import GENESIS_HEAD, link
 from storage.models import AuditEntry
 
 CHUNK = 500_000  # rows per statement and transaction
@@ -108,25 +109,28 @@ async def fill_expired(engine: AsyncEngine, count: int, *, prefix: str = "old") 
             await conn.execute(statement, {"lo": lo, "hi": min(lo + CHUNK - 1, count), "at": at})
 
 
+def _archivable(n: int) -> dict[str, object]:
+    """Entry `n` of the archivable chain: the same every time, so each block hashes as one chain."""
+    return {
+        "at": LONG_AGO + timedelta(microseconds=n),
+        "client": "bench",
+        "method": "PUT",
+        "key": f"old/{n:010d}",
+        "resource": f"old/{n:010d}",
+        "token": 1,
+        "mark": None,
+        "status": 201,
+        "outcome": "accepted",
+    }
+
+
 async def fill_archivable(engine: AsyncEngine, first_id: int, count: int) -> None:
-    """Add `count` audit entries with ids from `first_id` (left free by `fill`), written in 2001 and
-    each hashed onto the one before, as an archive run checks them."""
-    head = Head(first_id - 1, GENESIS)
-    for lo in range(0, count, LINKED_CHUNK):
-        entries = [
-            {
-                "at": LONG_AGO + timedelta(microseconds=n),
-                "client": "bench",
-                "method": "PUT",
-                "key": f"old/{n:010d}",
-                "resource": f"old/{n:010d}",
-                "token": 1,
-                "mark": None,
-                "status": 201,
-                "outcome": "accepted",
-            }
-            for n in range(first_id + lo, first_id + min(lo + LINKED_CHUNK, count))
-        ]
-        rows, head = link(head, entries)
-        async with engine.begin() as conn:
-            await conn.execute(insert(AuditEntry), rows)
+    """Add entries `first_id`.. (`count` of them, in ids `fill` left free) of one chain from entry 1,
+    written in 2001: blocks added last to first, each just before the one an archive took, are each a
+    segment of that chain, as an archive run checks them."""
+    head, last = GENESIS_HEAD, first_id + count - 1
+    for lo in range(1, last + 1, LINKED_CHUNK):
+        rows, head = link(head, [_archivable(n) for n in range(lo, min(lo + LINKED_CHUNK, last + 1))])
+        if mine := [row for row in rows if row["id"] >= first_id]:
+            async with engine.begin() as conn:
+                await conn.execute(insert(AuditEntry), mine)

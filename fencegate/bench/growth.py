@@ -82,7 +82,8 @@ async def _prepare(
         if expired:
             await fill_expired(engine, expired, prefix=f"old{run}")
         if archived and not keys:
-            await fill_archivable(engine, run * archived + 1, archived)
+            # just below the entries left: the fill's, or the block the last run's archive took
+            await fill_archivable(engine, (runs - run - 1) * archived + 1, archived)
         if keys:
             if engine.dialect.name == "postgresql":  # its row counts are what the last analyze saw
                 async with engine.begin() as conn:
@@ -124,7 +125,7 @@ async def growth(env: BenchEnv) -> Section:
                         await _prepare(url, 0, expired, run)
                         flags += ["--idempotency-ttl", "1s"]
                     if kind.endswith("archiving"):
-                        await _prepare(url, 0, run=run, archived=archived)
+                        await _prepare(url, 0, run=run, archived=archived, runs=env.runs)
                         (here / "archives").mkdir()
                         flags += ["--audit-retention", "1s", "--audit-archive-dir", str(here / "archives")]
                     argv = [
