@@ -15,7 +15,9 @@ Goals: filled / fresh >= 0.9, expiring / filled >= 0.9 and archiving /
 filled >= 0.9 in rate, and the p99 of fenced PUTs while expiring within
 1.5x of the filled store's without.
 The fill time and each table's bytes per row on the filled store are
-reported (docs/operations.md, sizing).
+reported (docs/operations.md, sizing), and how many archive files each
+archiving run completed (0: the run measured the paced read and write of
+the file only, not its deletes).
 """
 
 from __future__ import annotations
@@ -144,6 +146,9 @@ async def growth(env: BenchEnv) -> Section:
                         )  # fmt: skip
                     if out.non_2xx:
                         raise RuntimeError(f"growth: {engine}: {kind}: {out.non_2xx} PUTs answered non-2xx")
+                    if kind.endswith("archiving"):  # whether the run measured a whole archive, deletes too
+                        done = len(list((here / "archives").glob("audit-*.jsonl.gz")))
+                        extra[f"{engine}: archives written during run {run + 1}"] = done
                     result = results[f"{engine}: {kind}"]
                     result.rates.append(out.requests_per_s)
                     result.latencies.append(out.p99_ms / 1000)
