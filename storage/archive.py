@@ -42,10 +42,11 @@ from storage.statements import AUDIT_COLUMNS
 
 DELETE_BATCH = 5_000  # entries deleted per transaction
 READ_BATCH = 10_000  # entries read per round trip
-# after each page read, written or checked, and each batch deleted, the run waits this many times as
-# long as that step took: its JSON, gzip and hashing share the interpreter (the GIL) with the gateway's
-# loop even in a worker thread, so a paced run takes about a quarter of it and leaves the rest to requests
-ARCHIVE_DUTY = 3.0
+# after each page read, written or checked, and each batch deleted, the run waits as long as that step
+# took: the rows' decoding (on the loop), JSON, gzip and hashing share the interpreter (the GIL) with the
+# gateway's loop even in a worker thread, so a run takes at most about half of it; more pause would
+# leave it slower than a busy gateway appends (about 100 us of work per entry, docs/operations.md)
+ARCHIVE_DUTY = 1.0
 # A test names a step here; the run then says so on stderr and waits there, to be killed (`kill -9`).
 PAUSE_AT = "FENCEGATE_ARCHIVE_PAUSE_AT"
 STEPS = ("selected", "written", "renamed", "checked", "deleting", "deleted")
