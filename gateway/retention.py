@@ -6,8 +6,10 @@ serving requests, so a sweep never waits for a request's connection or holds
 one a request needs) and one task. The task wakes every `sweep_pause(ttl)`
 seconds, at most `SWEEP_EVERY`, so a record past its TTL is gone within that
 long of its expiry; every replica runs it, and on PostgreSQL one at a time does
-the work (`storage.expiry`). On SQLite each sweep then returns the file's
-free pages to the file system (`storage.vacuum`). A failed sweep is logged
+the work (`storage.expiry`); with SQLite's group commit each batch of it is
+deleted inside one of the writer's transactions. On SQLite each sweep then returns the file's
+free pages to the file system (`storage.vacuum`); a file made without
+incremental auto_vacuum is migrated first, at start, when small enough. A failed sweep is logged
 and tried again at the next wake-up: it changed nothing it did not commit.
 
 With `--audit-retention`, a second task archives the entries older than it
@@ -36,9 +38,10 @@ from gateway.metrics import Metrics
 from gateway.storage_tls import open_storage
 from storage import StorageError
 from storage.archive import archive_into
-from storage.expiry import expire_idempotency
+from storage.batch import GroupCommitStore
+from storage.expiry import Step, expire_idempotency
 from storage.tablesize import table_sizes
-from storage.vacuum import INCREMENTAL, auto_vacuum_mode, reclaim
+from storage.vacuum import INCREMENTAL, auto_vacuum_mode, migrate_to_incremental, reclaim
 
 log = logging.getLogger("gateway")
 
@@ -48,6 +51,9 @@ SWEEP_EVERY = 15.0  # seconds between sweeps at most: a record past its TTL is g
 # that long, not at start, where a restarted gateway serves its backlog
 SIZES_EVERY = {"postgresql": 300.0, "sqlite": 3600.0}
 SMALL_FILE = 256 * 1024 * 1024  # bytes of a SQLite file read at start
+# bytes of a SQLite file without incremental auto_vacuum migrated at start: a rewrite of seconds;
+# a larger one is left to the operator (docs/operations.md), not sprung on a restart
+AUTO_MIGRATE = 1024 * 1024 * 1024
 ARCHIVE_EVERY = 3600.0  # seconds between audit archive runs at most: one file an hour
 ARCHIVE_LOCK = 0x6172636876  # "archv": the advisory lock one PostgreSQL replica at a time archives under
 
@@ -68,9 +74,9 @@ def _sqlite_file(engine: AsyncEngine) -> str | None:
     return engine.url.database if engine.dialect.name == "sqlite" else None
 
 
-async def _sweep(engine: AsyncEngine, ttl: float, metrics: Metrics) -> None:
+async def _sweep(engine: AsyncEngine, ttl: float, metrics: Metrics, step: Step | None) -> None:
     cutoff = datetime.now(UTC) - timedelta(seconds=ttl)
-    expired = await expire_idempotency(engine, before=cutoff)
+    expired = await expire_idempotency(engine, before=cutoff, step=step)
     if expired:
         metrics.idempotency_expired.inc(expired)
         log.info("idempotency records expired: %d written before %s", expired, cutoff.isoformat())
@@ -78,11 +84,11 @@ async def _sweep(engine: AsyncEngine, ttl: float, metrics: Metrics) -> None:
         log.info("SQLite pages given back to the file system: %d", freed)
 
 
-async def _sweep_forever(engine: AsyncEngine, ttl: float, metrics: Metrics) -> None:
+async def _sweep_forever(engine: AsyncEngine, ttl: float, metrics: Metrics, step: Step | None) -> None:
     while True:
         await asyncio.sleep(sweep_pause(ttl))
         try:
-            await _sweep(engine, ttl, metrics)
+            await _sweep(engine, ttl, metrics, step)
         except StorageError as exc:
             log.warning("retention sweep failed, tried again in %g s: %s", sweep_pause(ttl), exc)
 
@@ -141,24 +147,45 @@ async def _measure_forever(engine: AsyncEngine, metrics: Metrics) -> None:
         await asyncio.sleep(every)
 
 
-async def _check_auto_vacuum(engine: AsyncEngine) -> None:
-    """Warn, with the fix, about a SQLite file made before auto_vacuum: its deletes never shrink it."""
+async def _migrate_auto_vacuum(engine: AsyncEngine) -> None:
+    """Turn on incremental auto_vacuum, once, in a SQLite file made before fencegate set it (its deletes
+    never shrink it): at start, before requests come, if the file is at most `AUTO_MIGRATE` bytes and
+    the disk holds its rewrite; otherwise a warning with the fix, and the gateway serves as it is."""
     path = _sqlite_file(engine)
     if path is None:
         return
     try:
         mode = await asyncio.to_thread(auto_vacuum_mode, path)
+        if mode == INCREMENTAL:
+            return
+        size = await asyncio.to_thread(_file_size, path)
+        if size > AUTO_MIGRATE:
+            log.warning(
+                "SQLite file %s (%d bytes) has auto_vacuum %d, not incremental: the space of deleted objects "
+                "is reused but never given back. Too large to rewrite at start; with the gateway stopped and "
+                "%d bytes free beside it, run once: sqlite3 %s 'PRAGMA auto_vacuum=INCREMENTAL; VACUUM;' "
+                "(docs/operations.md)",
+                path,
+                size,
+                mode,
+                2 * size,
+                path,
+            )
+            return
+        log.info(
+            "SQLite file %s (%d bytes): migrating to incremental auto_vacuum, once (a VACUUM)", path, size
+        )
+        done = await migrate_to_incremental(path)
     except StorageError as exc:
-        log.warning("SQLite auto_vacuum not read: %s", exc)
+        log.warning("SQLite auto_vacuum not migrated, the gateway serves without it: %s", exc)
         return
-    if mode != INCREMENTAL:
-        log.warning(
-            "SQLite file %s has auto_vacuum %d, not incremental: the space of deleted objects is reused but "
-            "never given back; with the gateway stopped, run once: sqlite3 %s "
-            "'PRAGMA auto_vacuum=INCREMENTAL; VACUUM;' (docs/operations.md)",
+    if done is not None:
+        log.info(
+            "SQLite file %s migrated to incremental auto_vacuum in %.1f s: %d bytes, now %d",
             path,
-            mode,
-            path,
+            done.seconds,
+            done.bytes_before,
+            done.bytes_after,
         )
 
 
@@ -168,10 +195,12 @@ async def retention_ctx(app: web.Application) -> AsyncIterator[None]:
     engine = open_storage(settings.storage_url, command_timeout=settings.storage_timeout)
     ttl = settings.idempotency_ttl
     log.info("idempotency records expire %s after their write (--idempotency-ttl)", ttl)
-    await _check_auto_vacuum(engine)
-    tasks = [
-        asyncio.create_task(_sweep_forever(engine, ttl, app[AppKeys.metrics]), name="fencegate-retention")
-    ]
+    await _migrate_auto_vacuum(engine)
+    store = app.get(AppKeys.store)
+    # on SQLite each expiry batch rides in a group commit, so it never takes the write lock of its own
+    step = store.expire if isinstance(store, GroupCommitStore) else None
+    sweeping = _sweep_forever(engine, ttl, app[AppKeys.metrics], step)
+    tasks = [asyncio.create_task(sweeping, name="fencegate-retention")]
     tasks.append(asyncio.create_task(_measure_forever(engine, app[AppKeys.metrics]), name="fencegate-sizes"))
     if settings.audit_retention is not None and settings.audit_archive_dir is not None:
         log.info(

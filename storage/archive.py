@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from storage.archivefile import ArchiveInfo, read_entries, read_info, write_archive
+from storage.archivefile import ArchiveInfo, Progress, read_info, read_pages, write_archive
 from storage.chain import GENESIS, entry_hash
 from storage.errors import BadArchive, map_storage_errors
 from storage.models import AuditEntry
@@ -42,6 +42,11 @@ from storage.statements import AUDIT_COLUMNS
 
 DELETE_BATCH = 5_000  # entries deleted per transaction
 READ_BATCH = 10_000  # entries read per round trip
+# after each page read, written or checked, and each batch deleted, the run waits as long as that step
+# took: the rows' decoding (on the loop), JSON, gzip and hashing share the interpreter (the GIL) with the
+# gateway's loop even in a worker thread, so a run takes at most about half of it; more pause would
+# leave it slower than a busy gateway appends (about 100 us of work per entry, docs/operations.md)
+ARCHIVE_DUTY = 1.0
 # A test names a step here; the run then says so on stderr and waits there, to be killed (`kill -9`).
 PAUSE_AT = "FENCEGATE_ARCHIVE_PAUSE_AT"
 STEPS = ("selected", "written", "renamed", "checked", "deleting", "deleted")
@@ -84,45 +89,67 @@ async def _range(engine: AsyncEngine, before_id: int | None, before_time: dateti
     return (first or 0), (last or 0)
 
 
-async def _rows(engine: AsyncEngine, first: int, last: int) -> AsyncIterator[Mapping[Any, Any]]:
-    """The entries `first`..`last` in id order, a page at a time."""
-    after = first - 1
+async def _pages(engine: AsyncEngine, first: int, last: int) -> AsyncIterator[list[Mapping[Any, Any]]]:
+    """The entries `first`..`last` in id order, `READ_BATCH` per round trip."""
+    after, clock = first - 1, asyncio.get_running_loop().time
     while after < last:
+        started = clock()
         async with engine.connect() as conn:
             query = select(*_COLUMNS).where(AuditEntry.id > after, AuditEntry.id <= last)
             page = (await conn.execute(query.order_by(AuditEntry.id).limit(READ_BATCH))).all()
         if not page:
             return
-        for row in page:
-            yield row._mapping
+        yield [row._mapping for row in page]  # written, or checked against the file, before the next
         after = page[-1].id
+        await asyncio.sleep(ARCHIVE_DUTY * (clock() - started))
 
 
-async def _check(engine: AsyncEngine, info: ArchiveInfo, live_first: int) -> None:
-    """The file is whole, its chain holds within it, and each entry still in the database (from
-    `live_first` to its end) is the file's; `BadArchive` otherwise."""
-    stored = _rows(engine, live_first, info.last_id)
-    previous = GENESIS if info.first_id == 1 else None
-    count = 0
-    for entry in read_entries(info.path):
+def _chain_holds(
+    info: ArchiveInfo, page: list[dict[str, Any]], previous: str | None, progress: Progress, count: int
+) -> str | None:
+    """In the worker thread: the page's last hash, after checking each entry hashes onto the one before
+    (None: not known); then `progress` told."""
+    for entry in page:
         if previous is not None and entry_hash(previous, entry) != entry["chain"]:
             raise BadArchive(
                 f"archive {info.path}: entry {entry['id']} does not hash as stored; nothing deleted"
             )
-        previous, count = entry["chain"], count + 1
-        if entry["id"] >= live_first:
-            row = await anext(stored, None)
-            if row is None or (row["id"], row["chain"]) != (entry["id"], entry["chain"]):
-                raise BadArchive(
-                    f"archive {info.path}: entry {entry['id']} differs from the database's; nothing deleted"
-                )
+        previous = entry["chain"]
+    progress(count)
+    return previous
+
+
+async def _stored(engine: AsyncEngine, first: int, last: int) -> AsyncIterator[Mapping[Any, Any]]:
+    async for page in _pages(engine, first, last):
+        for row in page:
+            yield row
+
+
+async def _check(engine: AsyncEngine, info: ArchiveInfo, live_first: int, progress: Progress) -> None:
+    """The file is whole, its chain holds within it, and each entry still in the database (from
+    `live_first` to its end) is the file's; `BadArchive` otherwise. The file is read, and its
+    hashes computed, in a worker thread a page at a time."""
+    stored = _stored(engine, live_first, info.last_id)
+    previous = GENESIS if info.first_id == 1 else None
+    count = 0
+    pages = read_pages(info.path, READ_BATCH)
+    while (page := await asyncio.to_thread(next, pages, None)) is not None:
+        count += len(page)
+        previous = await asyncio.to_thread(_chain_holds, info, page, previous, progress, count)
+        for entry in page:
+            if entry["id"] >= live_first:
+                row = await anext(stored, None)
+                if row is None or (row["id"], row["chain"]) != (entry["id"], entry["chain"]):
+                    differs = f"entry {entry['id']} differs from the database's"
+                    raise BadArchive(f"archive {info.path}: {differs}; nothing deleted")
     if count != info.last_id - info.first_id + 1:
         raise BadArchive(f"archive {info.path} holds {count} entries, not its range's; nothing deleted")
 
 
 async def _delete(engine: AsyncEngine, last: int, batch: int) -> int:
-    deleted = 0
+    deleted, clock = 0, asyncio.get_running_loop().time
     while True:
+        started = clock()
         oldest = select(AuditEntry.id).where(AuditEntry.id <= last).order_by(AuditEntry.id).limit(batch)
         async with engine.begin() as conn:
             done = (await conn.execute(delete(AuditEntry).where(AuditEntry.id.in_(oldest)))).rowcount
@@ -131,7 +158,7 @@ async def _delete(engine: AsyncEngine, last: int, batch: int) -> int:
             _step("deleting")
         if done < batch:
             return deleted
-        await asyncio.sleep(0)
+        await asyncio.sleep(ARCHIVE_DUTY * (clock() - started))
 
 
 async def archive_audit(
@@ -141,26 +168,28 @@ async def archive_audit(
     before_id: int | None = None,
     before_time: datetime | None = None,
     batch: int = DELETE_BATCH,
+    progress: Progress = lambda _count: None,
 ) -> ArchiveResult:
     """Archive the entries before `before_id` (or written before `before_time`) to `to`, then delete
-    them. A whole archive already at `to` is resumed (its entries still in the database deleted)."""
+    them. A whole archive already at `to` is resumed (its entries still in the database deleted).
+    `progress` is called in the worker thread after each page written, then each page read back."""
     with map_storage_errors("audit archive"):
         first, last = await _range(engine, before_id, before_time)
         if await asyncio.to_thread(to.exists):
-            info = read_info(to)
+            info = await asyncio.to_thread(read_info, to)
             if first and first < info.first_id:
                 raise BadArchive(f"archive {to} exists and starts after entry {first}; give a new file")
         else:
             if not first or last < first:
                 return ArchiveResult(None, 0)
             _step("selected")
-            rows = _rows(engine, first, last)
+            pages = _pages(engine, first, last)
             info = await write_archive(
-                to, rows, first_id=first, last_id=last, written=lambda: _step("written")
+                to, pages, first_id=first, last_id=last, written=lambda: _step("written"), progress=progress
             )
         _step("renamed")
         if first and first <= info.last_id:
-            await _check(engine, info, first)
+            await _check(engine, info, first, progress)
         _step("checked")
         deleted = await _delete(engine, info.last_id, batch) if first and first <= info.last_id else 0
         _step("deleted")
@@ -184,7 +213,9 @@ def _unfinished(directory: Path, live_first: int) -> Path | None:
     return None
 
 
-async def archive_into(engine: AsyncEngine, directory: Path, *, before_time: datetime) -> ArchiveResult:
+async def archive_into(
+    engine: AsyncEngine, directory: Path, *, before_time: datetime, progress: Progress = lambda _count: None
+) -> ArchiveResult:
     """The scheduled run: archive the entries written before `before_time` to a file of `directory`
     named by its range, first finishing a run that was cut short there (so archives never overlap)."""
     with map_storage_errors("audit archive"):
@@ -193,7 +224,9 @@ async def archive_into(engine: AsyncEngine, directory: Path, *, before_time: dat
         return ArchiveResult(None, 0)
     unfinished = await asyncio.to_thread(_unfinished, directory, first)
     if unfinished is not None:
-        return await archive_audit(engine, to=unfinished, before_id=first)
+        return await archive_audit(engine, to=unfinished, before_id=first, progress=progress)
     if last < first:
         return ArchiveResult(None, 0)
-    return await archive_audit(engine, to=directory / archive_name(first, last), before_id=last + 1)
+    return await archive_audit(
+        engine, to=directory / archive_name(first, last), before_id=last + 1, progress=progress
+    )

@@ -15,14 +15,17 @@ fsync, so the target is either whole or absent, never half written.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gzip
+import itertools
 import json
 import os
-from collections.abc import AsyncIterable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from storage.chain import HASHED, Head
 from storage.errors import BadArchive
@@ -60,45 +63,87 @@ def _entry(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+Progress = Callable[[int], None]  # entries written or read so far; called in the worker thread
+
+
+def _open(partial: Path) -> tuple[BinaryIO, gzip.GzipFile]:
+    raw = partial.open("wb")
+    return raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0)
+
+
+def _write_page(
+    out: gzip.GzipFile, page: Sequence[Mapping[Any, Any]], progress: Progress, count: int
+) -> None:
+    """In the worker thread: the page encoded, compressed and written, then `progress` told."""
+    out.write(b"".join(_line(_record(row)) for row in page))
+    progress(count)
+
+
+def _seal(raw: BinaryIO, out: gzip.GzipFile, trailer: Mapping[str, Any]) -> None:
+    """The trailer, then the partial file on disk (fsync), and closed."""
+    with raw, out:
+        out.write(_line(trailer))
+        out.flush()
+        raw.flush()
+        os.fsync(raw.fileno())
+
+
+def _rename(partial: Path, path: Path) -> None:
+    os.replace(partial, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def _abandon(partial: Path, raw: BinaryIO, out: gzip.GzipFile) -> None:
+    with contextlib.suppress(OSError):
+        out.close()
+    with contextlib.suppress(OSError):
+        raw.close()
+    partial.unlink(missing_ok=True)
+
+
 async def write_archive(
     path: Path,
-    rows: AsyncIterable[Mapping[Any, Any]],
+    pages: AsyncIterable[Sequence[Mapping[Any, Any]]],
     *,
     first_id: int,
     last_id: int,
     written: Callable[[], None] = lambda: None,
+    progress: Progress = lambda _count: None,
 ) -> ArchiveInfo:
-    """Write `rows` (entries `first_id`..`last_id`, in id order) as the archive `path`; `BadArchive` if
+    """Write `pages` (entries `first_id`..`last_id`, in id order) as the archive `path`; `BadArchive` if
     it cannot be written (nothing else happened then). Durable when it returns; `written` is called
-    between the fsync of the partial file and its rename."""
+    between the fsync of the partial file and its rename. The encoding, compression, writes and fsyncs
+    run in a worker thread, a page at a time, so the event loop serves requests meanwhile."""
     partial = partial_of(path)
     try:
-        raw = partial.open("wb")
+        raw, out = await asyncio.to_thread(_open, partial)
     except OSError as exc:
         raise BadArchive(f"archive {path} cannot be written: {exc.strerror}") from exc
     count, end = 0, None
     try:
-        with raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
-            out.write(_line({"format": FORMAT, "first_id": first_id, "last_id": last_id}))
-            async for row in rows:
-                out.write(_line(_record(row)))
-                count, end = count + 1, Head(int(row["id"]), str(row["chain"]))
-            if end is None or end.last_id != last_id:
-                raise BadArchive(f"archive {path}: the trail changed while it was read; run it again")
-            out.write(_line({"end": str(end), "entries": count}))
-            out.flush()
-            raw.flush()
-            os.fsync(raw.fileno())
+        await asyncio.to_thread(
+            out.write, _line({"format": FORMAT, "first_id": first_id, "last_id": last_id})
+        )
+        async for page in pages:
+            if not page:
+                continue
+            count, end = count + len(page), Head(int(page[-1]["id"]), str(page[-1]["chain"]))
+            await asyncio.to_thread(_write_page, out, page, progress, count)
+        if end is None or end.last_id != last_id:
+            raise BadArchive(f"archive {path}: the trail changed while it was read; run it again")
+        await asyncio.to_thread(_seal, raw, out, {"end": str(end), "entries": count})
         written()
-        os.replace(partial, path)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        await asyncio.to_thread(_rename, partial, path)
     except OSError as exc:
-        partial.unlink(missing_ok=True)
+        await asyncio.to_thread(_abandon, partial, raw, out)
         raise BadArchive(f"archive {path} cannot be written: {exc.strerror}") from exc
+    except BaseException:
+        await asyncio.shield(asyncio.to_thread(_abandon, partial, raw, out))
+        raise
     return ArchiveInfo(path, first_id, last_id, end)
 
 
@@ -132,6 +177,13 @@ def read_entries(path: Path) -> Iterator[dict[str, Any]]:
         yield _entry(record)
     if not ended:
         raise BadArchive(f"archive {path} is not whole: it has no trailer (cut short)")
+
+
+def read_pages(path: Path, size: int) -> Iterator[list[dict[str, Any]]]:
+    """`read_entries` in lists of up to `size`: each `next` is one worker-thread call's worth."""
+    entries = read_entries(path)
+    while page := list(itertools.islice(entries, size)):
+        yield page
 
 
 def _records(path: Path) -> Iterator[dict[str, Any]]:

@@ -32,6 +32,8 @@ A refused request needs no savepoint: the unit refuses before it writes
 and its neighbours go on. No request is answered before the COMMIT that holds it
 returned; if any statement or the commit fails, the batch rolls back and every
 request in it gets `StorageUnavailable` (outcome unknown: 503), never 2xx.
+A step of the idempotency expiry (`expire`) rides in the next batch the
+same way, deleted in the writer thread just before the `COMMIT`.
 Reads without a token do not queue: they run beside the writer, on a
 thread and connection of their own (`sqliteread.py`, WAL).
 """
@@ -44,7 +46,9 @@ import logging
 import queue
 import sqlite3
 import threading
+from collections import deque
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from storage.engine import SQLITE_BUSY_TIMEOUT
@@ -54,7 +58,7 @@ from storage.protocols import ObjectData
 from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
 from storage.sql import SqlObjectStore
 from storage.sqliteread import SqliteReader
-from storage.writer import BatchWriter, inline
+from storage.writer import BatchWriter, Expired, Expiry, inline
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +85,8 @@ class GroupCommitStore(QueuedStore):
         self._idle = asyncio.Event()  # nothing pending, no batch in flight
         self._idle.set()
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        # steps of the idempotency expiry, each deleted inside the next batch's transaction
+        self._expiring: deque[tuple[Expiry, asyncio.Future[int]]] = deque()
         self._thread: threading.Thread | None = None
 
     async def start(self) -> None:
@@ -144,47 +150,84 @@ class GroupCommitStore(QueuedStore):
                 "the store is not accepting writes (shutting down); retry on another gateway"
             )
         self._pending.append(op)
+        self._wake()
+        return await self._answer(op)
+
+    async def expire(self, before: datetime, limit: int) -> int:
+        """Delete up to `limit` idempotency records written before `before` inside the next batch's
+        transaction (one without requests if none come); the records deleted (`storage.expiry.Step`)."""
+        if not self._running:
+            raise StorageUnavailable("the store is shutting down; the expiry goes on at the next start")
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._expiring.append(((before, limit), future))
+        self._wake()
+        return await future
+
+    def _wake(self) -> None:
         if not self._busy:
             self._busy = True
             self._idle.clear()
             # After this loop iteration, so the requests that arrive together share the batch.
             asyncio.get_running_loop().call_soon(self._next_batch)
-        return await self._answer(op)
 
     def _next_batch(self) -> None:
         """Start the next batch, or go idle; on the loop, right after the previous batch settled.
 
         Callbacks rather than a task: no loop iteration passes between a COMMIT's answer and the next BEGIN.
         """
-        if not self._pending:
+        if not self._pending and not self._expiring:
             self._busy = False
             self._idle.set()
             return
         batch = [self._pending.popleft() for _ in range(min(self._max_batch, len(self._pending)))]
+        expiring = self._expiring.popleft() if self._expiring else None
+        expiry = None if expiring is None else expiring[0]
         writer = self._writer
         try:
-            # Small writes: statements here, only the COMMIT (the fsync) in the thread.
+            # Small writes: statements here; the expiry's delete and the COMMIT (the fsync) in the thread.
             if inline(batch) and writer.begin(wait=False):
                 outcomes = writer.apply(batch)
-                self._jobs.put((writer.commit, lambda _none, error: self._finish(batch, outcomes, error)))
+                self._jobs.put(
+                    (
+                        functools.partial(writer.commit, expiry=expiry),
+                        lambda expired, error: self._finish(batch, (outcomes, expired), error, expiring),
+                    )
+                )
                 return
         except Exception as exc:  # noqa: BLE001 - the writer outlives any one batch; _not_committed logs it, 503s
-            self._finish(batch, None, exc, later=True)
+            self._finish(batch, None, exc, expiring, later=True)
             return
         self._jobs.put(
-            (functools.partial(writer.write, batch), lambda found, error: self._finish(batch, found, error))
+            (
+                functools.partial(writer.write, batch, expiry=expiry),
+                lambda found, error: self._finish(batch, found, error, expiring),
+            )
         )
 
     def _finish(
-        self, batch: list[Op], outcomes: Any, error: BaseException | None, *, later: bool = False
+        self,
+        batch: list[Op],
+        found: tuple[list[tuple[bool, Any]], Expired] | None,
+        error: BaseException | None,
+        expiring: tuple[Expiry, asyncio.Future[int]] | None,
+        *,
+        later: bool = False,
     ) -> None:
-        """Answer every request of a committed batch, or fail them all; then the next batch."""
+        """Answer every request of a committed batch, or fail them all, and its expiry step; then the
+        next batch."""
         if error is None:
+            assert found is not None
+            outcomes, expired = found
             self._committed()
             for op, (ok, value) in zip(batch, outcomes, strict=True):
                 settle(op.future, ok, value)
+            if expiring is not None:
+                _expired(expiring[1], expired)
         else:
-            self._not_committed(batch, error)
+            if batch:
+                self._not_committed(batch, error)
+            if expiring is not None:
+                _expired(expiring[1], error)
         if later:  # a failure on the loop: do not recurse batch after failing batch
             asyncio.get_running_loop().call_soon(self._next_batch)
         else:
@@ -197,3 +240,13 @@ class GroupCommitStore(QueuedStore):
         await self._store.ping()
         if not self._running or self._thread is None or not self._thread.is_alive():
             raise StorageUnavailable("the group-commit writer is not running; restart the gateway")
+
+
+def _expired(future: asyncio.Future[int], outcome: int | BaseException) -> None:
+    """Answer an expiry step: the records it deleted, or `StorageUnavailable` (none deleted)."""
+    if isinstance(outcome, int):
+        settle(future, True, outcome)
+        return
+    failure = StorageUnavailable("the idempotency expiry's batch was not deleted; tried again later")
+    failure.__cause__ = outcome
+    settle(future, False, failure)

@@ -7,8 +7,11 @@ pages freed by deletes and overwrites go to the file's free list, and
 truncates it, one short write transaction each (`BEGIN IMMEDIATE`, so it
 waits its turn behind the writer), so a fenced write waits for at most one
 step. A store created before fencegate set it keeps its free pages for reuse
-but never shrinks: `incremental_vacuum` does nothing there until the one-time
-`VACUUM` docs/operations.md gives (`auto_vacuum_mode` tells which).
+but never shrinks: `migrate_to_incremental` turns it on once, with
+`PRAGMA auto_vacuum=INCREMENTAL; VACUUM`, which rewrites the whole file: it
+holds the write lock throughout and needs room for two copies of the data
+(SQLite's temporary copy and the WAL it writes back through), so it first
+checks the free space and refuses, changing nothing, if it is short.
 
 The pragma frees one page per step of its statement, and Python's `execute`
 steps a statement without columns once; `executescript` steps each statement
@@ -22,13 +25,86 @@ thresholds at creation (schema step 6), nothing runs here.
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import sqlite3
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from storage.engine import SQLITE_BUSY_TIMEOUT
-from storage.errors import map_storage_errors
+from storage.errors import StorageError, map_storage_errors
 
 VACUUM_STEP = 256  # pages (1 MiB at 4 KiB) moved and truncated per transaction
 INCREMENTAL = 2  # PRAGMA auto_vacuum's value for INCREMENTAL
+FreeBytes = Callable[[str], int]  # the bytes free on the file system holding a directory
+
+
+class NotEnoughSpace(StorageError, OSError):
+    """The migration's rewrite would not fit on the disk; nothing was changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """What `migrate_to_incremental` did: the file's bytes before and after, and the seconds it took."""
+
+    path: str
+    bytes_before: int
+    bytes_after: int
+    seconds: float
+
+
+def free_bytes(directory: str) -> int:
+    return shutil.disk_usage(directory).free
+
+
+def _temp_directory() -> str:
+    """Where SQLite puts its temporary copy: $SQLITE_TMPDIR, else the usual temporary directory."""
+    return os.environ.get("SQLITE_TMPDIR") or tempfile.gettempdir()
+
+
+def _file_bytes(db: sqlite3.Connection) -> int:
+    return _pragma(db, "page_count") * _pragma(db, "page_size")
+
+
+def _check_space(path: str, size: int, free: FreeBytes) -> None:
+    """Room for the temporary copy and the WAL, both as large as the file at most; `NotEnoughSpace`."""
+    home, temp = str(Path(path).resolve().parent), _temp_directory()
+    needs = {home: size, temp: size} if os.stat(home).st_dev != os.stat(temp).st_dev else {home: 2 * size}
+    for directory, needed in needs.items():
+        if (have := free(directory)) < needed:
+            raise NotEnoughSpace(
+                f"SQLite file {path} ({size} bytes) not migrated to incremental auto_vacuum: its rewrite "
+                f"needs {needed} bytes free in {directory}, which has {have}; free space there "
+                "(or point SQLITE_TMPDIR at a larger disk) and start again"
+            )
+
+
+def _migrate(path: str, free: FreeBytes) -> Migration | None:
+    db = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT, isolation_level=None)
+    try:
+        if _pragma(db, "auto_vacuum") == INCREMENTAL:
+            return None
+        before = _file_bytes(db)
+        _check_space(path, before, free)
+        started = time.monotonic()
+        db.executescript("PRAGMA auto_vacuum=INCREMENTAL; VACUUM;")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the rewrite's WAL back into the file, and emptied
+        if _pragma(db, "auto_vacuum") != INCREMENTAL:
+            raise StorageError(f"SQLite file {path}: auto_vacuum is still not incremental after its VACUUM")
+        return Migration(path, before, _file_bytes(db), time.monotonic() - started)
+    finally:
+        db.close()
+
+
+async def migrate_to_incremental(path: str, *, free: FreeBytes = free_bytes) -> Migration | None:
+    """Turn on incremental auto_vacuum in the SQLite file at `path` by rewriting it (`VACUUM`, in a
+    worker thread); None if it already has it. `NotEnoughSpace` (nothing changed) if the disk cannot
+    hold the rewrite, as `free` tells the bytes free of a directory."""
+    with map_storage_errors("auto_vacuum migration", drivers=(sqlite3.Error,)):
+        return await asyncio.to_thread(_migrate, path, free)
 
 
 def _pragma(db: sqlite3.Connection, name: str) -> int:

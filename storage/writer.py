@@ -12,6 +12,8 @@ The writer is the only one writing, and it holds the write lock for the
 whole batch: the unit's reads see every earlier request of the batch, so a
 refusal wrote nothing and never needs a savepoint, and the unit's `Retry`
 (a concurrent claim) cannot happen; if it did, the batch fails (503).
+A batch may also carry one step of the idempotency expiry (`storage/expiry.py`),
+deleted just before its `COMMIT`: no commit, fsync or lock hand-off of its own.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from storage.chain import Head, announce, head_of, link
 from storage.engine import enter_wal
 from storage.errors import StorageError, StorageUnavailable
+from storage.expiry import EXPIRY_DELETE
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply, run_now
 from storage.models import Fence
 from storage.queued import Op
@@ -33,6 +36,8 @@ from storage.records import refused_params
 from storage.statements import Statements
 
 _TIME_COLUMNS = ("updated_at", "at", "created_at")
+Expiry = tuple[datetime, int]  # idempotency records written before this time, at most this many
+Expired = int | sqlite3.Error  # the records an expiry deleted, or why it deleted none (the batch stands)
 INLINE_BYTES = 1024 * 1024  # body bytes a batch may carry and still have its statements run on the loop
 
 
@@ -169,33 +174,53 @@ class BatchWriter:
             raise StorageUnavailable("another process wrote to the SQLite file during a batch; retry")
         return not isinstance(outcome, StorageError), outcome
 
-    def commit(self) -> None:
-        """`COMMIT`: returns once the batch is on disk; rolls back and raises if it is not."""
+    def commit(self, *, expiry: Expiry | None = None) -> Expired:
+        """`COMMIT`, after deleting `expiry`'s batch of idempotency records in the same transaction:
+        returns once the batch is on disk (what the deletion did); rolls back and raises if it is not."""
         try:
-            self._connect().execute("COMMIT")
+            db = self._connect()
+            expired = 0 if expiry is None else _expire(db, expiry, self._sql.bind_time)
+            db.execute("COMMIT")
         except BaseException:
             self.rollback()
             raise
         moved, self._moved = self._moved, None
         if moved is not None:
             announce(*moved)
+        return expired
 
     def rollback(self) -> None:
         self._moved = None
         if self._db is not None and self._db.in_transaction:
             self._db.execute("ROLLBACK")
 
-    def write(self, batch: Sequence[Op]) -> list[tuple[bool, Any]]:
-        """The whole batch in one transaction on the calling thread; raises (rolled back) if not committed."""
+    def write(
+        self, batch: Sequence[Op], *, expiry: Expiry | None = None
+    ) -> tuple[list[tuple[bool, Any]], Expired]:
+        """The whole batch in one transaction on the calling thread, `expiry` deleted in it too; raises
+        (rolled back) if not committed."""
         self.begin()
         outcomes = self.apply(batch)
-        self.commit()
-        return outcomes
+        return outcomes, self.commit(expiry=expiry)
 
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _expire(db: sqlite3.Connection, expiry: Expiry, bind_time: Callable[[datetime], str]) -> Expired:
+    """The expiry's records deleted under a savepoint: a failure there is the sweep's, not the batch's."""
+    before, limit = expiry
+    db.execute("SAVEPOINT fencegate_expiry")
+    try:
+        deleted: int = db.execute(EXPIRY_DELETE, {"before": bind_time(before), "limit": limit}).rowcount
+    except sqlite3.Error as exc:
+        db.execute("ROLLBACK TO fencegate_expiry")
+        return exc
+    finally:
+        db.execute("RELEASE fencegate_expiry")
+    return deleted
 
 
 def inline(batch: Sequence[Op]) -> bool:

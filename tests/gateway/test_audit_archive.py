@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +30,7 @@ from fencegate.cli import main
 from gateway.durations import Duration
 from gateway.storage_tls import open_storage
 from storage import Refused, SqlObjectStore, migrate, verify_audit
-from storage.archive import PAUSE_AT, STEPS
+from storage.archive import PAUSE_AT, STEPS, archive_into
 from storage.models import AuditEntry
 from tests.databases import ENGINES, engine_url
 from tests.gateway.conftest import MakeClient
@@ -223,3 +224,44 @@ def test_bad_retention_settings_are_one_line_and_exit_2(
     err = capsys.readouterr().err.strip()
     assert message in err, err
     assert "\n" not in err
+
+
+async def test_requests_are_answered_while_an_archive_is_being_written_and_read_back(
+    make_client: MakeClient, tmp_path: Path
+) -> None:
+    """The archive's file work is off the loop: its worker thread waits, at its first page written and
+    again at its first page read back, until a request has been answered meanwhile."""
+    client = await make_client()
+
+    async def put(key: str) -> None:
+        resp = await client.put(f"/v1/objects/{key}", data=b"v", headers={"Fencing-Token": "1"})
+        assert resp.status in (200, 201), await resp.text()
+
+    await asyncio.gather(*(put(f"many/{n}") for n in range(ENTRIES)))
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    reached, answered, waited = threading.Event(), threading.Event(), []
+
+    def hold(_count: int) -> None:  # in the worker thread: the loop must serve the PUT below meanwhile
+        reached.set()
+        waited.append(answered.wait(timeout=30.0))
+        answered.clear()
+
+    engine = open_storage(f"sqlite:///{tmp_path / 'fencegate.db'}")
+    try:
+        run = asyncio.create_task(
+            archive_into(engine, archives, before_time=datetime.now(UTC), progress=hold)
+        )
+        for step in ("written", "read back"):
+            await eventually(reached.is_set, within=30.0, what=f"the archive's first page {step}")
+            reached.clear()
+            await put(f"during/{step.replace(' ', '-')}")
+            answered.set()
+        result = await run
+        report = await verify_audit(engine, archives=[result.archive.path] if result.archive else [])
+    finally:
+        await engine.dispose()
+    assert waited == [True, True]
+    assert result.archive is not None
+    assert result.deleted == result.archive.last_id >= ENTRIES
+    assert report.ok, report.violations

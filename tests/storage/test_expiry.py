@@ -2,7 +2,8 @@
 
 On real SQLite and PostgreSQL (a database of its own per test, so the
 counts are this test's alone). Records are written with SQL at a time long
-past, and expired with a cutoff between them and now.
+past, and expired with a cutoff between them and now; on SQLite also by the
+group-commit writer, inside its batches, with fenced PUTs in flight.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.storage_tls import open_storage
-from storage import migrate
+from storage import SqlObjectStore, migrate
+from storage.batch import GroupCommitStore
 from storage.expiry import expire_idempotency
 from storage.models import IdempotencyRecord
 from tests.databases import ENGINES, engine_url
@@ -94,3 +96,31 @@ async def test_two_replicas_expiring_at_once_delete_each_record_once_and_leave_n
     assert sum(counts) == 6_000, counts
     async with engine.connect() as conn:
         assert (await conn.execute(select(func.count()).select_from(IdempotencyRecord))).scalar_one() == 0
+
+
+async def test_on_sqlite_the_group_commit_writer_deletes_each_batch_inside_its_own_transactions(
+    tmp_path: Path,
+) -> None:
+    """With fenced PUTs in flight and without: every old record goes, each batch in a group commit
+    (the batch count rises with the steps, none commits alone beside the writer), every PUT lands."""
+    path = tmp_path / "writer.db"
+    engine = open_storage(f"sqlite:///{path}")
+    await migrate(engine)
+    now = datetime.now(UTC)
+    await write(engine, [record(n, LONG_AGO + timedelta(milliseconds=n)) for n in range(2_500)])
+    await write(engine, [record(n, now) for n in range(2_500, 2_510)])
+    store = GroupCommitStore(SqlObjectStore(engine), path=str(path))
+    await store.start()
+    try:
+        before = store.batches
+        puts = [store.put(f"p/{n}", b"x", resource=f"p/{n}", token=1) for n in range(300)]
+        expiring = expire_idempotency(engine, before=now - timedelta(hours=1), batch=100, step=store.expire)
+        deleted, written = await asyncio.gather(expiring, asyncio.gather(*puts))
+        assert deleted == 2_500
+        assert [meta.version for meta in written] == [1] * len(puts)
+        assert store.batches - before >= 26  # 25 full steps and the one that found fewer than 100
+        assert await kept(engine) == {f"idem-{n}" for n in range(2_500, 2_510)}
+        assert await store.expire(now - timedelta(hours=1), 100) == 0  # no traffic: a batch of its own
+    finally:
+        await store.aclose()
+        await engine.dispose()
