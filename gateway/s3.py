@@ -37,6 +37,7 @@ from botocore.exceptions import (
     EndpointConnectionError,
     ReadTimeoutError,
 )
+from botocore.handlers import add_expect_header
 
 from gateway.conditional import Listed, PreconditionFailed, Version, version_of
 from gateway.errors import ConfigurationError, Refusal, Unavailable, UpstreamFailed, UpstreamTimeout
@@ -69,6 +70,12 @@ class S3Transport:
         self._conditional = conditional
         self.where = str(location)
         self.keeps_metadata = True  # user metadata (x-amz-meta-*) comes back on HEAD and GET
+
+    def send_bodies_at_once(self) -> None:
+        """From now on, writes go without `Expect: 100-continue` (`send_bodies_at_once` below): the
+        gateway's own writes, once the probe passed. The probe itself runs on botocore's defaults, the
+        client its checks were made against."""
+        send_bodies_at_once(self._client)
 
     def _key(self, key: str) -> str:
         return self._location.prefix + key
@@ -221,17 +228,30 @@ async def open_s3(
             "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with a shared credentials file"
         )
     region = session.get_config_variable("region") or DEFAULT_REGION
-    config = AioConfig(
-        connect_timeout=call_timeout, read_timeout=call_timeout, retries={"max_attempts": 1},
-        max_pool_connections=POOL_CONNECTIONS,
-        s3={"addressing_style": "path"} if endpoint is not None else {},
-    )  # fmt: skip
+    config = client_config(timeout=call_timeout, pool=POOL_CONNECTIONS, path_style=endpoint is not None)
     async with session.create_client(
         "s3", region_name=region, endpoint_url=endpoint, config=config
     ) as client:
         transport = S3Transport(client, location, timeout=call_timeout, conditional=conditional)
         await transport.check_bucket()
         yield transport
+
+
+def client_config(*, timeout: float, pool: int, path_style: bool) -> AioConfig:
+    """The client's settings: botocore's own retries off (module docstring), the call's timeout, path-style
+    addressing for a non-AWS endpoint. The proxy bench's direct client takes them too."""
+    return AioConfig(
+        connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 1},
+        max_pool_connections=pool, s3={"addressing_style": "path"} if path_style else {},
+    )  # fmt: skip
+
+
+def send_bodies_at_once(client: S3Client) -> None:
+    """No `Expect: 100-continue` on writes. botocore adds it to every PUT whose body is file-like (it
+    makes every body one), so each write waits a round trip for the store's 100 before its body goes;
+    the gateway already holds the whole body (within its body limit). The price: a body the store then
+    refuses (412, after a stale cache or a write in between) is sent in full."""
+    client.meta.events.unregister("before-call.s3", add_expect_header)
 
 
 @contextlib.contextmanager

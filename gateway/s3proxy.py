@@ -53,6 +53,7 @@ async def s3_store(
             log.warning(
                 "THE STORE'S PRECONDITIONS ARE OFF (a test's control, not probed): stale writes can land"
             )
+        transport.send_bodies_at_once()
         # a retry waits this long for its claimant, whose sends each end within the timeout
         window = settings.upstream_timeout * (2 * MAX_ATTEMPTS + 1) + 1.0
         yield ConditionalStore(

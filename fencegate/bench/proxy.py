@@ -6,8 +6,9 @@ writer's keys are written by it alone, so no write races another and none
 is refused); every object is 1 KiB with the gateway's fencing metadata. The
 cases run alternately, run by run, each under a prefix of its own:
 
-- `direct`: `put_object` with aiobotocore on SeaweedFS itself, the metadata
-  the gateway would write, no precondition;
+- `direct`: `put_object` with aiobotocore on SeaweedFS itself, configured
+  as the replicas' client is (`gateway.s3.client_config`), the metadata the
+  gateway would write, no precondition;
 - `1 replica`: `PUT /v1/objects/{key}` with `Fencing-Token` to one
   `fencegate serve --upstream s3://...` on PostgreSQL, which fences in SQL,
   then writes to SeaweedFS conditional on the version it last wrote;
@@ -23,28 +24,43 @@ replica case >= 0.7x the direct rate; beside it the bench prints, from the
 same runs, the CPU each case spends per write (this process, the replicas,
 weed, PostgreSQL), in all and part by part: where the two cores are the
 limit, the rate ratio is at most the inverse ratio of those.
+
+Each run goes through every case twice, in two layouts: on shared cores,
+and (where there are two CPUs or more) with weed on half of the CPUs and
+everything else (this process, the replicas, PostgreSQL) on the other half,
+"store on its own core". The goal is judged on the shared layout; the pinned
+one is reported. Pinning gives the store a host of its own, but then puts
+the replicas, PostgreSQL and the load generator on one core, where a
+deployment gives each its own: the direct case's other core carries only
+the load generator, so the pinned ratio charges the fenced case for hosts a
+deployment would not share, as the shared one does for the store's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import os
 import random
 import re
 import statistics
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 
 import aiohttp
-from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
 from fencegate.bench.env import BenchEnv
+from fencegate.bench.pinning import can_pin, pinned, split_cpus
 from fencegate.bench.runner import Result, paired_ratio
 from fencegate.bench.section import Goal, Section
 from fencegate.bench.servers import cpu_seconds, cpu_used, http_server
 from gateway.conditional import RESOURCE, TOKEN
+from gateway.config import Settings
+from gateway.s3 import client_config, send_bodies_at_once
 
 WRITERS = 16
 KEYS_PER_WRITER = 16
@@ -120,13 +136,15 @@ def replicas(env: BenchEnv, s3: Mapping[str, str], dsn: str, prefix: str) -> Ite
 
 
 PARTS = ("bench process", "weed", "replicas", "PostgreSQL")  # where a write's CPU is spent
+ALL, STORE_CORE, OTHER_CORE = "all", "the store's core", "the other core"
+SHARED, PINNED = "shared cores", "store on its own core"  # the layouts every case runs in, run by run
+GROUPS = {SHARED: "s3 proxy", PINNED: "s3 proxy, store on its own core"}
 
 
-def _cpu_note(cpu: Mapping[str, list[float]], case: str) -> str:
-    direct, proxied = statistics.median(cpu[DIRECT]), statistics.median(cpu[case])
+def _cpu_note(direct: float, proxied: float, case: str) -> str:
     return (
-        f"CPU per write ({' + '.join(PARTS)}): direct {direct * 1e6:.0f} µs, "
-        f"{case} {proxied * 1e6:.0f} µs, so where CPU-bound the ratio is at most {direct / proxied:.2f}x here"
+        f"CPU per write ({' + '.join(PARTS)}): direct {direct:.0f} µs, "
+        f"{case} {proxied:.0f} µs, so where CPU-bound the ratio is at most {direct / proxied:.2f}x here"
     )
 
 
@@ -137,10 +155,12 @@ async def measure_proxy(
     PostgreSQL (`dsn`, `postgres` its PIDs now: backends come and go)."""
     prefix = f"bench-{uuid.uuid4().hex[:8]}/"
     ops = max(env.ops // WRITERS, 1)
-    cases = {case: Result("s3 proxy", case) for case in CASES}
-    cpu: dict[str, list[float]] = {case: [] for case in CASES}  # seconds per write, all parts, per run
-    parts: dict[tuple[str, str], list[float]] = {(case, part): [] for case in CASES for part in PARTS}
-    config = AioConfig(max_pool_connections=WRITERS)
+    layouts = (SHARED, PINNED) if can_pin() else (SHARED,)
+    cases = {(layout, case): Result(GROUPS[layout], case) for layout in layouts for case in CASES}
+    # seconds of CPU per write, per run: each part's, in all, and (pinned) on each side of the split
+    parts: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    # the replicas' own client settings: the direct case sends the PUT they send, minus the precondition
+    config = client_config(timeout=Settings().upstream_timeout, pool=WRITERS, path_style=True)
     with replicas(env, s3, dsn, prefix) as started:
         async with (
             get_session().create_client(
@@ -153,6 +173,7 @@ async def measure_proxy(
             ) as direct,
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=WRITERS * 2)) as session,
         ):
+            send_bodies_at_once(direct)
             urls = [url for url, _ in started]
             headers = {"Fencing-Token": str(FENCE_TOKEN)}
 
@@ -184,31 +205,54 @@ async def measure_proxy(
                     "PostgreSQL": cpu_seconds(postgres()),
                 }
 
+            store_cpus, other_cpus = split_cpus()
+
+            def laid_out(layout: str) -> contextlib.AbstractContextManager[None]:
+                if layout == SHARED:
+                    return contextlib.nullcontext()
+                return pinned(
+                    [(lambda: weed, store_cpus), (lambda: [os.getpid(), *gateways, *postgres()], other_cpus)]
+                )
+
             for write in writes.values():  # every key once: the replicas' caches know each key's version
                 await measure(write, [owned(writer) for writer in range(WRITERS)], None)
             before = await round_trips(session, urls)
             for run in range(env.runs):
                 rng = random.Random(run)
                 picks = [[rng.choice(owned(writer)) for _ in range(ops)] for writer in range(WRITERS)]
-                for case, write in writes.items():
-                    env.progress(f"proxy: {case} run {run + 1}/{env.runs}")
-                    start, own = readings(), time.process_time()
-                    await measure(write, picks, cases[case])
-                    end, spent = readings(), {"bench process": time.process_time() - own}
+                for layout, (case, write) in itertools.product(layouts, writes.items()):
+                    env.progress(f"proxy: {case} ({layout}) run {run + 1}/{env.runs}")
+                    with laid_out(layout):
+                        start, own = readings(), time.process_time()
+                        await measure(write, picks, cases[layout, case])
+                        end, spent = readings(), {"bench process": time.process_time() - own}
                     spent |= {part: cpu_used(start[part], end[part]) for part in start}
+                    spent |= {ALL: sum(spent.values()), STORE_CORE: spent["weed"]}
+                    spent[OTHER_CORE] = spent[ALL] - spent["weed"]
                     for part, seconds in spent.items():
-                        parts[case, part].append(seconds / (ops * WRITERS))
-                    cpu[case].append(sum(spent.values()) / (ops * WRITERS))
+                        parts[layout, case, part].append(seconds / (ops * WRITERS))
             after = await round_trips(session, urls)
     trips, writes_counted = after[0] - before[0], after[1] - before[1]
-    extra = {f"CPU µs per write, {case}": statistics.median(cpu[case]) * 1e6 for case in CASES}
-    extra |= {f"CPU µs per write, {case}: {part}": statistics.median(parts[case, part]) * 1e6
+
+    def median_us(layout: str, case: str, part: str) -> float:
+        return statistics.median(parts[layout, case, part]) * 1e6
+
+    extra = {f"CPU µs per write, {case}": median_us(SHARED, case, ALL) for case in CASES}
+    extra |= {f"CPU µs per write, {case}: {part}": median_us(SHARED, case, part)
               for case in CASES for part in PARTS}  # fmt: skip
     extra["requests to the store per fenced write"] = trips / writes_counted if writes_counted else 0.0
     goals = [
-        Goal(f"{case} / direct", paired_ratio(cases[case], cases[DIRECT]), ">=", GOAL, _cpu_note(cpu, case))
+        Goal(f"{case} / direct", paired_ratio(cases[SHARED, case], cases[SHARED, DIRECT]), ">=", GOAL,
+             _cpu_note(median_us(SHARED, DIRECT, ALL), median_us(SHARED, case, ALL), case))
         for case in (ONE, TWO)
-    ]
+    ]  # fmt: skip
+    if PINNED in layouts:
+        extra |= {f"CPU µs per write, {case}, {PINNED}: {side}": median_us(PINNED, case, side)
+                  for case in CASES for side in (STORE_CORE, OTHER_CORE)}  # fmt: skip
+        for case in (ONE, TWO):
+            extra[f"(reported) {case} / direct, {PINNED}"] = paired_ratio(
+                cases[PINNED, case], cases[PINNED, DIRECT]
+            )
     title = f"fenced PUTs through the s3 proxy vs the same PUTs straight to SeaweedFS, {WRITERS} writers"
     return Section("proxy", title, list(cases.values()), goals, extra)
 
