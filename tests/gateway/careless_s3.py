@@ -3,7 +3,9 @@
 It is what the probe exists for: an emulator that ignores `If-None-Match`,
 one that ignores `If-Match`, one that checks the precondition and writes in
 two steps with an await between them (so concurrent PUTs on one ETag all
-win). It checks no signature; the probe never needs one to fail. With fault
+win: a checked conditional PUT waits, up to `HOLD` seconds, until another
+has passed the same check, so the race happens however the machine
+schedules the probe's requests). It checks no signature; the probe never needs one to fail. With fault
 "none" it does them right (one event loop, no await between check and
 write), and `garbage` then makes every object request answer what no S3
 store would: a 2xx without an ETag, a token that is no number.
@@ -18,6 +20,7 @@ from typing import Literal
 from aiohttp import web
 
 Fault = Literal["none", "ignores-if-none-match", "ignores-if-match", "not-atomic"]
+HOLD = 2.0  # seconds a checked conditional PUT waits for a second one (not-atomic)
 _ERROR = '<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>m</Message></Error>'
 
 
@@ -28,6 +31,7 @@ class CarelessS3:
         self.fault = fault
         self.garbage = False
         self.objects: dict[str, tuple[str, bytes, dict[str, str]]] = {}
+        self._checked: dict[str, asyncio.Event] = {}  # not-atomic: a key's checked PUT waiting for company
         self.app = web.Application()
         self.app.router.add_route("*", "/{bucket}", self.bucket)
         self.app.router.add_route("*", "/{bucket}/{key:.+}", self.handle)
@@ -60,14 +64,27 @@ class CarelessS3:
             request, found, "If-Match"
         ):
             return _failed()
-        if self.fault == "not-atomic":
-            await asyncio.sleep(0.01)  # checked, then written: every concurrent PUT saw the same ETag
+        if self.fault == "not-atomic" and "If-Match" in request.headers:
+            await self._wait_for_company(key)  # checked, then written: concurrent PUTs saw one ETag
         etag = '"' + hashlib.md5(body, usedforsecurity=False).hexdigest() + '"'
         meta = {
             name: value for name, value in request.headers.items() if name.lower().startswith("x-amz-meta-")
         }
         self.objects[key] = (etag, body, meta)
         return web.Response(headers={"ETag": etag})
+
+    async def _wait_for_company(self, key: str) -> None:
+        """Hold this checked PUT until a second one passed the same check (then both write)."""
+        waiting = self._checked.pop(key, None)
+        if waiting is not None:
+            waiting.set()
+            return
+        company = self._checked[key] = asyncio.Event()
+        try:
+            await asyncio.wait_for(company.wait(), HOLD)
+        except TimeoutError:
+            if self._checked.get(key) is company:
+                del self._checked[key]
 
     def _matches(
         self, request: web.Request, found: tuple[str, bytes, dict[str, str]] | None, header: str
