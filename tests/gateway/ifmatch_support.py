@@ -21,9 +21,14 @@ import random
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from fencegate.lab.faults.proxy import DelayProxy
-from gateway.conditional import ConditionalStore
 from gateway.keys import AppKeys
+from storage import open_engine
+from storage.models import AuditEntry
+from storage.records import ACCEPTED
 from tests.gateway.conftest import AppClient
 from tests.waiting import eventually
 
@@ -36,10 +41,16 @@ class Schedule(NamedTuple):
     final: bytes  # what the key then holds
 
 
-def _store(client: AppClient) -> ConditionalStore:
-    store = client.app[AppKeys.store]
-    assert isinstance(store, ConditionalStore)
-    return store
+async def _accepted(engine: AsyncEngine, key: str, token: int) -> bool:
+    """Whether the gateway's fence let the PUT through (its audit entry commits with the mark)."""
+    query = select(AuditEntry.id).where(
+        AuditEntry.key == key,
+        AuditEntry.method == "PUT",
+        AuditEntry.token == token,
+        AuditEntry.outcome == ACCEPTED,
+    )
+    async with engine.connect() as conn:
+        return (await conn.execute(query)).first() is not None
 
 
 async def increments_schedule(
@@ -54,7 +65,11 @@ async def increments_schedule(
     a_write = asyncio.ensure_future(
         a.put(path, data=b"%d" % (int(await a_read.read()) + 1), headers=a_headers)
     )
-    await eventually(lambda: len(_store(a).locks) == 1, what="A's write under way to the store")
+    engine = open_engine(a.app[AppKeys.settings].storage_url)
+    try:
+        await eventually(lambda: _accepted(engine, key, 5), what="A's write accepted, under way to the store")
+    finally:
+        await engine.dispose()
     b_read = await b.get(path, headers={"Fencing-Token": "6"})
     assert b_read.status == 200
     b_value = int(await b_read.read())
