@@ -25,8 +25,9 @@ from gateway.parsing import one_value
 from storage.models import MAX_ETAG_LENGTH
 from storage.protocols import Precondition
 
-# RFC 9110 8.8.3: entity-tag = [ weak ] opaque-tag; opaque-tag = DQUOTE *etagc DQUOTE
-_STRONG_TAG = re.compile(r'"[\x21\x23-\x7e]*"')
+# RFC 9110 8.8.3: opaque-tag = DQUOTE *etagc DQUOTE (ASCII etagc here), as long as a stored ETag may be
+STRONG_TAG_PATTERN = f'"[!#-~]{{0,{MAX_ETAG_LENGTH - 2}}}"'
+_STRONG_TAG = re.compile(STRONG_TAG_PATTERN)
 
 
 def parse_precondition(headers: CIMultiDictProxy[str]) -> Precondition | None:
@@ -56,7 +57,7 @@ def _entity_tag(raw: str) -> str:
             f"If-Match {raw[:40]!r} is a weak entity tag: a write can be conditional only on a strong "
             "one, the ETag a read answered; nothing was written"
         )
-    if len(raw) > MAX_ETAG_LENGTH or not _STRONG_TAG.fullmatch(raw):
+    if not _STRONG_TAG.fullmatch(raw):
         hint = "a list: send exactly one entity tag" if "," in raw else "not one quoted entity tag"
         raise BadRequest(
             f'If-Match {raw[:40]!r} is {hint} (If-Match: "<the ETag a read answered>" or *); '

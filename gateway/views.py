@@ -298,4 +298,5 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(document(max_body=request.app[AppKeys.settings].max_body))
+    max_body, store = request.app[AppKeys.settings].max_body, request.app[AppKeys.store]
+    return web.json_response(document(max_body=max_body, preconditions=store.preconditions))
