@@ -22,6 +22,16 @@ One write, decided here for every transport:
    `attempts` sends; then 503 `upstream_contended` (nothing this request sent
    was applied: each send failed its precondition).
 
+A client that read the object may pass its own precondition (`If-Match` on
+the ETag its read answered, `*`, or `If-None-Match: *`; gateway.preconditions):
+after step 2 it must hold for the version, or the answer is 412
+`precondition_failed` with nothing sent (a version from the cache is read
+again first). The send is then on the client's ETag, and after a store 412
+the new read is decided again: 409 above the token, else 412, never a send
+on a newer version, which the client did not read. Without it a write the
+gateway accepted before the client's fenced read, landing between that read
+and the client's write, would be written over (docs/safety.md).
+
 A delete writes a tombstone instead of removing the key: a small object
 with `TOMBSTONE` set, the deleting token and resource, and a body unique to
 it. Removing the key would let a held `If-None-Match: *` write from an older
