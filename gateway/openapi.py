@@ -156,7 +156,7 @@ _IDEMPOTENCY = {
     "in": "header",
     "required": False,
     "description": "a retry with the same key and the same request (method, key, resource, token, body, "
-    "Content-Type) returns the first accepted outcome; another request under the key is 422",
+    "Content-Type, precondition) returns the first accepted outcome; another request under the key is 422",
     "schema": {"type": "string", "pattern": f"^{IDEMPOTENCY_KEY_PATTERN}$"},
 }
 _IF_MATCH = {
