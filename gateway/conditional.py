@@ -22,6 +22,16 @@ One write, decided here for every transport:
    `attempts` sends; then 503 `upstream_contended` (nothing this request sent
    was applied: each send failed its precondition).
 
+A client that read the object may pass its own precondition (`If-Match` on
+the ETag its read answered, `*`, or `If-None-Match: *`; gateway.preconditions):
+after step 2 it must hold for the version, or the answer is 412
+`precondition_failed` with nothing sent (a version from the cache is read
+again first). The send is then on the client's ETag, and after a store 412
+the new read is decided again: 409 above the token, else 412, never a send
+on a newer version, which the client did not read. Without it a write the
+gateway accepted before the client's fenced read, landing between that read
+and the client's write, would be written over (docs/safety.md).
+
 A delete writes a tombstone instead of removing the key: a small object
 with `TOMBSTONE` set, the deleting token and resource, and a body unique to
 it. Removing the key would let a held `If-None-Match: *` write from an older
@@ -50,6 +60,7 @@ maps its driver's errors to the gateway's (502 garbage, 503 unreachable,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -58,7 +69,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
+from gateway.errors import NotSupported, PreconditionNotMet, Unavailable, UpstreamFailed, UpstreamTimeout
 from gateway.parsing import MAX_TOKEN, token_or_none
 from gateway.proxyidem import ProxyRecords, request_id
 from gateway.upstream import ResourceLocks
@@ -173,6 +184,8 @@ class ProxyMetrics:
 class ConditionalStore(ObjectStore):
     """`ObjectStore` fenced in SQL first, then at the store by conditional writes (module docstring)."""
 
+    preconditions = True  # a client's If-Match is the store's own, checked in its compare-and-swap
+
     def __init__(
         self,
         *,
@@ -191,7 +204,7 @@ class ConditionalStore(ObjectStore):
         self._cache_size = cache_size
         self._cache: OrderedDict[str, Version] = OrderedDict()
         self.locks = ResourceLocks()  # per key: this replica's own writes to a key never race each other
-        self.records = ProxyRecords(fences.engine, window=claim_window)
+        self.records = ProxyRecords(fences.engine, window=claim_window, audit=fences.record_refusals)
 
     async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
         recorded = request.method != "GET" and request.caller.idempotency_key is not None
@@ -229,12 +242,19 @@ class ConditionalStore(ObjectStore):
         key, deleting = request.key, request.method == "DELETE"
         rid = None if request.caller.idempotency_key is None else request_id(request.caller)
         current, trips = self._cache.get(key), 0
-        if current is None:
-            current, trips = await self._head(key), 1
+        if current is None or not _holds(request, current):
+            current, trips = await self._head(key), 1  # a cached version never refuses a precondition
         for _ in range(self._attempts):
             if rid is not None and current is not None and current.request == rid:
-                return _landed(request)  # a twin of this request (or its first attempt) wrote it
+                # a twin of this request (or its first attempt) wrote it
+                return dataclasses.replace(_landed(request, etag=current.etag), replayed=True)
             _decide(request, current)
+            if not _holds(request, current):
+                raise PreconditionNotMet(
+                    f"the key {key!r}'s current version at the store is not the one this write is "
+                    "conditional on (If-Match / If-None-Match); nothing was written: read it again",
+                    fields={"key": key},
+                )
             if settling and current is not None and current.token == request.token:
                 raise Unavailable(
                     f"the store holds another write of token {request.token} under {key!r}, and no trace "
@@ -271,7 +291,7 @@ class ConditionalStore(ObjectStore):
             )
             self._metrics.round_trips.observe(trips)
             created = current is None or current.tombstone
-            return _landed(request, created=created)
+            return _landed(request, created=created, etag=None if deleting else etag)
         raise Unavailable(
             f"the store's object {key!r} changed under each of {self._attempts} conditional writes; this "
             "request was not applied",
@@ -314,7 +334,7 @@ class ConditionalStore(ObjectStore):
         self._remember(key, version)
         meta = ObjectMeta(
             key=key, resource=version.resource or resource, token=version.token, version=None,
-            size=len(data), digest=digest_of(data),
+            size=len(data), digest=digest_of(data), etag=version.etag,
         )  # fmt: skip
         return ObjectData(meta=meta, data=data, content_type=version.content_type)
 
@@ -390,17 +410,28 @@ def _decide(request: FencedRequest, current: Version | None) -> None:
         )  # fmt: skip
 
 
+def _holds(request: FencedRequest, current: Version | None) -> bool:
+    """Whether the client's precondition (if any) holds for `current`; a tombstone is no object.
+    Strong comparison: an If-Match holds only for the very tag the store gives the version."""
+    condition = request.precondition
+    if condition is None:
+        return True
+    if current is None or current.tombstone:
+        return condition.if_none_match
+    return condition.if_match == "*" or current.etag == condition.if_match
+
+
 def _tombstone_body() -> bytes:
     """A body no other tombstone has, so no two tombstones share an ETag (the MD5 of the body)."""
     return TOMBSTONE_PREFIX + secrets.token_hex(16).encode()
 
 
-def _landed(request: FencedRequest, *, created: bool = False) -> ObjectMeta:
-    """The answer to a write the store holds: a delete's carries no bytes."""
+def _landed(request: FencedRequest, *, created: bool = False, etag: str | None = None) -> ObjectMeta:
+    """The answer to a write the store holds, with the store's ETag of it: a delete's carries no bytes."""
     if request.method == "DELETE":
         return ObjectMeta(key=request.key, resource=request.resource, token=request.token, version=None,
                           size=0, digest=None)  # fmt: skip
     return ObjectMeta(
         key=request.key, resource=request.resource, token=request.token, version=None,
-        size=len(request.data), digest=digest_of(request.data), created=created,
+        size=len(request.data), digest=digest_of(request.data), created=created, etag=etag,
     )  # fmt: skip

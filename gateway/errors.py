@@ -10,12 +10,15 @@ GatewayServerError
       ├── NotFound                 404 not_found
       ├── HiddenBinding            409 resource_mismatch: the key belongs to a resource outside the
       │                            caller's scope, which the answer does not name
+      ├── PreconditionNotMet       412 precondition_failed: the client's If-Match / If-None-Match does
+      │                            not hold for the key's current version
       ├── PayloadTooLarge          413 payload_too_large
       ├── TokenFromTheFuture       422 token_from_the_future: above the source's upper bound
       ├── RequestTimeout           408 body_timeout: the client sent its body too slowly
       ├── TokenRequired            428 token_required: a write without Fencing-Token
       ├── TooManyRequests          429 too_many_requests: the client has too many requests in flight
-      ├── NotSupported             501 not_supported: not available in this mode
+      ├── NotSupported             501 not_supported: not available in this mode (and
+      │                            precondition_not_supported: If-Match on a store that cannot check it)
       ├── UpstreamFailed           502 upstream_failed: the upstream answered an error, or a token
       │                            the gateway would not accept from a client
       ├── Unavailable              503: storage, token source or upstream unreachable, or the
@@ -102,6 +105,10 @@ class HiddenBinding(Refusal):
 
 class NotFound(Refusal):
     status, default_code = 404, "not_found"
+
+
+class PreconditionNotMet(Refusal):
+    status, default_code = 412, "precondition_failed"
 
 
 class PayloadTooLarge(Refusal):

@@ -30,7 +30,7 @@ import logging
 import time
 from collections import OrderedDict
 
-from gateway.errors import TokenFromTheFuture, Unavailable
+from gateway.errors import NotSupported, TokenFromTheFuture, Unavailable
 from gateway.metrics import Metrics
 from lockclient.errors import LockClientError
 from lockclient.protocols import TokenSource
@@ -160,6 +160,13 @@ class Fencer(FencedOps):
         self._metrics = metrics
 
     async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
+        if request.precondition is not None and not self._store.preconditions:
+            raise NotSupported(
+                "If-Match / If-None-Match on a write is honoured in front of an s3:// upstream or a "
+                "conditional http(s) upstream only; this store would not check it, so nothing was written: "
+                "send the write without it (the fence alone orders this store's writes)",
+                code="precondition_not_supported",
+            )
         await self._guard.admit(request.resource, request.token)
         start = time.perf_counter()
         try:

@@ -65,6 +65,8 @@ SERVER_ERROR_DETAILS = {
     "shutting_down": "the gateway is shutting down and admits no new requests; nothing was written, "
     "retry on another gateway",
     "not_supported": "not available in this mode (an http(s) proxy offers no listing and no Idempotency-Key)",
+    "precondition_not_supported": "If-Match / If-None-Match on a write is honoured only in front of an "
+    "s3:// or a conditional http(s) upstream; nothing was written, send the write without it",
     "internal_error": "unexpected failure; the gateway log has the detail under request_id",
 }
 SERVER_ERROR_DETAIL = "the gateway could not complete the request; see the gateway log under request_id"

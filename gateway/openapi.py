@@ -25,6 +25,7 @@ from gateway.parsing import (
     PRINTABLE_PATTERN,
     TOKEN_PATTERN,
 )
+from gateway.preconditions import STRONG_TAG_PATTERN
 from storage.models import MAX_KEY_LENGTH, MAX_RESOURCE_LENGTH
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
@@ -36,7 +37,8 @@ _JSON = "application/json"
 _STATUS_TEXT = {
     400: "malformed request (bad_request): token, resource, key, prefix or limit; a fencing header, "
     "Idempotency-Key or Authorization sent twice or as a comma list; a Content-Encoding other than "
-    "identity; a body cut short by the client closing the connection; nothing changed",
+    "identity; a body cut short by the client closing the connection; an If-Match other than one strong "
+    "ETag or *, an If-None-Match other than *, or both; nothing changed",
     401: "API keys are configured and none, or an unknown one, was sent (unauthorized)",
     403: "the API key (or client certificate) is not scoped to this name, or may only read (forbidden)",
     404: "no such object (not_found)",
@@ -44,13 +46,16 @@ _STATUS_TEXT = {
     409: "token below the resource's mark (stale_token; body has resource, token, highest), or the key "
     "belongs to another resource than the one named (resource_mismatch; body has key, resource, "
     "object_resource, null if the caller's API key does not cover it); nothing changed",
+    412: "proxy mode: the If-Match / If-None-Match: * does not hold for the key's current version at the "
+    "store (precondition_failed; body has key); nothing written",
     413: "body over the gateway's --max-body (payload_too_large); nothing changed",
     422: "token above what the token source has issued (token_from_the_future; body has resource, token, "
     "bound), or an Idempotency-Key that stands for another request (idempotency_key_reused)",
     428: "a write without Fencing-Token (token_required)",
     429: "the client has --max-client-requests in flight (too_many_requests); see Retry-After",
     500: "a failure nobody foresaw (internal_error): the detail is in the gateway log under request_id",
-    501: "not available in an http(s) proxy (not_supported): listing, Idempotency-Key",
+    501: "not available in an http(s) proxy (not_supported): listing, Idempotency-Key; If-Match or "
+    "If-None-Match on a store that does not check it (precondition_not_supported)",
     502: "proxy mode: the upstream answered an error, or a GET with a Fencing-Token that is not one token "
     "in the range above (upstream_failed)",
     503: "nothing acknowledged (storage_unavailable, request_timeout: the outcome is unknown; "
@@ -151,8 +156,26 @@ _IDEMPOTENCY = {
     "in": "header",
     "required": False,
     "description": "a retry with the same key and the same request (method, key, resource, token, body, "
-    "Content-Type) returns the first accepted outcome; another request under the key is 422",
+    "Content-Type, precondition) returns the first accepted outcome; another request under the key is 422",
     "schema": {"type": "string", "pattern": f"^{IDEMPOTENCY_KEY_PATTERN}$"},
+}
+_IF_MATCH = {
+    "name": "If-Match",
+    "in": "header",
+    "required": False,
+    "description": "proxy mode: write only over the version with this strong ETag (the one a read "
+    "answered), or over any object (*); another version, or a deleted key, is 412 precondition_failed. "
+    "One tag, one header; not with If-None-Match. The built-in store answers 501 "
+    "precondition_not_supported",
+    "schema": {"type": "string", "pattern": f"^(\\*|{STRONG_TAG_PATTERN})$"},
+}
+_IF_NONE_MATCH = {
+    "name": "If-None-Match",
+    "in": "header",
+    "required": False,
+    "description": "proxy mode: create only (*): 412 precondition_failed if the key holds an object "
+    "(a deleted key counts as absent)",
+    "schema": {"type": "string", "enum": ["*"]},
 }
 _KEY = {
     "name": "key",
@@ -184,8 +207,10 @@ def _object_meta(resource: dict[str, Any]) -> dict[str, Any]:
 
 
 @functools.cache
-def document(*, max_body: int) -> dict[str, Any]:
-    """The document served by a gateway whose body limit is `max_body` bytes."""
+def document(*, max_body: int, preconditions: bool = False) -> dict[str, Any]:
+    """The document served by a gateway whose body limit is `max_body` bytes; `If-Match` and
+    `If-None-Match` on writes only where its store checks them (`preconditions`, proxy mode)."""
+    conditions = [_IF_MATCH, _IF_NONE_MATCH] if preconditions else []
     read: dict[str, Any] = {
         "parameters": [_KEY, {**_TOKEN, "required": False}, _RESOURCE],
         "responses": {
@@ -258,7 +283,7 @@ def document(*, max_body: int) -> dict[str, Any]:
                 "put": {
                     "operationId": "put_object",
                     "summary": "store the body under the key, fenced",
-                    "parameters": [_KEY, {**_TOKEN, "required": True}, _RESOURCE, _IDEMPOTENCY],
+                    "parameters": [_KEY, {**_TOKEN, "required": True}, _RESOURCE, _IDEMPOTENCY, *conditions],
                     "requestBody": {
                         "content": {
                             "application/octet-stream": {
@@ -275,7 +300,7 @@ def document(*, max_body: int) -> dict[str, Any]:
                             **_json(_META, "created", "Fencing-Token", "Fencing-Resource", "ETag"),
                             "links": _KEY_LINKS,
                         },
-                        **_errors(*_FENCED, 408, 413, 428, 501),
+                        **_errors(*_FENCED, 408, 412, 413, 428, 501),
                     },
                 },
                 "get": {
@@ -287,13 +312,13 @@ def document(*, max_body: int) -> dict[str, Any]:
                 "delete": {
                     "operationId": "delete_object",
                     "summary": "delete the object, fenced",
-                    "parameters": [_KEY, {**_TOKEN, "required": True}, _RESOURCE, _IDEMPOTENCY],
+                    "parameters": [_KEY, {**_TOKEN, "required": True}, _RESOURCE, _IDEMPOTENCY, *conditions],
                     "responses": {
                         "200": {
                             **_json(_META, "deleted", "Fencing-Token", "Fencing-Resource"),
                             "links": {"get_object": _KEY_LINKS["get_object"]},
                         },
-                        **_errors(*_FENCED, 404, 428, 501),
+                        **_errors(*_FENCED, 404, 412, 428, 501),
                     },
                 },
             },

@@ -22,6 +22,12 @@ then finishes the record (`storage.pending`). A retry that meets the record:
   stored token equal to the request's without its id may be a later write
   of the same lease, never to be overwritten by a retry: 503
   `upstream_outcome_unknown`, the record left for a later retry.
+
+A retry that met a record under way is audited by the fenced unit as
+`pending` (202): its answer is not known then. Once it is, it gets an entry
+of its own: `replayed` with the first outcome's status, `accepted` when the
+retry's own send at the store landed; a refusal is audited as every refusal
+is, and a request run afresh audits itself.
 """
 
 from __future__ import annotations
@@ -29,20 +35,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.errors import Unavailable, UpstreamFailed, UpstreamTimeout
+from gateway.errors import PreconditionNotMet, Unavailable, UpstreamFailed, UpstreamTimeout
 from storage import pending
 from storage.errors import ObjectNotFound, ResourceMismatch, StaleToken
-from storage.protocols import Caller, FencedRequest, ObjectMeta
-from storage.records import GONE_VERSION
+from storage.protocols import Caller, FencedRequest, ObjectMeta, Refused
+from storage.records import ACCEPTED, GONE_VERSION, REPLAYED, status_of, unfinished
 
 POLL = 0.02  # seconds between two reads of a record whose claimant is still writing
 CONTENDED = "upstream_contended"
 
 Write = Callable[[], Awaitable[ObjectMeta]]
+Audit = Callable[[Sequence[Refused]], Awaitable[None]]  # appends entries to the audit trail
 
 
 def request_id(caller: Caller) -> str:
@@ -55,9 +63,18 @@ def request_id(caller: Caller) -> str:
 class ProxyRecords:
     """The records' life around the store's write (module docstring)."""
 
-    def __init__(self, engine: AsyncEngine, *, window: float) -> None:
+    def __init__(self, engine: AsyncEngine, *, window: float, audit: Audit) -> None:
         self._engine = engine
         self.window = window
+        self._audit = audit
+
+    async def _audited(self, request: FencedRequest, *, status: int, outcome: str) -> None:
+        """The audit entry of a retry's answer, known only after the fenced unit audited it pending."""
+        entry = Refused(
+            at=datetime.now(UTC), client=request.caller.client, method=request.method, key=request.key,
+            resource=request.resource, token=request.token, mark=None, status=status, outcome=outcome,
+        )  # fmt: skip
+        await self._audit([entry])
 
     async def record(self, request: FencedRequest, write: Write) -> ObjectMeta:
         """Run `write` (the claimant's, or a retry's at the store) and record what the store said;
@@ -68,7 +85,7 @@ class ProxyRecords:
         except ObjectNotFound:
             await pending.finish(self._engine, caller, version=GONE_VERSION)
             raise
-        except (StaleToken, ResourceMismatch):
+        except (StaleToken, ResourceMismatch, PreconditionNotMet):
             await pending.release(self._engine, caller)
             raise
         except Unavailable as exc:
@@ -91,16 +108,27 @@ class ProxyRecords:
         """The answer to a retry that met the record `first` (the fenced unit's replay)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.window
+        waited = unfinished(first)  # audited `pending`: its answer gets an entry once known
         while True:
             found = await pending.state(self._engine, request.caller)
             if found is None:
                 return await afresh()  # released: nothing was applied, the request runs again
             version, created = found
             if version == pending.APPLIED:
-                return dataclasses.replace(first, version=None, created=created)
+                # no ETag: the record does not hold the store's (a GET answers it)
+                meta = dataclasses.replace(first, version=None, digest=None, created=created)
+                if waited:
+                    await self._audited(request, status=status_of(request.method, meta), outcome=REPLAYED)
+                return meta
             if version == GONE_VERSION:
+                if waited:
+                    await self._audited(request, status=404, outcome=REPLAYED)
                 raise ObjectNotFound(f"no object under key {request.key!r} upstream", key=request.key,
                                      audited=True)  # fmt: skip
             if version == pending.UNKNOWN or loop.time() >= deadline:
-                return await self.record(request, settle)
+                meta = await self.record(request, settle)
+                if waited:
+                    outcome = REPLAYED if meta.replayed else ACCEPTED  # a twin's write found, or its own
+                    await self._audited(request, status=status_of(request.method, meta), outcome=outcome)
+                return meta
             await asyncio.sleep(POLL)

@@ -40,10 +40,11 @@ from gateway.parsing import (
     parse_resource,
     parse_token,
 )
+from gateway.preconditions import parse_precondition
 from gateway.readiness import check_token_source
 from storage.errors import ResourceMismatch, StorageError
 from storage.fenced import digest_of
-from storage.protocols import Caller, ObjectMeta
+from storage.protocols import Caller, ObjectMeta, Precondition
 
 
 def _authorize(request: web.Request, *names: str, access: Access) -> None:
@@ -94,13 +95,22 @@ def _binding_in_scope(request: web.Request) -> Iterator[None]:
 
 
 def _caller(
-    request: web.Request, *, key: str, resource: str, token: int, data: bytes = b"", content_type: str = ""
+    request: web.Request,
+    *,
+    key: str,
+    resource: str,
+    token: int,
+    data: bytes = b"",
+    content_type: str = "",
+    precondition: Precondition | None = None,
 ) -> Caller:
     """The audit and idempotency identity of a fenced request; a retry must match `request_digest`.
 
-    The digest covers the stored `Content-Type` too (a GET answers with it). Records written before it
-    did hold the digest without it, so a retry also carries that one (`legacy_digest`) and still
-    matches a record from before an upgrade.
+    The digest covers the stored `Content-Type` too (a GET answers with it), and the client's
+    precondition when there is one (the same key on a write conditional on another version is
+    another request). Records written before the Content-Type was covered hold the digest without
+    it, so a retry also carries that one (`legacy_digest`) and still matches a record from before an
+    upgrade.
     """
     client = request.get(RequestKeys.client) or f"ip:{request.remote}"
     if request.method in ("GET", "HEAD"):  # a read has no outcome to replay
@@ -109,6 +119,8 @@ def _caller(
     if idempotency_key is None:
         return Caller(client=client)
     fields = f"{request.method}\n{key}\n{resource}\n{token}\n{digest_of(data)}"
+    if precondition is not None:  # absent before preconditions existed: those digests are unchanged
+        fields += f"\nif-match {precondition.if_match}\nif-none-match {precondition.if_none_match}"
     return Caller(
         client=client,
         idempotency_key=idempotency_key,
@@ -151,7 +163,9 @@ def _accepted_headers(meta: ObjectMeta, *, resource: str | None) -> dict[str, st
     headers = {} if resource is None else {"Fencing-Resource": resource}
     if meta.token is not None:
         headers["Fencing-Token"] = str(meta.token)
-    if meta.digest is not None:
+    if meta.etag is not None:  # the upstream store's own tag: what an If-Match is compared with
+        headers["ETag"] = meta.etag
+    elif meta.digest is not None:
         headers["ETag"] = f'"{meta.digest}"'
     return headers
 
@@ -180,12 +194,17 @@ async def put_object(request: web.Request) -> web.Response:
     key, resource, token = _fenced_target(request, required=True)
     assert token is not None
     content_type = parse_content_type(request.headers.get("Content-Type"))
+    precondition = parse_precondition(request.headers)
     data = await _read_body(request)
-    caller = _caller(request, key=key, resource=resource, token=token, data=data, content_type=content_type)
+    caller = _caller(
+        request, key=key, resource=resource, token=token, data=data, content_type=content_type,
+        precondition=precondition,
+    )  # fmt: skip
     with _binding_in_scope(request):
         meta = await request.app[AppKeys.fencer].put(
-            key, data, resource=resource, token=token, caller=caller, content_type=content_type
-        )
+            key, data, resource=resource, token=token, caller=caller, content_type=content_type,
+            precondition=precondition,
+        )  # fmt: skip
     shown = _shown(request, meta.resource)
     return web.json_response(
         _meta_body(meta, resource=shown),
@@ -210,9 +229,12 @@ async def get_object(request: web.Request) -> web.Response:
 async def delete_object(request: web.Request) -> web.Response:
     key, resource, token = _fenced_target(request, required=True)
     assert token is not None
-    caller = _caller(request, key=key, resource=resource, token=token)
+    precondition = parse_precondition(request.headers)
+    caller = _caller(request, key=key, resource=resource, token=token, precondition=precondition)
     with _binding_in_scope(request):
-        meta = await request.app[AppKeys.fencer].delete(key, resource=resource, token=token, caller=caller)
+        meta = await request.app[AppKeys.fencer].delete(
+            key, resource=resource, token=token, caller=caller, precondition=precondition
+        )
     shown = _shown(request, meta.resource)
     return web.json_response(
         _meta_body(meta, resource=shown), headers=_accepted_headers(meta, resource=shown)
@@ -276,4 +298,5 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(document(max_body=request.app[AppKeys.settings].max_body))
+    max_body, store = request.app[AppKeys.settings].max_body, request.app[AppKeys.store]
+    return web.json_response(document(max_body=max_body, preconditions=store.preconditions))

@@ -16,7 +16,9 @@ LockClientError
       ├── Forbidden                    403: the key is not scoped to this resource or key
       ├── NotFound (LookupError)       404: no such object (a fenced read still raised the mark)
       ├── StaleToken                   409 stale_token: a newer token has already written
-      ├── ResourceMismatch             409 resource_mismatch: the key belongs to another resource
+ ├── ResourceMismatch             409 resource_mismatch: the key belongs to another resource
+      ├── PreconditionFailed           412 precondition_failed: the object is no longer the version
+      │                                `if_match` named; nothing changed: read it again
       ├── TokenFromTheFuture           422 token_from_the_future: above what the source issued
       ├── IdempotencyKeyReused         422 idempotency_key_reused: the key stands for another request
       ├── TooManyRequests              429: too many requests of this client in flight; nothing changed
@@ -159,6 +161,11 @@ class ResourceMismatch(GatewayError):
         self.key = key
         self.resource = resource
         self.object_resource = object_resource
+
+
+class PreconditionFailed(GatewayError):
+    """412: the object's current version is not the one the write's `if_match` named (another write
+    landed since the read it came from); nothing changed. Read again, recompute, write again."""
 
 
 class TokenFromTheFuture(GatewayError):

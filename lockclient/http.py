@@ -63,6 +63,7 @@ from lockclient.errors import (
     LockLost,
     NotFound,
     OutcomeUnknown,
+    PreconditionFailed,
     ResourceMismatch,
     StaleToken,
     TokenFromTheFuture,
@@ -81,6 +82,7 @@ MAX_TOKEN = 2**63 - 1
 MAX_RESOURCE_LENGTH = 256
 _RESOURCE = re.compile(r"[A-Za-z0-9_.~:@=+%-]+(?:/[A-Za-z0-9_.~:@=+%-]+)*")
 _IDEMPOTENCY_KEY = re.compile(r"[!-+\--~]{1,128}")  # printable ASCII without space and comma
+_ENTITY_TAG = re.compile(r'"[\x21\x23-\x7e]{0,254}"')  # one strong entity tag (RFC 9110 8.8.3)
 TLSPath = str | os.PathLike[str]
 # each error of the API (docs/gateway.md) as its exception; the 409s and 422s with fields are built in
 # `_error`; another 5xx (500 internal_error, 502, 503 and its codes, 504) is `OutcomeUnknown`
@@ -91,6 +93,7 @@ BY_STATUS: dict[int, type[GatewayError]] = {
     404: NotFound,
     405: BadRequest,
     408: BodyTimeout,
+    412: PreconditionFailed,
     413: BadRequest,
     428: BadRequest,
     501: BadRequest,
@@ -147,6 +150,7 @@ class WriteOptions(Fencing, total=False):
     """The keywords of `put` and `delete`, async and blocking: the fencing and the `Idempotency-Key`."""
 
     idempotency_key: str | None
+    if_match: str | None  # `If-Match`: the ETag a read answered (or "*"); 412 `PreconditionFailed` if not
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,6 +470,13 @@ class GatewayClient:
                 f"idempotency_key {once!r} must be 1..128 printable ASCII characters without spaces or "
                 "commas: a UUID is a good choice"
             )
+        if_match = options.get("if_match")
+        if if_match is not None:
+            if if_match != "*" and not _readable(if_match, _ENTITY_TAG):
+                raise ConfigurationError(
+                    f'if_match {if_match!r} must be one strong ETag as a read answered it ("..."), or "*"'
+                )
+            headers["If-Match"] = if_match
         return await self._request(
             method,
             path,

@@ -68,11 +68,14 @@ from storage.records import (
     ACCEPTED,
     GONE_VERSION,
     NOT_FOUND,
+    PENDING,
+    PENDING_STATUS,
     REPLAYED,
     audit_params,
     idempotency_params,
     replay,
     status_of,
+    unfinished,
 )
 from storage.statements import META_COLUMNS
 
@@ -235,6 +238,9 @@ async def _replayed(tx: Tx, request: FencedRequest, record: Row, now: datetime) 
     if meta.version == GONE_VERSION:
         await _audit(tx, request, now, status=404, outcome=REPLAYED, mark=False)
         return ObjectNotFound(f"no object under key {request.key!r}", key=request.key, audited=True)
+    if unfinished(meta):  # the outcome is the claimant's, not known yet: `gateway.proxyidem` audits it
+        await _audit(tx, request, now, status=PENDING_STATUS, outcome=PENDING, mark=False)
+        return meta
     await _audit(tx, request, now, status=status_of(request.method, meta), outcome=REPLAYED, mark=False)
     return meta
 

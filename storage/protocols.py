@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import ClassVar, Literal
 
 from storage.models import DEFAULT_CONTENT_TYPE
 
@@ -36,6 +36,7 @@ class ObjectMeta:
     digest: str | None
     created: bool = False
     replayed: bool = field(default=False, compare=False)
+    etag: str | None = None  # the upstream store's entity tag of this version (proxy mode), quoted
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,20 @@ class FencedRequest:
     data: bytes = b""
     content_type: str = DEFAULT_CONTENT_TYPE
     caller: Caller = ANONYMOUS
+    precondition: Precondition | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Precondition:
+    """The client's own condition on a write (`If-Match` / `If-None-Match: *`), checked after the fence.
+
+    `if_match` is one strong entity tag as sent (quoted) or `*` (the key holds an object, not a
+    tombstone); `if_none_match` asks that the key hold nothing (a tombstone counts as nothing).
+    A store that cannot check one in the same step as its write does not accept it.
+    """
+
+    if_match: str | None = None
+    if_none_match: bool = False
 
 
 class FencedOps(ABC):
@@ -119,8 +134,10 @@ class FencedOps(ABC):
         token: int,
         caller: Caller = ANONYMOUS,
         content_type: str = DEFAULT_CONTENT_TYPE,
+        precondition: Precondition | None = None,
     ) -> ObjectMeta:
-        meta = await self.fenced(FencedRequest("PUT", key, resource, token, data, content_type, caller))
+        request = FencedRequest("PUT", key, resource, token, data, content_type, caller, precondition)
+        meta = await self.fenced(request)
         assert isinstance(meta, ObjectMeta)
         return meta
 
@@ -133,14 +150,25 @@ class FencedOps(ABC):
         assert isinstance(found, ObjectData)
         return found
 
-    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
-        meta = await self.fenced(FencedRequest("DELETE", key, resource, token, caller=caller))
+    async def delete(
+        self,
+        key: str,
+        *,
+        resource: str,
+        token: int,
+        caller: Caller = ANONYMOUS,
+        precondition: Precondition | None = None,
+    ) -> ObjectMeta:
+        request = FencedRequest("DELETE", key, resource, token, caller=caller, precondition=precondition)
+        meta = await self.fenced(request)
         assert isinstance(meta, ObjectMeta)
         return meta
 
 
 class ObjectStore(FencedOps):
-    """A key-value store behind a fence."""
+    """A key-value store behind a fence; `preconditions` if it honours a request's `Precondition`."""
+
+    preconditions: ClassVar[bool] = False
 
     @abstractmethod
     async def list(self, prefix: str, *, after: str, limit: int) -> list[ObjectMeta]: ...

@@ -26,6 +26,9 @@ from storage.protocols import Caller, ObjectMeta, Refused
 ACCEPTED = "accepted"  # the fence passed and the change committed
 NOT_FOUND = "not_found"  # the fence passed (the mark rose) but there was no object to read or delete
 REPLAYED = "replayed"  # an Idempotency-Key retry answered from its first outcome
+# A proxy-mode retry that met its first attempt still under way at the store (`storage.pending`): what
+# it was answered is not known yet, and follows in an entry of its own once it is.
+PENDING, PENDING_STATUS = "pending", 202
 # An idempotency record's version when its DELETE found no object: the 404 is the outcome a retry replays
 # (no object has version 0; in proxy mode `storage.pending` gives the column its states).
 GONE_VERSION = 0
@@ -110,6 +113,12 @@ def replay(caller: Caller, record: Mapping[str, Any]) -> ObjectMeta:
         created=bool(record["created"]),
         replayed=True,
     )
+
+
+def unfinished(meta: ObjectMeta) -> bool:
+    """Whether a replayed record stands for a proxy-mode write still under way (no outcome yet):
+    `storage.pending` keeps NULL or a negative state in the version column until the store answers."""
+    return meta.version is None or meta.version < GONE_VERSION
 
 
 def status_of(method: str, meta: ObjectMeta) -> int:

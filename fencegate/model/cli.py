@@ -3,8 +3,8 @@
 `check` searches every state of the chosen configuration, one run per
 (variant, property), and prints a table (or JSON, or Markdown). Its exit
 status guards what fencegate ships: 1 when `fenced`, `fence-only`,
-`bound-resource` or `proxy-conditional` breaks a property fencing promises, 4 when a search hit its
-depth or memory bound, 0 otherwise. The baseline (redis-only), the rejected
+`bound-resource`, `proxy-conditional` or `proxy-if-match` breaks a property fencing promises,
+4 when a search hit its depth or memory bound, 0 otherwise. The baseline (redis-only), the rejected
 designs, the gateway before objects were bound to a resource
 (any-resource) and the unconditional proxy (proxy-trust-path) are expected to
 break properties, and reporting that is their purpose, not a failure. The

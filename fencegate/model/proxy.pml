@@ -24,6 +24,11 @@
  *   -DREAD_RAISES    like INCREMENTS, but a fenced GET whose token is above the one
  *                    stored first writes that token onto the version it read (a PUT
  *                    of the same bytes, If-Match its ETag), as the mark is raised
+ *   -DCLIENT_MATCH   like INCREMENTS, but the client's PUT carries the ETag its GET read
+ *                    (If-Match, If-None-Match: * where it read nothing): the gateway
+ *                    answers 412 once the version it compares against is another, and
+ *                    sends on the client's ETag; a store 412 is read again: 409 above
+ *                    the token, else 412, never sent again on a newer version
  * Sizes: -DK=clients -DOPS=requests per client -DMAXT=requests the gateway may stop
  * waiting for. Each client holds one token (drawn in order, as from any token
  * source; no lock: the lock only decides who believes it may write, and a
@@ -96,14 +101,24 @@
 #define DEL_COND 1
 #define INCR 1
 #define RAISE 1
+#elif defined(CLIENT_MATCH)
+#define COND 1
+#define TOMB 1
+#define TOMB_TOKEN 1
+#define DEL_COND 1
+#define INCR 1
+#define CMATCH 1
 #else
-#error "pick a variant: TRUST_PATH CONDITIONAL NO_TOMBSTONE BLIND_DELETE BARE_TOMBSTONE INCREMENTS READ_RAISES"
+#error "pick a variant: TRUST_PATH CONDITIONAL NO_TOMBSTONE BLIND_DELETE BARE_TOMBSTONE INCREMENTS READ_RAISES CLIENT_MATCH"
 #endif
 #ifndef INCR
 #define INCR 0          /* each request is a fenced read, then a write of the value read + 1 */
 #endif
 #ifndef RAISE
 #define RAISE 0         /* a fenced read writes its token onto the version it read */
+#endif
+#ifndef CMATCH
+#define CMATCH 0        /* the client's write is conditional on the ETag its read returned */
 #endif
 #define WVAL (INCR -> v + 1 : tok)  /* the bytes a PUT writes: the counter read + 1, or the writer's token */
 
@@ -222,6 +237,7 @@ proctype Client(byte c) {
     byte tries;
     byte v;         /* the counter value read (INCR) */
     byte i;         /* the store's seq of that read */
+    byte re;        /* the ETag that read returned (CMATCH: the client's If-Match) */
 
     atomic {
         tokens++;
@@ -253,7 +269,7 @@ proctype Client(byte c) {
             fi
         };
 reread:
-        atomic { ce = etag; ct = stok; v = value; seq++; i = seq };  /* served by the store, in its order */
+        atomic { ce = etag; ct = stok; v = value; seq++; i = seq; re = etag };  /* served by the store, in its order */
         if
         :: tok < ct -> printf("EV read %d 1 %d refused -1 0 stored %d\n", c, tok, ct); goto next
 #if RAISE
@@ -323,6 +339,12 @@ again:
                 :: else -> printf("EV delete %d 1 %d refused -1 0 stored %d\n", c, tok, ct)
                 fi;
                 goto next
+#if CMATCH
+            :: ce != re ->
+                /* the client's precondition: the version is no longer the one it read */
+                printf("EV write %d 1 %d refused %d 0 precondition %d\n", c, tok, WVAL, ce);
+                goto next
+#endif
 #if !TOMB
             :: k == DEL && !obj ->
                 /* nothing to delete: 404, and the store is left as it is */
@@ -389,7 +411,7 @@ again:
             }
         fi;
 next:
-        atomic { k = 0; ce = 0; ct = 0; obj = false; tries = 0; s = 0; v = 0; i = 0 }
+        atomic { k = 0; ce = 0; ct = 0; obj = false; tries = 0; s = 0; v = 0; i = 0; re = 0 }
     od;
     atomic { tok = 0; it = 0; done++ }
 }

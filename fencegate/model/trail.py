@@ -267,6 +267,8 @@ def _answer(detail: str, arg: int) -> str:
         return "404: nothing to delete, nothing sent"
     if detail == "timeout":
         return "504: the gateway stopped waiting, the request is still on the path (outcome unknown)"
+    if detail == "precondition":
+        return f"412: the version is e{arg}, not the one the client read (its If-Match), nothing written"
     if detail == "retries":
         return "503: 412 again after a new read and attempt, nothing written"
     return ""

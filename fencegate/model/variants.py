@@ -178,6 +178,16 @@ VARIANTS: dict[str, Variant] = {
             "writes that token onto the version it read (same bytes, If-Match its ETag)",
             model=PROXY_MODEL,
         ),
+        Variant(
+            "proxy-if-match",
+            "CLIENT_MATCH",
+            False,
+            True,
+            "proxy-increments with the client's own If-Match: its PUT is conditional on the ETag "
+            "its GET read; another version is 412, never sent again on it",
+            shipped=True,
+            model=PROXY_MODEL,
+        ),
     )
 }
 

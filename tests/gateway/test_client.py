@@ -68,3 +68,14 @@ async def test_unreachable_gateway_is_a_gateway_error_with_unknown_outcome() -> 
         with pytest.raises(GatewayError) as caught:
             await gw.put("k", b"x", token=1)
     assert (caught.value.status, caught.value.code) == (None, "unreachable")
+
+
+@pytest.mark.parametrize("if_match", ['W/"a"', "a", '"a", "b"', '"a'])
+async def test_an_if_match_that_is_not_one_strong_etag_is_refused_before_anything_is_sent(
+    gw: GatewayClient, if_match: str
+) -> None:
+    with pytest.raises(ConfigurationError, match="if_match"):
+        await gw.put("k", b"v", token=3, if_match=if_match)
+    with pytest.raises(ConfigurationError, match="if_match"):
+        await gw.delete("k", token=3, if_match=if_match)
+    assert await gw.fence("k") == 0  # nothing reached the gateway

@@ -32,9 +32,10 @@ VERDICTS = {
     },
     "proxy-increments": {"store-order": "holds", "no-recreate": "holds", "acked-durable": "holds"},
     "proxy-read-raises": {"store-order": "holds", "no-recreate": "holds", "acked-durable": "holds"},
+    "proxy-if-match": {"store-order": "holds", "no-recreate": "holds", "acked-durable": "holds"},
 }
 # clients that write blind count no increment: the property is theirs only where the workload reads
-INCREMENTS = {"proxy-increments": "violated", "proxy-read-raises": "holds"}
+INCREMENTS = {"proxy-increments": "violated", "proxy-read-raises": "holds", "proxy-if-match": "holds"}
 
 
 def _applied(trail: Trail) -> list[dict[str, Any]]:
@@ -70,6 +71,7 @@ def test_each_proxy_variant_gets_its_verdict(by_key: dict[tuple[str, str], Check
     assert [v for v, verdict in safe.items() if verdict == "safe"] == [
         "proxy-conditional",
         "proxy-read-raises",
+        "proxy-if-match",
     ]
 
 

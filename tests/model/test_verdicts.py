@@ -13,7 +13,7 @@ from fencegate.model.trail import EVENT_KEYS
 from fencegate.model.variants import VARIANTS, promised
 from tests.model.conftest import counterexample, parse_check_args
 
-SHIPPED = ["fenced", "fence-only", "bound-resource", "proxy-conditional"]
+SHIPPED = ["fenced", "fence-only", "bound-resource", "proxy-conditional", "proxy-if-match"]
 
 
 def test_the_shipped_designs_are_the_ones_the_exit_status_guards() -> None:

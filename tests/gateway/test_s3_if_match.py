@@ -1,0 +1,181 @@
+"""The client's `If-Match` in front of real SeaweedFS: the fenced read-modify-write loses no update.
+
+Two gateways on SQLite files of their own, one of them reaching the store
+through the lab's `DelayProxy`: they share nothing but the store, so what
+holds here holds by the store's compare-and-swap on the client's tag. Each
+test is written as a stale or hostile client would send it, and reads what
+the store finally holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from fencegate.lab.cluster import LocalCluster
+from fencegate.lab.faults.proxy import DelayProxy
+from lockclient import SQLiteTokens
+from tests.gateway.conftest import AppClient, MakeClient
+from tests.gateway.ifmatch_support import increments, increments_schedule
+from tests.gateway.s3_support import delayed_path, direct_client, fresh_prefix, held, use_store
+
+
+@pytest.fixture
+def store(s3_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
+    use_store(monkeypatch, s3_cluster.s3, tmp_path)
+    return s3_cluster.s3
+
+
+@pytest.fixture
+def prefix() -> str:
+    return fresh_prefix()
+
+
+@pytest.fixture
+async def proxy(store: dict[str, str]) -> AsyncIterator[DelayProxy]:
+    async with delayed_path(store) as path:
+        yield path
+
+
+async def _replica(
+    make_client: MakeClient, store: dict[str, str], prefix: str, data_dir: Path, *,
+    endpoint: str | None = None, **settings: object,
+) -> AppClient:  # fmt: skip
+    return await make_client(
+        upstream=f"s3://{store['bucket']}/{prefix}", upstream_endpoint=endpoint or store["endpoint"],
+        data_dir=data_dir, **settings,
+    )  # fmt: skip
+
+
+async def _pair(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path, proxy: DelayProxy
+) -> tuple[AppClient, AppClient]:
+    a = await _replica(make_client, store, prefix, tmp_path / "a", endpoint=f"http://127.0.0.1:{proxy.port}")
+    return a, await _replica(make_client, store, prefix, tmp_path / "b")
+
+
+async def _holds(store: dict[str, str], key: str) -> bytes | None:
+    async with direct_client(store) as s3:
+        found = await held(s3, store["bucket"], key)
+    return None if found is None else found.data
+
+
+async def test_a_write_landing_between_a_newer_read_and_its_if_match_write_is_not_lost(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path, proxy: DelayProxy
+) -> None:
+    a, b = await _pair(make_client, store, prefix, tmp_path, proxy)
+    control = await increments_schedule(a, b, proxy, "plain", if_match=False)
+    assert control == (200, 200, b"1")  # the gap: both acknowledged, one increment lost
+    fixed = await increments_schedule(a, b, proxy, "counter", if_match=True)
+    assert (fixed.a_status, fixed.b_status, fixed.final) == (200, 412, b"1")
+    again = await b.get("/v1/objects/counter", headers={"Fencing-Token": "6"})
+    retried = await b.put(
+        "/v1/objects/counter", data=b"%d" % (int(await again.read()) + 1),
+        headers={"Fencing-Token": "6", "If-Match": again.headers["ETag"]},
+    )  # fmt: skip
+    assert retried.status == 200
+    assert await _holds(store, prefix + "counter") == b"2"
+
+
+async def test_hundreds_of_if_match_increments_over_a_held_path_lose_none(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path, proxy: DelayProxy
+) -> None:
+    a, b = await _pair(make_client, store, prefix, tmp_path, proxy)
+    tally = await increments([a, b], "n", clients=3, each=70, proxy=proxy)
+    assert tally.acknowledged == 210
+    assert tally.final == tally.acknowledged
+    assert await _holds(store, prefix + "n") == b"210"
+
+
+async def test_a_stale_etag_and_a_tombstone_s_etag_are_412_and_change_nothing(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+) -> None:
+    gateway = await _replica(make_client, store, prefix, tmp_path / "a")
+    first = await gateway.put("/v1/objects/k", data=b"one", headers={"Fencing-Token": "5"})
+    old = first.headers["ETag"]
+    second = await gateway.put("/v1/objects/k", data=b"two", headers={"Fencing-Token": "5", "If-Match": old})
+    assert second.status == 200
+    read = await gateway.get("/v1/objects/k")
+    assert read.headers["ETag"] == second.headers["ETag"] != old  # the store's ETag, as the write answered
+    stale = await gateway.put("/v1/objects/k", data=b"three", headers={"Fencing-Token": "6", "If-Match": old})
+    assert (stale.status, (await stale.json())["error"]) == (412, "precondition_failed")
+    gone = await gateway.delete("/v1/objects/k", headers={"Fencing-Token": "6", "If-Match": old})
+    assert gone.status == 412
+    assert await _holds(store, prefix + "k") == b"two"
+    # a token below what the store holds is 409 first, even with the current ETag
+    below = await gateway.put(
+        "/v1/objects/k", data=b"x", headers={"Fencing-Token": "4", "If-Match": second.headers["ETag"]}
+    )
+    assert (below.status, (await below.json())["error"]) == (409, "stale_token")
+    assert (
+        await gateway.delete("/v1/objects/k", headers={"Fencing-Token": "7", "If-Match": "*"})
+    ).status == 200
+    async with direct_client(store) as s3:
+        stone = await held(s3, store["bucket"], prefix + "k")
+    assert stone is not None
+    for condition in (stone.etag, "*"):  # a deleted key is no object, whatever its tombstone's tag
+        put = await gateway.put(
+            "/v1/objects/k", data=b"back", headers={"Fencing-Token": "8", "If-Match": condition}
+        )
+        assert put.status == 412
+        delete = await gateway.delete("/v1/objects/k", headers={"Fencing-Token": "8", "If-Match": condition})
+        assert delete.status == 412
+    created = await gateway.put(
+        "/v1/objects/k", data=b"new", headers={"Fencing-Token": "8", "If-None-Match": "*"}
+    )
+    assert created.status == 201
+    again = await gateway.put(
+        "/v1/objects/k", data=b"dup", headers={"Fencing-Token": "8", "If-None-Match": "*"}
+    )
+    assert again.status == 412
+    assert await _holds(store, prefix + "k") == b"new"
+
+
+async def test_malformed_preconditions_are_400_and_a_future_token_422_before_any_precondition(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+) -> None:
+    tokens = SQLiteTokens(tmp_path / "tokens.db")
+    issued = await tokens.next_token("k")
+    gateway = await _replica(make_client, store, prefix, tmp_path / "a", tokens=tokens)
+    put = await gateway.put("/v1/objects/k", data=b"v", headers={"Fencing-Token": str(issued)})
+    etag = put.headers["ETag"]
+    for bad in (
+        [("If-Match", etag), ("If-Match", etag)],
+        [("If-Match", "W/" + etag)],
+        [("If-Match", f"{etag}, {etag}")],
+        [("If-Match", "no-quotes")],
+        [("If-Match", etag), ("If-None-Match", "*")],
+        [("If-None-Match", etag)],
+    ):
+        headers = [("Fencing-Token", str(issued)), *bad]
+        for method in ("PUT", "DELETE"):
+            refused = await gateway.request(method, "/v1/objects/k", data=b"bad", headers=headers)
+            assert (refused.status, (await refused.json())["error"]) == (400, "bad_request"), (method, bad)
+    future = await gateway.put(
+        "/v1/objects/k", data=b"future", headers={"Fencing-Token": str(2**62), "If-Match": etag}
+    )
+    assert (future.status, (await future.json())["error"]) == (422, "token_from_the_future")
+    assert await _holds(store, prefix + "k") == b"v"
+    assert (await (await gateway.get("/v1/fences/k")).json())["highest"] == issued
+
+
+async def test_an_if_match_write_with_an_idempotency_key_is_replayed_as_first_answered(
+    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+) -> None:
+    gateway = await _replica(make_client, store, prefix, tmp_path / "a")
+    put = await gateway.put("/v1/objects/k", data=b"one", headers={"Fencing-Token": "5"})
+    headers = {"Fencing-Token": "5", "If-Match": put.headers["ETag"], "Idempotency-Key": "rmw-1"}
+    first = await gateway.put("/v1/objects/k", data=b"two", headers=headers)
+    assert first.status == 200
+    other = await gateway.put("/v1/objects/k", data=b"three", headers={"Fencing-Token": "5"})
+    assert other.status == 200
+    replay = await gateway.put("/v1/objects/k", data=b"two", headers=headers)
+    assert (replay.status, await replay.json()) == (200, await first.json())  # not 412: the first outcome
+    assert await _holds(store, prefix + "k") == b"three"  # applied once
+    failed = {**headers, "Idempotency-Key": "rmw-2"}  # the same stale tag: 412, then 412 again
+    for _ in range(2):
+        refused = await gateway.put("/v1/objects/k", data=b"two", headers=failed)
+        assert refused.status == 412
+    assert await _holds(store, prefix + "k") == b"three"
