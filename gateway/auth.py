@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.errors import BadRequest, ConfigurationError, Forbidden, Unauthorized
-from gateway.parsing import KEY_PATTERN
+from lockclient.wire import KEY_PATTERN
 from storage.models import MAX_CLIENT_LENGTH
 
 Access = Literal["read", "write"]

@@ -23,9 +23,9 @@ key with a `.` or `..` segment is refused (`ConfigurationError`, nothing
 sent): a URL resolves such segments, so `a/x/../b` would reach `a/b`, another
 object; the gateway refuses those keys too.
 
-What the HTTP API would refuse in a header is refused here, before anything
-is sent (`ConfigurationError`): a token that is not an `int` in 1..2^63-1
-(no `bool`, `float` or `str`), a resource that is not a name of the API
+What the HTTP API would refuse in a header is refused here, by its own rules
+(`lockclient.wire`), before anything is sent (`ConfigurationError`): a token
+that is not an `int` in 1..2^63-1 (no `bool`, `float` or `str`), a resource that is not a name of the API
 (segments of `A-Za-z0-9_.~:@=+%-` joined by single slashes, at most 256
 characters), an `Idempotency-Key` outside 1..128 printable ASCII characters
 without spaces or commas, and data that is not bytes. Messages name the
@@ -46,12 +46,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypedDict, Unpack
-from urllib.parse import quote
 
 import aiohttp
 from yarl import URL
 
-from lockclient._tls import client_context, explain
 from lockclient.config import require_positive
 from lockclient.errors import (
     BadRequest,
@@ -71,16 +69,20 @@ from lockclient.errors import (
 )
 from lockclient.options import check_options
 from lockclient.protocols import Fenced
+from lockclient.tls import client_context, explain
 from lockclient.transport.endpoint import is_http_url, redact
+from lockclient.wire import (
+    FENCING_RESOURCE,
+    FENCING_TOKEN,
+    IDEMPOTENCY_KEY,
+    OBJECT_VERSION,
+    idempotency_key_header,
+    in_path,
+    resource_header,
+    token_header,
+)
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
-# the HTTP API's rules for what it reads from headers (docs/gateway.md; lockclient does not import
-# the gateway): `Fencing-Token` is a decimal in 1..2^63-1 (the signed 64-bit mark), `Fencing-Resource`
-# a name of printable segments (no comma, which separates list values in a header) of at most 256
-MAX_TOKEN = 2**63 - 1
-MAX_RESOURCE_LENGTH = 256
-_RESOURCE = re.compile(r"[A-Za-z0-9_.~:@=+%-]+(?:/[A-Za-z0-9_.~:@=+%-]+)*")
-_IDEMPOTENCY_KEY = re.compile(r"[!-+\--~]{1,128}")  # printable ASCII without space and comma
 TLSPath = str | os.PathLike[str]
 # each error of the API (docs/gateway.md) as its exception; the 409s and 422s with fields are built in
 # `_error`; another 5xx (500 internal_error, 502, 503 and its codes, 504) is `OutcomeUnknown`
@@ -270,9 +272,9 @@ class GatewayClient:
             if required:
                 raise ConfigurationError(f"writing {key!r} needs a fencing token: pass lease= (or token=)")
             return {}
-        headers = {"Fencing-Token": _token_header(token)}
+        headers = {FENCING_TOKEN: token_header(token)}
         if resource is not None:
-            headers["Fencing-Resource"] = _resource_header(resource)
+            headers[FENCING_RESOURCE] = resource_header(resource)
         return headers
 
     async def _send(
@@ -284,7 +286,7 @@ class GatewayClient:
             connector = aiohttp.TCPConnector(ssl=self._tls) if self._tls is not None else None
             self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         try:
-            # `encoded=True`: the path is already percent-encoded (`_in_path`); yarl would otherwise
+            # `encoded=True`: the path is already percent-encoded (`in_path`); yarl would otherwise
             # requote it and resolve dot segments, sending a request for another name than the caller's
             url = URL(self._origin + path, encoded=True)
             async with self._session.request(
@@ -410,7 +412,7 @@ class GatewayClient:
 
     @staticmethod
     def _object_path(key: str) -> str:
-        return "/v1/objects/" + _in_path("key", key)
+        return "/v1/objects/" + in_path("key", key)
 
     async def put(self, key: str, data: bytes, **options: Unpack[WriteOptions]) -> ObjectInfo:
         """Store `data` under `key`, fenced by the lease's token.
@@ -440,8 +442,8 @@ class GatewayClient:
         return FetchedObject(
             key=key,
             data=body,
-            token=_int_header(resp_headers, "Fencing-Token"),
-            version=_int_header(resp_headers, "Object-Version"),
+            token=_int_header(resp_headers, FENCING_TOKEN),
+            version=_int_header(resp_headers, OBJECT_VERSION),
             etag=resp_headers.get("ETag"),
         )
 
@@ -461,11 +463,8 @@ class GatewayClient:
         path = self._object_path(key)
         headers = self._fencing(key, options, required=True)
         once = self._key(options.get("idempotency_key"))
-        if once is not None and not _readable(once, _IDEMPOTENCY_KEY):
-            raise ConfigurationError(
-                f"idempotency_key {once!r} must be 1..128 printable ASCII characters without spaces or "
-                "commas: a UUID is a good choice"
-            )
+        if once is not None:
+            idempotency_key_header(once)
         return await self._request(
             method,
             path,
@@ -489,7 +488,7 @@ class GatewayClient:
 
     async def fence(self, resource: str) -> int:
         """The resource's current high-water mark (0 if no token was ever accepted)."""
-        _, _, body = await self._request("GET", "/v1/fences/" + _in_path("resource", resource))
+        _, _, body = await self._request("GET", "/v1/fences/" + in_path("resource", resource))
         return int(json.loads(body)["highest"])
 
     def _key(self, given: str | None) -> str | None:
@@ -499,66 +498,13 @@ class GatewayClient:
         return uuid.uuid4().hex
 
 
-def _in_path(what: str, name: object) -> str:
-    """`name` (a key or resource) percent-encoded for a URL path, every `/` kept as a separator.
-
-    Refused (`ConfigurationError`, nothing sent) unless a non-empty `str` without a `.` or `..`
-    segment: URLs resolve dot segments (RFC 3986), so `cl/x/../victim` would name `cl/victim`.
-    """
-    if not isinstance(name, str) or not name:
-        raise ConfigurationError(f"{what} must be a non-empty string, got {name!r}")
-    if any(segment in (".", "..") for segment in name.split("/")):
-        raise ConfigurationError(
-            f"{what} {name!r} has a '.' or '..' segment: in a URL it would name another object "
-            f"(dot segments are resolved), and the gateway refuses such names; give the {what} itself, "
-            "without them"
-        )
-    return quote(name, safe="/")
-
-
-def _token_header(token: object) -> str:
-    """`Fencing-Token` for `token`: an `int` in 1..2^63-1, else `ConfigurationError` (nothing sent).
-
-    The gateway refuses any other value, but a `bool` (`True`), a `float` or a `str` would otherwise be
-    sent as its text (`"True"`, `"1.5"`, `"12 ; x"`), and a value outside the range has no meaning."""
-    if not isinstance(token, int) or isinstance(token, bool) or not 1 <= token <= MAX_TOKEN:
-        raise ConfigurationError(
-            f"token must be an int from 1 to 2**63-1, got {token!r} ({type(token).__name__}): "
-            "pass the lease (lease=) or the token it was granted"
-        )
-    return str(token)
-
-
-def _resource_header(resource: object) -> str:
-    """`Fencing-Resource` for `resource` if the API can read it, else `ConfigurationError` (nothing sent):
-    an empty name, a comma, a space or a control character (CR, LF, NUL) is no name of the API."""
-    if not isinstance(resource, str) or not resource:
-        raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
-    if (
-        len(resource) > MAX_RESOURCE_LENGTH
-        or _RESOURCE.fullmatch(resource) is None
-        or any(segment in (".", "..") for segment in resource.split("/"))
-    ):
-        raise ConfigurationError(
-            f"resource {resource[:80]!r} cannot be sent to the gateway: it takes at most "
-            f"{MAX_RESOURCE_LENGTH} characters of letters, digits and _.~:@=+%- in segments separated by "
-            "single slashes, with no '.' or '..' segment; name the lock that way"
-        )
-    return resource
-
-
-def _readable(value: object, pattern: re.Pattern[str]) -> bool:
-    """Whether `value` is a `str` the API reads (annotations do not hold at run time)."""
-    return isinstance(value, str) and pattern.fullmatch(value) is not None
-
-
 def _hide(exc: BaseException, base: str) -> str:
     """`exc` in words, the gateway's URL in it without its password (aiohttp names the URL it tried)."""
     return str(exc).replace(base, redact(base))
 
 
 def _idempotent(key: str | None) -> dict[str, str]:
-    return {} if key is None else {"Idempotency-Key": key}
+    return {} if key is None else {IDEMPOTENCY_KEY: key}
 
 
 def _check(lease: Fenced) -> None:
