@@ -18,7 +18,6 @@ import glob
 import os
 import shutil
 import socket
-import ssl
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from urllib.parse import quote, urlencode
 
 from fencegate.lab.cluster.certs import KeyPair
 from fencegate.lab.cluster.errors import MissingServerError
+from lockclient.tls import client_context
 
 HOST = "127.0.0.1"
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"
@@ -437,12 +437,11 @@ def _probe_socket(node: Node) -> socket.socket:
     sock = socket.create_connection((HOST, node.port), timeout=PROBE_TIMEOUT)
     if not node.tls:
         return sock
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE  # readiness only: the clients under test verify
     prefix = "ssl_" if node.kind == "redis" else ""  # redis-py's parameter names, or kazoo's
-    if f"{prefix}certfile" in node.tls:
-        context.load_cert_chain(node.tls[f"{prefix}certfile"], node.tls[f"{prefix}keyfile"])
+    # readiness only, so no verification: the clients under test verify
+    context = client_context(
+        ca=None, cert=node.tls.get(f"{prefix}certfile"), key=node.tls.get(f"{prefix}keyfile"), verify=False
+    )
     try:
         return context.wrap_socket(sock)
     except OSError:
