@@ -1,5 +1,8 @@
 """Every error lockclient raises.
 
+A gateway's answer becomes its class in one place (`lockclient.http_errors`);
+each `GatewayError` carries the HTTP `status` and the API's `error` code.
+
 LockClientError
  ├── ConfigurationError (ValueError)   bad arguments; the message says the fix
  ├── LockNotAcquired (TimeoutError)    no quorum in time; per-node reasons attached

@@ -39,7 +39,6 @@ import json
 import math
 import os
 import random
-import re
 import ssl
 import uuid
 from collections.abc import Mapping
@@ -51,22 +50,8 @@ import aiohttp
 from yarl import URL
 
 from lockclient.config import require_positive
-from lockclient.errors import (
-    BadRequest,
-    BodyTimeout,
-    ConfigurationError,
-    Forbidden,
-    GatewayError,
-    IdempotencyKeyReused,
-    LockLost,
-    NotFound,
-    OutcomeUnknown,
-    ResourceMismatch,
-    StaleToken,
-    TokenFromTheFuture,
-    TooManyRequests,
-    Unauthorized,
-)
+from lockclient.errors import ConfigurationError, GatewayError, LockLost, OutcomeUnknown
+from lockclient.http_errors import error_for
 from lockclient.options import check_options
 from lockclient.protocols import Fenced
 from lockclient.tls import client_context, explain
@@ -78,26 +63,13 @@ from lockclient.wire import (
     OBJECT_VERSION,
     idempotency_key_header,
     in_path,
+    int_header,
     resource_header,
     token_header,
 )
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
 TLSPath = str | os.PathLike[str]
-# each error of the API (docs/gateway.md) as its exception; the 409s and 422s with fields are built in
-# `_error`; another 5xx (500 internal_error, 502, 503 and its codes, 504) is `OutcomeUnknown`
-BY_STATUS: dict[int, type[GatewayError]] = {
-    400: BadRequest,
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    405: BadRequest,
-    408: BodyTimeout,
-    413: BadRequest,
-    428: BadRequest,
-    501: BadRequest,
-}
-BY_CODE: dict[str | None, type[GatewayError]] = {"idempotency_key_reused": IdempotencyKeyReused}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,16 +145,6 @@ class FetchedObject:
     token: int | None
     version: int | None
     etag: str | None
-
-
-_DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")  # ASCII digits, no sign or leading zeros, below 10**19
-
-
-def _int_header(headers: Mapping[str, str], name: str) -> int | None:
-    """A count or token the gateway sent, None if absent or not plain ASCII decimal: `str.isdigit()`
-    takes every script's digits (and superscripts, which `int()` then refuses)."""
-    value = headers.get(name, "")
-    return int(value) if _DECIMAL.fullmatch(value) else None
 
 
 def _info(body: Mapping[str, Any], *, etag: str | None = None, created: bool = False) -> ObjectInfo:
@@ -324,7 +286,7 @@ class GatewayClient:
                 code="disconnected",
             ) from exc
         if status >= 400:
-            raise self._error(method, path, status, resp_headers, body)
+            raise error_for(f"{method} {path}", status, resp_headers, body)
         return status, resp_headers, body
 
     async def _request(
@@ -373,44 +335,6 @@ class GatewayClient:
         raise _gave_up(unknown, idempotency_key, attempt, "no retry left", write=write) from failure
 
     @staticmethod
-    def _error(method: str, path: str, status: int, headers: Mapping[str, str], body: bytes) -> GatewayError:
-        try:
-            document = json.loads(body)
-        except ValueError:
-            document = {}
-        if not isinstance(document, dict):
-            document = {}
-        code = document.get("error")
-        detail = document.get("detail") or body[:200].decode(errors="replace")
-        if status == 409 and code == "stale_token":
-            return StaleToken(
-                f"{method} {path}: {detail}",
-                resource=document["resource"],
-                token=document["token"],
-                highest=document["highest"],
-            )
-        message = f"{method} {path}: {status} {code}: {detail}"
-        if status == 409 and code == "resource_mismatch":
-            return ResourceMismatch(
-                message,
-                key=document["key"],
-                resource=document["resource"],
-                object_resource=document["object_resource"],
-            )
-        if status == 422 and code == "token_from_the_future":
-            return TokenFromTheFuture(
-                message, resource=document["resource"], token=document["token"], bound=document["bound"]
-            )
-        if status == 429:
-            wait = headers.get("Retry-After", "")
-            retry_after = None if _DECIMAL.fullmatch(wait) is None else float(wait)
-            return TooManyRequests(message, status=status, code=code, retry_after=retry_after)
-        if status >= 500 and status != 501:
-            return OutcomeUnknown(f"{message}; the outcome is unknown", status=status, code=code)
-        kind = BY_CODE.get(code) or BY_STATUS.get(status, GatewayError)
-        return kind(message, status=status, code=code)
-
-    @staticmethod
     def _object_path(key: str) -> str:
         return "/v1/objects/" + in_path("key", key)
 
@@ -442,8 +366,8 @@ class GatewayClient:
         return FetchedObject(
             key=key,
             data=body,
-            token=_int_header(resp_headers, FENCING_TOKEN),
-            version=_int_header(resp_headers, OBJECT_VERSION),
+            token=int_header(resp_headers, FENCING_TOKEN),
+            version=int_header(resp_headers, OBJECT_VERSION),
             etag=resp_headers.get("ETag"),
         )
 

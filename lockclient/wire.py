@@ -15,6 +15,7 @@ A resource in a header has no comma, which separates list values there.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from urllib.parse import quote
 
 from lockclient.errors import ConfigurationError
@@ -23,6 +24,11 @@ FENCING_TOKEN = "Fencing-Token"  # noqa: S105 (a header name, not a secret)
 FENCING_RESOURCE = "Fencing-Resource"
 IDEMPOTENCY_KEY = "Idempotency-Key"
 OBJECT_VERSION = "Object-Version"
+# the `error` codes of the answers whose fields a client reads (docs/gateway.md has them all)
+STALE_TOKEN = "stale_token"  # noqa: S105 (an error code, not a secret)
+RESOURCE_MISMATCH = "resource_mismatch"
+TOKEN_FROM_THE_FUTURE = "token_from_the_future"  # noqa: S105 (an error code, not a secret)
+IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
 
 MAX_TOKEN = 2**63 - 1
 MAX_RESOURCE_LENGTH = 256
@@ -62,7 +68,19 @@ KEY_PATTERN = name_pattern(KEY_CHARS)
 PATH_KEY_PATTERN = name_pattern(KEY_CHARS.replace("%", ""))
 HEADER_RESOURCE_PATTERN = name_pattern(RESOURCE_CHARS)
 _HEADER_RESOURCE = re.compile(HEADER_RESOURCE_PATTERN)
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")  # ASCII digits, no sign or leading zeros, below 10**19
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
+
+
+def read_decimal(value: str) -> int | None:
+    """A count or token the gateway sent, None if not plain ASCII decimal: `str.isdigit()` takes every
+    script's digits (and superscripts, which `int()` then refuses)."""
+    return int(value) if _DECIMAL.fullmatch(value) else None
+
+
+def int_header(headers: Mapping[str, str], name: str) -> int | None:
+    """`read_decimal` of a header the gateway sent; None if absent."""
+    return read_decimal(headers.get(name, ""))
 
 
 def token_header(token: object) -> str:
