@@ -36,25 +36,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
-import os
-import random
-import ssl
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypedDict, Unpack
+from typing import Any, Unpack
 
 import aiohttp
 from yarl import URL
 
 from lockclient.config import require_positive
 from lockclient.errors import ConfigurationError, GatewayError, LockLost, OutcomeUnknown
+from lockclient.gateway_retry import DEFAULT_GATEWAY_RETRY, GatewayRetry, gave_up
+from lockclient.gateway_tls import TLSPath, tls_context, tls_failure
+from lockclient.gateway_types import Fencing, FetchedObject, ObjectInfo, WriteOptions, check_fenced, info_from
 from lockclient.http_errors import error_for
 from lockclient.options import check_options
 from lockclient.protocols import Fenced
-from lockclient.tls import client_context, explain
 from lockclient.transport.endpoint import is_http_url, redact
 from lockclient.wire import (
     FENCING_RESOURCE,
@@ -69,94 +66,6 @@ from lockclient.wire import (
 )
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
-TLSPath = str | os.PathLike[str]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GatewayRetry:
-    """How `GatewayClient` sends a request again whose outcome is unknown (a 5xx but 501, a
-    timeout, a dropped connection) or that could not connect (nothing was sent).
-
-    attempts: sends in all, the first included (1: never again).
-    delay, max_delay, jitter: the pause before the n-th retry is
-        `min(delay * 2**(n-1), max_delay) + uniform(0, jitter)` seconds.
-
-    A write is retried with its `Idempotency-Key` only, so it is applied at
-    most once. An answer of the API (a 4xx: stale, mismatch, not found, ...)
-    is never retried, nor a TLS failure. Each send has the client's `timeout`.
-    """
-
-    attempts: int = 4
-    delay: float = 0.1
-    max_delay: float = 2.0
-    jitter: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ConfigurationError(
-                f"GatewayRetry.attempts must be an int >= 1, got {self.attempts!r}: use 1 to send once"
-            )
-        for name in ("delay", "max_delay", "jitter"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigurationError(f"GatewayRetry.{name} must be a finite number >= 0, got {value!r}")
-
-    def backoff(self, retry: int) -> float:
-        """The pause before retry number `retry` + 1."""
-        return min(self.delay * 2.0 ** min(retry, 30), self.max_delay) + random.random() * self.jitter
-
-
-DEFAULT_GATEWAY_RETRY = GatewayRetry()
-
-
-class Fencing(TypedDict, total=False):
-    """What fences a call: `lease=` (a `Fenced`), or `token=` with `resource=`; each may be left out."""
-
-    lease: Fenced | None
-    token: int | None
-    resource: str | None
-
-
-class WriteOptions(Fencing, total=False):
-    """The keywords of `put` and `delete`, async and blocking: the fencing and the `Idempotency-Key`."""
-
-    idempotency_key: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectInfo:
-    """What the gateway reports about an accepted write, or a listed object."""
-
-    key: str
-    resource: str
-    token: int | None
-    version: int | None
-    size: int
-    etag: str | None = None
-    created: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class FetchedObject:
-    """An object read through the gateway: its bytes and the token that wrote them."""
-
-    key: str
-    data: bytes
-    token: int | None
-    version: int | None
-    etag: str | None
-
-
-def _info(body: Mapping[str, Any], *, etag: str | None = None, created: bool = False) -> ObjectInfo:
-    return ObjectInfo(
-        key=body["key"],
-        resource=body["resource"],
-        token=body["token"],
-        version=body["version"],
-        size=body["size"],
-        etag=etag,
-        created=created,
-    )
 
 
 class GatewayClient:
@@ -192,7 +101,7 @@ class GatewayClient:
         _check_base_url(base_url)
         # aiohttp reads a total of 0 (or less) as "no timeout": a hung gateway would hang every call
         require_positive("timeout", timeout, "give the seconds one request may take, e.g. 30")
-        self._tls = _tls_context(base_url, session, ssl_ca_certs, ssl_certfile, ssl_keyfile)
+        self._tls = tls_context(base_url, session, ssl_ca_certs, ssl_certfile, ssl_keyfile)
         # over TLS 1.3 a gateway that requires a client certificate closes the connection after
         # the handshake, which reaches the client as a plain disconnect: the message names the fix
         self._no_certificate_hint = (
@@ -228,7 +137,9 @@ class GatewayClient:
         if lease is not None:
             if token is not None or resource is not None:
                 raise ConfigurationError("pass either lease= or token=/resource=, not both")
-            _check(lease)  # a lease that knows it is lost (a `Lease`) raises `LockLost`: nothing is sent
+            check_fenced(
+                lease
+            )  # a lease that knows it is lost (a `Lease`) raises `LockLost`: nothing is sent
             token, resource = lease.token, lease.resource
         if token is None:
             if required:
@@ -263,7 +174,7 @@ class GatewayClient:
                 code="timeout",
             ) from exc
         except aiohttp.ClientConnectorError as exc:
-            why = _tls_failure(exc)
+            why = tls_failure(exc)
             if why is not None:
                 raise GatewayError(
                     f"{method} {path}: cannot connect to the gateway at {self._shown}: TLS: {why}; "
@@ -323,16 +234,16 @@ class GatewayClient:
             await asyncio.sleep(retry.backoff(attempt - 1))
             if lease is not None:
                 try:
-                    _check(lease)
+                    check_fenced(lease)
                 except LockLost as lost:
                     if unknown is None:
                         raise  # nothing was sent
-                    raise _gave_up(
+                    raise gave_up(
                         unknown, idempotency_key, attempt, f"the lease was lost: {lost}", write=write
                     ) from lost
         if unknown is None:
             raise failure  # the gateway could not be reached: nothing was sent
-        raise _gave_up(unknown, idempotency_key, attempt, "no retry left", write=write) from failure
+        raise gave_up(unknown, idempotency_key, attempt, "no retry left", write=write) from failure
 
     @staticmethod
     def _object_path(key: str) -> str:
@@ -351,7 +262,7 @@ class GatewayClient:
                 f"data must be bytes, got {type(data).__name__}: encode text first, e.g. text.encode()"
             )
         status, resp_headers, body = await self._write("PUT", key, options, data=data)
-        return _info(json.loads(body), etag=resp_headers.get("ETag"), created=status == 201)
+        return info_from(json.loads(body), etag=resp_headers.get("ETag"), created=status == 201)
 
     async def get(self, key: str, **fencing: Unpack[Fencing]) -> FetchedObject:
         """Read `key`; with a lease it is a fenced read, which raises the mark.
@@ -377,7 +288,7 @@ class GatewayClient:
         A missing key raises `NotFound`.
         """
         _, resp_headers, body = await self._write("DELETE", key, options)
-        return _info(json.loads(body), etag=resp_headers.get("ETag"))
+        return info_from(json.loads(body), etag=resp_headers.get("ETag"))
 
     async def _write(
         self, method: str, key: str, options: WriteOptions, **kwargs: Any
@@ -405,7 +316,7 @@ class GatewayClient:
         while True:
             _, _, body = await self._request("GET", "/v1/objects", params={"prefix": prefix, "after": after})
             page = json.loads(body)
-            found.extend(_info(item) for item in page["objects"])
+            found.extend(info_from(item) for item in page["objects"])
             if page["next"] is None:
                 return found
             after = page["next"]
@@ -431,57 +342,6 @@ def _idempotent(key: str | None) -> dict[str, str]:
     return {} if key is None else {IDEMPOTENCY_KEY: key}
 
 
-def _check(lease: Fenced) -> None:
-    """A lease that can tell it is lost (a `Lease`) raises `LockLost`."""
-    check = getattr(lease, "check", None)
-    if callable(check):
-        check()
-
-
-def _gave_up(
-    unknown: OutcomeUnknown, key: str | None, attempts: int, why: str, *, write: bool
-) -> OutcomeUnknown:
-    """The error after the last send of a request whose outcome stayed unknown."""
-    if not write:
-        again = "a read changes nothing: send it again"
-    elif key is not None:
-        again = f"send it again with idempotency_key={key!r}: it is applied at most once"
-    else:
-        again = "no Idempotency-Key was sent: read the object before sending a write again"
-    return OutcomeUnknown(
-        f"{unknown} (sent {attempts} time(s); {why}): {again}",
-        status=unknown.status,
-        code=unknown.code,
-        idempotency_key=key,
-        attempts=attempts,
-    )
-
-
-def _tls_context(
-    base_url: str,
-    session: aiohttp.ClientSession | None,
-    ca: TLSPath | None,
-    cert: TLSPath | None,
-    key: TLSPath | None,
-) -> ssl.SSLContext | None:
-    """The client context for the `ssl_*` settings; None when none is given (aiohttp's default then)."""
-    if ca is None and cert is None and key is None:
-        return None
-    if not base_url.startswith("https://"):
-        raise ConfigurationError(
-            f"ssl_* settings need an https:// base_url, got {redact(base_url)!r}: use https://"
-        )
-    if session is not None:
-        raise ConfigurationError("give either session= or the ssl_* settings: a session brings its own TLS")
-    if key is not None and cert is None:
-        raise ConfigurationError("ssl_keyfile belongs to a client certificate: give ssl_certfile too")
-    return client_context(
-        ca=None if ca is None else os.fspath(ca),
-        cert=None if cert is None else os.fspath(cert),
-        key=None if key is None else os.fspath(key),
-    )
-
-
 def _check_base_url(base_url: str) -> None:
     """An http(s) URL with a host and, if given, a port that exists: anything else could never be sent,
     and would otherwise surface at the first request as an outcome unknown and be retried."""
@@ -490,11 +350,3 @@ def _check_base_url(base_url: str) -> None:
             f"base_url {redact(base_url)!r} must be an http(s) URL with a host and a port from 1 to 65535, "
             "e.g. http://127.0.0.1:8080"
         )
-
-
-def _tls_failure(exc: aiohttp.ClientError) -> str | None:
-    """Why a TLS handshake with the gateway failed, in words; None when `exc` is no TLS failure."""
-    for cause in (getattr(exc, "certificate_error", None), getattr(exc, "os_error", None), exc.__cause__):
-        if isinstance(cause, BaseException) and (why := explain(cause)) is not None:
-            return why
-    return None

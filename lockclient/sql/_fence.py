@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
 from lockclient.errors import ConfigurationError, StaleToken
-from lockclient.http import _check
+from lockclient.gateway_types import check_fenced
 from lockclient.protocols import Fenced
 from lockclient.sql._marks import MARKS_TABLE, Executor, dialect_of, marks_statements, raise_mark, read_mark
 from lockclient.wire import resource_header, token_header
@@ -94,7 +94,7 @@ def _arguments(resource_or_lease: str | Fenced, token: int | None) -> tuple[str,
         given: object = token
     else:
         lease: Fenced = resource_or_lease  # type: ignore[assignment]  # it has a token: a lease
-        _check(lease)
+        check_fenced(lease)
         resource, given = lease.resource, lease.token
     checked = int(token_header(given))  # the checks return what they passed, typed
     return resource_header(resource), checked
