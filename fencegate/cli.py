@@ -116,7 +116,7 @@ COMMANDS = (
     Command("keys", "gateway.commands:keys", "add, list or revoke the gateway's API keys (stored hashed)"),
     Command("audit", "gateway.commands:audit", "check a gateway's audit trail offline"),
     Command("upstream", "gateway.commands:upstream", "probe an upstream store's conditional writes"),
-    Command("lock", "lockclient.commands:configure", "inspect a lock on the Redis masters, or force it free"),
+    Command("lock", "fencegate.lock.cli:configure", "inspect a lock on the Redis masters, or force it free"),
     Command("demo", "fencegate.lab.demo:configure", "start 5 local Redis masters, take a fenced lease, stop"),
     Command("cluster", "fencegate.lab.cluster.cli:configure", "start, check or stop servers on loopback"),
     Command("lab", "fencegate.lab.cli:configure", "the safety lab: Redis-only vs fenced on real faults"),

@@ -26,6 +26,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     | {"fencegate.lab.cluster", "fencegate.bench", "fencegate.cli", "fencegate.tables"},
     "fencegate.model": frozenset({"fencegate.lab", "fencegate.cli", "fencegate.tables"}),
     "fencegate.sql": frozenset({"lockclient", "fencegate.cli"}),
+    "fencegate.lock": frozenset({"lockclient"}),
 }
 
 
