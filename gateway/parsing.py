@@ -36,6 +36,7 @@ from lockclient.wire import (
     MAX_RESOURCE_LENGTH,
 )
 from lockclient.wire import MAX_TOKEN as MAX_TOKEN  # the range every reader of a token names
+from lockclient.wire import parse_decimal as parse_decimal  # the one way an integer is read
 from storage.models import DEFAULT_CONTENT_TYPE, MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
 
 MAX_LIST_LIMIT = 1000
@@ -43,9 +44,6 @@ MAX_LIST_LIMIT = 1000
 # resource may be would be refused or not depending on another header, which no schema can state.
 MAX_HTTP_KEY_LENGTH = min(MAX_KEY_LENGTH, MAX_RESOURCE_LENGTH)
 PRINTABLE_PATTERN = r"[ -~]*"  # list prefixes and cursors
-# `[0-9]`, not `\d` nor str.isdigit(): those take every script's digits (full-width, Arabic-Indic, ...;
-# isdigit() even superscripts, which int() then refuses).
-_DECIMAL = re.compile(r"0|[1-9][0-9]*")
 _TOKEN_RULE = f"is not a decimal integer in 1..{MAX_TOKEN} (no sign, spaces or leading zeros)"
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 _IDEMPOTENCY_KEY_RULE = (
@@ -53,19 +51,6 @@ _IDEMPOTENCY_KEY_RULE = (
     "a UUID is a good choice"
 )
 _NAME = re.compile(KEY_PATTERN)
-
-
-def parse_decimal(raw: str, *, low: int, high: int) -> int | None:
-    """The integer `raw` writes if it is one in `low..high` in ASCII decimal digits with no sign, spaces,
-    underscores or leading zeros; None otherwise (the caller words the refusal).
-
-    The one way the gateway reads an integer someone else sent. The length is checked before `int()`,
-    so a huge input costs nothing and never reaches `int()`'s 4300-digit limit (a ValueError, which
-    would be answered 500)."""
-    if len(raw) > len(str(high)) or _DECIMAL.fullmatch(raw) is None:
-        return None
-    value = int(raw)
-    return value if low <= value <= high else None
 
 
 def one_value(headers: CIMultiDictProxy[str], name: str) -> str | None:

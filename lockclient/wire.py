@@ -68,14 +68,29 @@ KEY_PATTERN = name_pattern(KEY_CHARS)
 PATH_KEY_PATTERN = name_pattern(KEY_CHARS.replace("%", ""))
 HEADER_RESOURCE_PATTERN = name_pattern(RESOURCE_CHARS)
 _HEADER_RESOURCE = re.compile(HEADER_RESOURCE_PATTERN)
-_DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")  # ASCII digits, no sign or leading zeros, below 10**19
+# `[0-9]`, not `\d` nor str.isdigit(): those take every script's digits (full-width, Arabic-Indic, ...;
+# isdigit() even superscripts, which int() then refuses).
+_DECIMAL = re.compile(r"0|[1-9][0-9]*")
+MAX_READ = 10**19 - 1  # the largest count or token the client reads from an answer
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 
+def parse_decimal(raw: str, *, low: int, high: int) -> int | None:
+    """The integer `raw` writes if it is one in `low..high` in ASCII decimal digits with no sign, spaces,
+    underscores or leading zeros; None otherwise (the caller words the refusal).
+
+    The one way the gateway and the client read an integer someone else sent. The length is checked
+    before `int()`, so a huge input costs nothing and never reaches `int()`'s 4300-digit limit (a
+    ValueError, which the gateway would answer 500)."""
+    if len(raw) > len(str(high)) or _DECIMAL.fullmatch(raw) is None:
+        return None
+    value = int(raw)
+    return value if low <= value <= high else None
+
+
 def read_decimal(value: str) -> int | None:
-    """A count or token the gateway sent, None if not plain ASCII decimal: `str.isdigit()` takes every
-    script's digits (and superscripts, which `int()` then refuses)."""
-    return int(value) if _DECIMAL.fullmatch(value) else None
+    """A count or token the gateway sent (0..10**19-1), None if not plain ASCII decimal."""
+    return parse_decimal(value, low=0, high=MAX_READ)
 
 
 def int_header(headers: Mapping[str, str], name: str) -> int | None:
