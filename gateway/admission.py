@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.errors import TooManyRequests, Unavailable
+from gateway.errors import OverClientLimit, Unavailable
 
 
 class ClientLimiter:
@@ -32,7 +32,7 @@ class ClientLimiter:
         """Take one slot of `client`; 429 if none is free. Pair with `release` in a `finally`."""
         count = self._in_flight.get(client, 0)
         if count >= self._limit:
-            raise TooManyRequests(
+            raise OverClientLimit(
                 f"client {client!r} already has {count} requests in flight (the limit is {self._limit}); "
                 "wait for answers before sending more",
                 fields={"client": client, "limit": self._limit},

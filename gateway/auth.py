@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gateway.errors import BadRequest, ConfigurationError, Forbidden, Unauthorized
-from gateway.parsing import KEY_PATTERN
+from gateway.errors import BadRequest, ConfigurationError, OutOfScope, Unauthorized
+from lockclient.wire import KEY_PATTERN
 from storage.models import MAX_CLIENT_LENGTH
 
 Access = Literal["read", "write"]
@@ -299,14 +299,14 @@ class ApiKeys:
     def require(key: ApiKey, *names: str, access: Access) -> None:
         """403 unless the key has `access` and every name (resource, key, prefix) is under its prefixes."""
         if access not in key.access:
-            raise Forbidden(
+            raise OutOfScope(
                 f"API key {key.name!r} may not {access} (it has {sorted(key.access)}); a write or a fenced "
                 "read needs a key with write access",
                 fields={"access": access},
             )
         for name in names:
             if not key.allows(name):
-                raise Forbidden(
+                raise OutOfScope(
                     f"API key {key.name!r} is not allowed on {name!r}; its prefixes are {list(key.prefixes)}",
                     fields={"name": name},
                 )

@@ -6,17 +6,16 @@ GatewayServerError
  └── Refusal                      a request answered with an error: status, `error` code, JSON fields
       ├── BadRequest               400 bad_request: malformed token, resource or key
       ├── Unauthorized             401 unauthorized: no or unknown API key
-      ├── Forbidden                403 forbidden: the key is not scoped to this resource or key
-      ├── NotFound                 404 not_found
+      ├── OutOfScope               403 forbidden: the key is not scoped to this resource or key
       ├── HiddenBinding            409 resource_mismatch: the key belongs to a resource outside the
       │                            caller's scope, which the answer does not name
       ├── PreconditionNotMet       412 precondition_failed: the client's If-Match / If-None-Match does
       │                            not hold for the key's current version
       ├── PayloadTooLarge          413 payload_too_large
-      ├── TokenFromTheFuture       422 token_from_the_future: above the source's upper bound
+      ├── TokenAboveBound          422 token_from_the_future: above the source's upper bound
       ├── RequestTimeout           408 body_timeout: the client sent its body too slowly
       ├── TokenRequired            428 token_required: a write without Fencing-Token
-      ├── TooManyRequests          429 too_many_requests: the client has too many requests in flight
+      ├── OverClientLimit          429 too_many_requests: the client has too many requests in flight
       ├── NotSupported             501 not_supported: not available in this mode (and
       │                            precondition_not_supported: If-Match on a store that cannot check it)
       ├── UpstreamFailed           502 upstream_failed: the upstream answered an error, or a token
@@ -27,6 +26,9 @@ GatewayServerError
 
 A stale token is `storage.StaleToken`, answered 409 by the middleware; a reused
 Idempotency-Key is `storage.IdempotencyKeyReused`, answered 422 `idempotency_key_reused`.
+The client's exceptions (`lockclient.errors`) are another family, named for
+what the caller sees; the server's are named for what it refuses, so the
+two trees share as few names as the older modules allow.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class Unauthorized(Refusal):
     status, default_code = 401, "unauthorized"
 
 
-class Forbidden(Refusal):
+class OutOfScope(Refusal):
     status, default_code = 403, "forbidden"
 
 
@@ -103,10 +105,6 @@ class HiddenBinding(Refusal):
     status, default_code = 409, "resource_mismatch"
 
 
-class NotFound(Refusal):
-    status, default_code = 404, "not_found"
-
-
 class PreconditionNotMet(Refusal):
     status, default_code = 412, "precondition_failed"
 
@@ -115,7 +113,7 @@ class PayloadTooLarge(Refusal):
     status, default_code = 413, "payload_too_large"
 
 
-class TokenFromTheFuture(Refusal):
+class TokenAboveBound(Refusal):
     status, default_code = 422, "token_from_the_future"
 
 
@@ -127,7 +125,7 @@ class TokenRequired(Refusal):
     status, default_code = 428, "token_required"
 
 
-class TooManyRequests(Refusal):
+class OverClientLimit(Refusal):
     status, default_code = 429, "too_many_requests"
 
 

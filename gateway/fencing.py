@@ -30,7 +30,7 @@ import logging
 import time
 from collections import OrderedDict
 
-from gateway.errors import NotSupported, TokenFromTheFuture, Unavailable
+from gateway.errors import NotSupported, TokenAboveBound, Unavailable
 from gateway.metrics import Metrics
 from lockclient.errors import LockClientError
 from lockclient.protocols import TokenSource
@@ -122,7 +122,7 @@ class FutureGuard:
         bound = await self._ask(resource)
         if token > bound:
             self._metrics.future_refusals.inc()
-            raise TokenFromTheFuture(
+            raise TokenAboveBound(
                 f"token {token} is above the highest the token source has issued for {resource!r} ({bound}); "
                 "send a token drawn from the gateway's token source",
                 fields={"resource": resource, "token": token, "bound": bound},

@@ -25,6 +25,7 @@ from aiohttp.typedefs import Handler
 
 from gateway.errors import Refusal
 from gateway.keys import AppKeys, RequestKeys
+from lockclient.wire import IDEMPOTENCY_KEY_REUSED, RESOURCE_MISMATCH, STALE_TOKEN
 from storage.errors import (
     IdempotencyKeyReused,
     ObjectNotFound,
@@ -115,7 +116,7 @@ def _answer(request: web.Request, exc: BaseException) -> tuple[int, dict[str, ob
         return exc.status, exc.body()
     if isinstance(exc, StaleToken):
         return 409, {
-            "error": "stale_token",
+            "error": STALE_TOKEN,
             "resource": exc.resource,
             "token": exc.token,
             "highest": exc.highest,
@@ -123,14 +124,14 @@ def _answer(request: web.Request, exc: BaseException) -> tuple[int, dict[str, ob
         }
     if isinstance(exc, ResourceMismatch):
         return 409, {
-            "error": "resource_mismatch",
+            "error": RESOURCE_MISMATCH,
             "key": exc.key,
             "resource": exc.resource,
             "object_resource": exc.bound,
             "detail": str(exc),
         }
     if isinstance(exc, IdempotencyKeyReused):
-        return 422, {"error": "idempotency_key_reused", "detail": str(exc)}
+        return 422, {"error": IDEMPOTENCY_KEY_REUSED, "detail": str(exc)}
     if isinstance(exc, ObjectNotFound):
         return 404, {"error": "not_found", "key": exc.key, "detail": str(exc)}
     if isinstance(exc, StorageError):  # unavailable, or a failure nobody foresaw: the outcome is unknown

@@ -15,18 +15,17 @@ import functools
 from typing import Any
 
 from gateway.config import UPSTREAM_ORDERINGS
-from gateway.parsing import (
+from gateway.parsing import MAX_HTTP_KEY_LENGTH, MAX_LIST_LIMIT, PRINTABLE_PATTERN
+from lockclient.wire import (
     HEADER_RESOURCE_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
-    MAX_HTTP_KEY_LENGTH,
-    MAX_LIST_LIMIT,
+    MAX_RESOURCE_LENGTH,
     MAX_TOKEN,
     PATH_KEY_PATTERN,
-    PRINTABLE_PATTERN,
+    STRONG_TAG_PATTERN,
     TOKEN_PATTERN,
 )
-from gateway.preconditions import STRONG_TAG_PATTERN
-from storage.models import MAX_KEY_LENGTH, MAX_RESOURCE_LENGTH
+from storage.models import MAX_KEY_LENGTH
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _META = {"$ref": "#/components/schemas/ObjectMeta"}

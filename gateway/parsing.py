@@ -16,8 +16,10 @@ repeated fields into one comma list or keep either one, so a proxy that
 authorizes or routes on one value and a gateway that fences on another would
 disagree on the token; refusing leaves nothing to disagree on.
 
-The patterns below are also the OpenAPI document's (`gateway.openapi`), so a
-client generated from it sends only what passes here.
+The token range, the name patterns and the limits are the API's wire rules
+(`lockclient.wire`), which the client library checks before it sends; they
+are also the OpenAPI document's (`gateway.openapi`), so a client generated
+from it sends only what passes here.
 """
 
 from __future__ import annotations
@@ -27,58 +29,21 @@ import re
 from multidict import CIMultiDictProxy
 
 from gateway.errors import BadRequest, TokenRequired
-from storage.models import (
-    DEFAULT_CONTENT_TYPE,
-    MAX_CONTENT_TYPE_LENGTH,
+from lockclient.wire import (
+    IDEMPOTENCY_KEY_PATTERN,
+    KEY_PATTERN,
     MAX_IDEMPOTENCY_KEY_LENGTH,
-    MAX_KEY_LENGTH,
     MAX_RESOURCE_LENGTH,
 )
+from lockclient.wire import MAX_TOKEN as MAX_TOKEN  # the range every reader of a token names
+from lockclient.wire import parse_decimal as parse_decimal  # the one way an integer is read
+from storage.models import DEFAULT_CONTENT_TYPE, MAX_CONTENT_TYPE_LENGTH, MAX_KEY_LENGTH
 
-MAX_TOKEN = 2**63 - 1
 MAX_LIST_LIMIT = 1000
 # A key is its object's resource unless Fencing-Resource names another, so a longer key than a
 # resource may be would be refused or not depending on another header, which no schema can state.
 MAX_HTTP_KEY_LENGTH = min(MAX_KEY_LENGTH, MAX_RESOURCE_LENGTH)
-
-
-def _at_most(bound: int) -> str:
-    """A regex of the decimal integers 1..`bound` without leading zeros: shorter numbers, then each
-    digit of `bound` lowered once (any digits after it), then `bound` itself."""
-    digits = str(bound)
-    shorter = [rf"[1-9][0-9]{{0,{len(digits) - 2}}}"] if len(digits) > 1 else []
-    lowered = [
-        rf"{digits[:i]}[{low}-{int(d) - 1}]" + (rf"[0-9]{{{rest}}}" if (rest := len(digits) - i - 1) else "")
-        for i, d in enumerate(digits)
-        if int(d) > (low := 1 if i == 0 else 0)
-    ]
-    return "|".join([*shorter, *lowered, digits])
-
-
-TOKEN_PATTERN = _at_most(MAX_TOKEN)  # what `parse_decimal(raw, low=1, high=MAX_TOKEN)` accepts
-# printable ASCII without space and comma (a comma separates list values in a header)
-IDEMPOTENCY_KEY_PATTERN = rf"[!-+\--~]{{1,{MAX_IDEMPOTENCY_KEY_LENGTH}}}"
-
-
-def _name_pattern(chars: str) -> str:
-    """Segments of `chars` joined by single slashes; no segment is `.` or `..` (no lookahead, so
-    every regex engine a client generator uses reads it the same)."""
-    no_dot = chars.replace(".", "")
-    segment = rf"(?:[{no_dot}][{chars}]*|\.[{no_dot}][{chars}]*|\.\.[{chars}]+)"
-    return rf"{segment}(?:/{segment})*"
-
-
-KEY_PATTERN = _name_pattern("A-Za-z0-9_.~:@=+,%-")
-# A key or resource in a URL path as the OpenAPI document states it: no '%', which a client must send
-# as %25 (a raw '%' followed by hex digits is decoded into another name). The server still accepts
-# such names.
-PATH_KEY_PATTERN = _name_pattern("A-Za-z0-9_.~:@=+,-")
-# A resource named in a header has no comma (see above); one named by its key or path may.
-HEADER_RESOURCE_PATTERN = _name_pattern("A-Za-z0-9_.~:@=+%-")
 PRINTABLE_PATTERN = r"[ -~]*"  # list prefixes and cursors
-# `[0-9]`, not `\d` nor str.isdigit(): those take every script's digits (full-width, Arabic-Indic, ...;
-# isdigit() even superscripts, which int() then refuses).
-_DECIMAL = re.compile(r"0|[1-9][0-9]*")
 _TOKEN_RULE = f"is not a decimal integer in 1..{MAX_TOKEN} (no sign, spaces or leading zeros)"
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_KEY_PATTERN)
 _IDEMPOTENCY_KEY_RULE = (
@@ -86,19 +51,6 @@ _IDEMPOTENCY_KEY_RULE = (
     "a UUID is a good choice"
 )
 _NAME = re.compile(KEY_PATTERN)
-
-
-def parse_decimal(raw: str, *, low: int, high: int) -> int | None:
-    """The integer `raw` writes if it is one in `low..high` in ASCII decimal digits with no sign, spaces,
-    underscores or leading zeros; None otherwise (the caller words the refusal).
-
-    The one way the gateway reads an integer someone else sent. The length is checked before `int()`,
-    so a huge input costs nothing and never reaches `int()`'s 4300-digit limit (a ValueError, which
-    would be answered 500)."""
-    if len(raw) > len(str(high)) or _DECIMAL.fullmatch(raw) is None:
-        return None
-    value = int(raw)
-    return value if low <= value <= high else None
 
 
 def one_value(headers: CIMultiDictProxy[str], name: str) -> str | None:

@@ -22,11 +22,9 @@ from multidict import CIMultiDictProxy
 
 from gateway.errors import BadRequest
 from gateway.parsing import one_value
-from storage.models import MAX_ETAG_LENGTH
+from lockclient.wire import STRONG_TAG_PATTERN
 from storage.protocols import Precondition
 
-# RFC 9110 8.8.3: opaque-tag = DQUOTE *etagc DQUOTE (ASCII etagc here), as long as a stored ETag may be
-STRONG_TAG_PATTERN = f'"[!#-~]{{0,{MAX_ETAG_LENGTH - 2}}}"'
 _STRONG_TAG = re.compile(STRONG_TAG_PATTERN)
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway.errors import ConfigurationError
-
-MINIMUM_VERSION = ssl.TLSVersion.TLSv1_2  # older versions have known weaknesses; every current client has 1.2
+from lockclient.errors import ConfigurationError as ClientConfigurationError
+from lockclient.tls import MINIMUM_VERSION, client_context
 
 
 def server_context(cert: Path | None, key: Path | None, client_ca: Path | None) -> ssl.SSLContext | None:
@@ -64,14 +64,15 @@ def upstream_context(ca: Path | None, cert: Path | None, key: Path | None) -> ss
         return None
     fix = "give the PEM certificate of the CA that signs the upstream's certificate"
     try:
-        # with a cafile, create_default_context loads that file only; without, the system's store
-        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigurationError(f"cannot load the upstream CA {ca}: {exc}; {fix}") from exc
+        # the one client context of the tree: with a CA file that file only; without, the system's store
+        context = client_context(ca=None if ca is None else str(ca))
+    except ClientConfigurationError as exc:
+        raise ConfigurationError(
+            f"cannot load the upstream CA {ca}: {exc.__cause__}; {fix}"
+        ) from exc.__cause__
     # a file of revocation lists alone loads, and trusts nothing
     if ca is not None and not context.cert_store_stats()["x509"]:
         raise ConfigurationError(f"cannot load the upstream CA {ca}: it holds no certificate; {fix}")
-    context.minimum_version = MINIMUM_VERSION
     if cert is not None:
         _present(context, cert, key, "upstream client certificate")
     return context

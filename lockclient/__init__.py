@@ -36,7 +36,9 @@ from lockclient.errors import (
     TooManyRequests,
     Unauthorized,
 )
-from lockclient.http import DEFAULT_GATEWAY_RETRY, FetchedObject, GatewayClient, GatewayRetry, ObjectInfo
+from lockclient.gateway_retry import DEFAULT_GATEWAY_RETRY, GatewayRetry
+from lockclient.gateway_types import FetchedObject, ObjectInfo
+from lockclient.http import GatewayClient
 from lockclient.lease import Lease, token_of
 from lockclient.multi import MultiLease
 from lockclient.observe import Observer

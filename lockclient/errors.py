@@ -1,5 +1,8 @@
 """Every error lockclient raises.
 
+A gateway's answer becomes its class in one place (`lockclient.http_errors`);
+each `GatewayError` carries the HTTP `status` and the API's `error` code.
+
 LockClientError
  ├── ConfigurationError (ValueError)   bad arguments; the message says the fix
  ├── LockNotAcquired (TimeoutError)    no quorum in time; per-node reasons attached
@@ -16,7 +19,7 @@ LockClientError
       ├── Forbidden                    403: the key is not scoped to this resource or key
       ├── NotFound (LookupError)       404: no such object (a fenced read still raised the mark)
       ├── StaleToken                   409 stale_token: a newer token has already written
- ├── ResourceMismatch             409 resource_mismatch: the key belongs to another resource
+      ├── ResourceMismatch             409 resource_mismatch: the key belongs to another resource
       ├── PreconditionFailed           412 precondition_failed: the object is no longer the version
       │                                `if_match` named; nothing changed: read it again
       ├── TokenFromTheFuture           422 token_from_the_future: above what the source issued

@@ -23,9 +23,9 @@ key with a `.` or `..` segment is refused (`ConfigurationError`, nothing
 sent): a URL resolves such segments, so `a/x/../b` would reach `a/b`, another
 object; the gateway refuses those keys too.
 
-What the HTTP API would refuse in a header is refused here, before anything
-is sent (`ConfigurationError`): a token that is not an `int` in 1..2^63-1
-(no `bool`, `float` or `str`), a resource that is not a name of the API
+What the HTTP API would refuse in a header is refused here, by its own rules
+(`lockclient.wire`), before anything is sent (`ConfigurationError`): a token
+that is not an `int` in 1..2^63-1 (no `bool`, `float` or `str`), a resource that is not a name of the API
 (segments of `A-Za-z0-9_.~:@=+%-` joined by single slashes, at most 256
 characters), an `Idempotency-Key` outside 1..128 printable ASCII characters
 without spaces or commas, and data that is not bytes. Messages name the
@@ -36,167 +36,38 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
-import os
-import random
-import re
-import ssl
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypedDict, Unpack
-from urllib.parse import quote
+from typing import Any, Unpack
 
 import aiohttp
 from yarl import URL
 
-from lockclient._tls import client_context, explain
 from lockclient.config import require_positive
-from lockclient.errors import (
-    BadRequest,
-    BodyTimeout,
-    ConfigurationError,
-    Forbidden,
-    GatewayError,
-    IdempotencyKeyReused,
-    LockLost,
-    NotFound,
-    OutcomeUnknown,
-    PreconditionFailed,
-    ResourceMismatch,
-    StaleToken,
-    TokenFromTheFuture,
-    TooManyRequests,
-    Unauthorized,
-)
+from lockclient.errors import ConfigurationError, GatewayError, LockLost, OutcomeUnknown
+from lockclient.gateway_retry import DEFAULT_GATEWAY_RETRY, GatewayRetry, gave_up
+from lockclient.gateway_tls import TLSPath, tls_context, tls_failure
+from lockclient.gateway_types import Fencing, FetchedObject, ObjectInfo, WriteOptions, check_fenced, info_from
+from lockclient.http_errors import error_for
 from lockclient.options import check_options
 from lockclient.protocols import Fenced
 from lockclient.transport.endpoint import is_http_url, redact
+from lockclient.wire import (
+    FENCING_RESOURCE,
+    FENCING_TOKEN,
+    IDEMPOTENCY_KEY,
+    IF_MATCH,
+    OBJECT_VERSION,
+    idempotency_key_header,
+    if_match_header,
+    in_path,
+    int_header,
+    resource_header,
+    token_header,
+)
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
-# the HTTP API's rules for what it reads from headers (docs/gateway.md; lockclient does not import
-# the gateway): `Fencing-Token` is a decimal in 1..2^63-1 (the signed 64-bit mark), `Fencing-Resource`
-# a name of printable segments (no comma, which separates list values in a header) of at most 256
-MAX_TOKEN = 2**63 - 1
-MAX_RESOURCE_LENGTH = 256
-_RESOURCE = re.compile(r"[A-Za-z0-9_.~:@=+%-]+(?:/[A-Za-z0-9_.~:@=+%-]+)*")
-_IDEMPOTENCY_KEY = re.compile(r"[!-+\--~]{1,128}")  # printable ASCII without space and comma
-_ENTITY_TAG = re.compile(r'"[\x21\x23-\x7e]{0,254}"')  # one strong entity tag (RFC 9110 8.8.3)
-TLSPath = str | os.PathLike[str]
-# each error of the API (docs/gateway.md) as its exception; the 409s and 422s with fields are built in
-# `_error`; another 5xx (500 internal_error, 502, 503 and its codes, 504) is `OutcomeUnknown`
-BY_STATUS: dict[int, type[GatewayError]] = {
-    400: BadRequest,
-    401: Unauthorized,
-    403: Forbidden,
-    404: NotFound,
-    405: BadRequest,
-    408: BodyTimeout,
-    412: PreconditionFailed,
-    413: BadRequest,
-    428: BadRequest,
-    501: BadRequest,
-}
-BY_CODE: dict[str | None, type[GatewayError]] = {"idempotency_key_reused": IdempotencyKeyReused}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GatewayRetry:
-    """How `GatewayClient` sends a request again whose outcome is unknown (a 5xx but 501, a
-    timeout, a dropped connection) or that could not connect (nothing was sent).
-
-    attempts: sends in all, the first included (1: never again).
-    delay, max_delay, jitter: the pause before the n-th retry is
-        `min(delay * 2**(n-1), max_delay) + uniform(0, jitter)` seconds.
-
-    A write is retried with its `Idempotency-Key` only, so it is applied at
-    most once. An answer of the API (a 4xx: stale, mismatch, not found, ...)
-    is never retried, nor a TLS failure. Each send has the client's `timeout`.
-    """
-
-    attempts: int = 4
-    delay: float = 0.1
-    max_delay: float = 2.0
-    jitter: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ConfigurationError(
-                f"GatewayRetry.attempts must be an int >= 1, got {self.attempts!r}: use 1 to send once"
-            )
-        for name in ("delay", "max_delay", "jitter"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigurationError(f"GatewayRetry.{name} must be a finite number >= 0, got {value!r}")
-
-    def backoff(self, retry: int) -> float:
-        """The pause before retry number `retry` + 1."""
-        return min(self.delay * 2.0 ** min(retry, 30), self.max_delay) + random.random() * self.jitter
-
-
-DEFAULT_GATEWAY_RETRY = GatewayRetry()
-
-
-class Fencing(TypedDict, total=False):
-    """What fences a call: `lease=` (a `Fenced`), or `token=` with `resource=`; each may be left out."""
-
-    lease: Fenced | None
-    token: int | None
-    resource: str | None
-
-
-class WriteOptions(Fencing, total=False):
-    """The keywords of `put` and `delete`, async and blocking: the fencing and the `Idempotency-Key`."""
-
-    idempotency_key: str | None
-    if_match: str | None  # `If-Match`: the ETag a read answered (or "*"); 412 `PreconditionFailed` if not
-
-
-@dataclass(frozen=True, slots=True)
-class ObjectInfo:
-    """What the gateway reports about an accepted write, or a listed object."""
-
-    key: str
-    resource: str
-    token: int | None
-    version: int | None
-    size: int
-    etag: str | None = None
-    created: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class FetchedObject:
-    """An object read through the gateway: its bytes and the token that wrote them."""
-
-    key: str
-    data: bytes
-    token: int | None
-    version: int | None
-    etag: str | None
-
-
-_DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")  # ASCII digits, no sign or leading zeros, below 10**19
-
-
-def _int_header(headers: Mapping[str, str], name: str) -> int | None:
-    """A count or token the gateway sent, None if absent or not plain ASCII decimal: `str.isdigit()`
-    takes every script's digits (and superscripts, which `int()` then refuses)."""
-    value = headers.get(name, "")
-    return int(value) if _DECIMAL.fullmatch(value) else None
-
-
-def _info(body: Mapping[str, Any], *, etag: str | None = None, created: bool = False) -> ObjectInfo:
-    return ObjectInfo(
-        key=body["key"],
-        resource=body["resource"],
-        token=body["token"],
-        version=body["version"],
-        size=body["size"],
-        etag=etag,
-        created=created,
-    )
 
 
 class GatewayClient:
@@ -232,7 +103,7 @@ class GatewayClient:
         _check_base_url(base_url)
         # aiohttp reads a total of 0 (or less) as "no timeout": a hung gateway would hang every call
         require_positive("timeout", timeout, "give the seconds one request may take, e.g. 30")
-        self._tls = _tls_context(base_url, session, ssl_ca_certs, ssl_certfile, ssl_keyfile)
+        self._tls = tls_context(base_url, session, ssl_ca_certs, ssl_certfile, ssl_keyfile)
         # over TLS 1.3 a gateway that requires a client certificate closes the connection after
         # the handshake, which reaches the client as a plain disconnect: the message names the fix
         self._no_certificate_hint = (
@@ -268,15 +139,17 @@ class GatewayClient:
         if lease is not None:
             if token is not None or resource is not None:
                 raise ConfigurationError("pass either lease= or token=/resource=, not both")
-            _check(lease)  # a lease that knows it is lost (a `Lease`) raises `LockLost`: nothing is sent
+            check_fenced(
+                lease
+            )  # a lease that knows it is lost (a `Lease`) raises `LockLost`: nothing is sent
             token, resource = lease.token, lease.resource
         if token is None:
             if required:
                 raise ConfigurationError(f"writing {key!r} needs a fencing token: pass lease= (or token=)")
             return {}
-        headers = {"Fencing-Token": _token_header(token)}
+        headers = {FENCING_TOKEN: token_header(token)}
         if resource is not None:
-            headers["Fencing-Resource"] = _resource_header(resource)
+            headers[FENCING_RESOURCE] = resource_header(resource)
         return headers
 
     async def _send(
@@ -288,7 +161,7 @@ class GatewayClient:
             connector = aiohttp.TCPConnector(ssl=self._tls) if self._tls is not None else None
             self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         try:
-            # `encoded=True`: the path is already percent-encoded (`_in_path`); yarl would otherwise
+            # `encoded=True`: the path is already percent-encoded (`in_path`); yarl would otherwise
             # requote it and resolve dot segments, sending a request for another name than the caller's
             url = URL(self._origin + path, encoded=True)
             async with self._session.request(
@@ -303,7 +176,7 @@ class GatewayClient:
                 code="timeout",
             ) from exc
         except aiohttp.ClientConnectorError as exc:
-            why = _tls_failure(exc)
+            why = tls_failure(exc)
             if why is not None:
                 raise GatewayError(
                     f"{method} {path}: cannot connect to the gateway at {self._shown}: TLS: {why}; "
@@ -326,7 +199,7 @@ class GatewayClient:
                 code="disconnected",
             ) from exc
         if status >= 400:
-            raise self._error(method, path, status, resp_headers, body)
+            raise error_for(f"{method} {path}", status, resp_headers, body)
         return status, resp_headers, body
 
     async def _request(
@@ -363,58 +236,20 @@ class GatewayClient:
             await asyncio.sleep(retry.backoff(attempt - 1))
             if lease is not None:
                 try:
-                    _check(lease)
+                    check_fenced(lease)
                 except LockLost as lost:
                     if unknown is None:
                         raise  # nothing was sent
-                    raise _gave_up(
+                    raise gave_up(
                         unknown, idempotency_key, attempt, f"the lease was lost: {lost}", write=write
                     ) from lost
         if unknown is None:
             raise failure  # the gateway could not be reached: nothing was sent
-        raise _gave_up(unknown, idempotency_key, attempt, "no retry left", write=write) from failure
-
-    @staticmethod
-    def _error(method: str, path: str, status: int, headers: Mapping[str, str], body: bytes) -> GatewayError:
-        try:
-            document = json.loads(body)
-        except ValueError:
-            document = {}
-        if not isinstance(document, dict):
-            document = {}
-        code = document.get("error")
-        detail = document.get("detail") or body[:200].decode(errors="replace")
-        if status == 409 and code == "stale_token":
-            return StaleToken(
-                f"{method} {path}: {detail}",
-                resource=document["resource"],
-                token=document["token"],
-                highest=document["highest"],
-            )
-        message = f"{method} {path}: {status} {code}: {detail}"
-        if status == 409 and code == "resource_mismatch":
-            return ResourceMismatch(
-                message,
-                key=document["key"],
-                resource=document["resource"],
-                object_resource=document["object_resource"],
-            )
-        if status == 422 and code == "token_from_the_future":
-            return TokenFromTheFuture(
-                message, resource=document["resource"], token=document["token"], bound=document["bound"]
-            )
-        if status == 429:
-            wait = headers.get("Retry-After", "")
-            retry_after = None if _DECIMAL.fullmatch(wait) is None else float(wait)
-            return TooManyRequests(message, status=status, code=code, retry_after=retry_after)
-        if status >= 500 and status != 501:
-            return OutcomeUnknown(f"{message}; the outcome is unknown", status=status, code=code)
-        kind = BY_CODE.get(code) or BY_STATUS.get(status, GatewayError)
-        return kind(message, status=status, code=code)
+        raise gave_up(unknown, idempotency_key, attempt, "no retry left", write=write) from failure
 
     @staticmethod
     def _object_path(key: str) -> str:
-        return "/v1/objects/" + _in_path("key", key)
+        return "/v1/objects/" + in_path("key", key)
 
     async def put(self, key: str, data: bytes, **options: Unpack[WriteOptions]) -> ObjectInfo:
         """Store `data` under `key`, fenced by the lease's token.
@@ -429,7 +264,7 @@ class GatewayClient:
                 f"data must be bytes, got {type(data).__name__}: encode text first, e.g. text.encode()"
             )
         status, resp_headers, body = await self._write("PUT", key, options, data=data)
-        return _info(json.loads(body), etag=resp_headers.get("ETag"), created=status == 201)
+        return info_from(json.loads(body), etag=resp_headers.get("ETag"), created=status == 201)
 
     async def get(self, key: str, **fencing: Unpack[Fencing]) -> FetchedObject:
         """Read `key`; with a lease it is a fenced read, which raises the mark.
@@ -444,8 +279,8 @@ class GatewayClient:
         return FetchedObject(
             key=key,
             data=body,
-            token=_int_header(resp_headers, "Fencing-Token"),
-            version=_int_header(resp_headers, "Object-Version"),
+            token=int_header(resp_headers, FENCING_TOKEN),
+            version=int_header(resp_headers, OBJECT_VERSION),
             etag=resp_headers.get("ETag"),
         )
 
@@ -455,7 +290,7 @@ class GatewayClient:
         A missing key raises `NotFound`.
         """
         _, resp_headers, body = await self._write("DELETE", key, options)
-        return _info(json.loads(body), etag=resp_headers.get("ETag"))
+        return info_from(json.loads(body), etag=resp_headers.get("ETag"))
 
     async def _write(
         self, method: str, key: str, options: WriteOptions, **kwargs: Any
@@ -465,18 +300,10 @@ class GatewayClient:
         path = self._object_path(key)
         headers = self._fencing(key, options, required=True)
         once = self._key(options.get("idempotency_key"))
-        if once is not None and not _readable(once, _IDEMPOTENCY_KEY):
-            raise ConfigurationError(
-                f"idempotency_key {once!r} must be 1..128 printable ASCII characters without spaces or "
-                "commas: a UUID is a good choice"
-            )
-        if_match = options.get("if_match")
-        if if_match is not None:
-            if if_match != "*" and not _readable(if_match, _ENTITY_TAG):
-                raise ConfigurationError(
-                    f'if_match {if_match!r} must be one strong ETag as a read answered it ("..."), or "*"'
-                )
-            headers["If-Match"] = if_match
+        if once is not None:
+            idempotency_key_header(once)
+        if (if_match := options.get("if_match")) is not None:
+            headers[IF_MATCH] = if_match_header(if_match)
         return await self._request(
             method,
             path,
@@ -493,14 +320,14 @@ class GatewayClient:
         while True:
             _, _, body = await self._request("GET", "/v1/objects", params={"prefix": prefix, "after": after})
             page = json.loads(body)
-            found.extend(_info(item) for item in page["objects"])
+            found.extend(info_from(item) for item in page["objects"])
             if page["next"] is None:
                 return found
             after = page["next"]
 
     async def fence(self, resource: str) -> int:
         """The resource's current high-water mark (0 if no token was ever accepted)."""
-        _, _, body = await self._request("GET", "/v1/fences/" + _in_path("resource", resource))
+        _, _, body = await self._request("GET", "/v1/fences/" + in_path("resource", resource))
         return int(json.loads(body)["highest"])
 
     def _key(self, given: str | None) -> str | None:
@@ -510,117 +337,13 @@ class GatewayClient:
         return uuid.uuid4().hex
 
 
-def _in_path(what: str, name: object) -> str:
-    """`name` (a key or resource) percent-encoded for a URL path, every `/` kept as a separator.
-
-    Refused (`ConfigurationError`, nothing sent) unless a non-empty `str` without a `.` or `..`
-    segment: URLs resolve dot segments (RFC 3986), so `cl/x/../victim` would name `cl/victim`.
-    """
-    if not isinstance(name, str) or not name:
-        raise ConfigurationError(f"{what} must be a non-empty string, got {name!r}")
-    if any(segment in (".", "..") for segment in name.split("/")):
-        raise ConfigurationError(
-            f"{what} {name!r} has a '.' or '..' segment: in a URL it would name another object "
-            f"(dot segments are resolved), and the gateway refuses such names; give the {what} itself, "
-            "without them"
-        )
-    return quote(name, safe="/")
-
-
-def _token_header(token: object) -> str:
-    """`Fencing-Token` for `token`: an `int` in 1..2^63-1, else `ConfigurationError` (nothing sent).
-
-    The gateway refuses any other value, but a `bool` (`True`), a `float` or a `str` would otherwise be
-    sent as its text (`"True"`, `"1.5"`, `"12 ; x"`), and a value outside the range has no meaning."""
-    if not isinstance(token, int) or isinstance(token, bool) or not 1 <= token <= MAX_TOKEN:
-        raise ConfigurationError(
-            f"token must be an int from 1 to 2**63-1, got {token!r} ({type(token).__name__}): "
-            "pass the lease (lease=) or the token it was granted"
-        )
-    return str(token)
-
-
-def _resource_header(resource: object) -> str:
-    """`Fencing-Resource` for `resource` if the API can read it, else `ConfigurationError` (nothing sent):
-    an empty name, a comma, a space or a control character (CR, LF, NUL) is no name of the API."""
-    if not isinstance(resource, str) or not resource:
-        raise ConfigurationError(f"resource must be a non-empty string, got {resource!r}")
-    if (
-        len(resource) > MAX_RESOURCE_LENGTH
-        or _RESOURCE.fullmatch(resource) is None
-        or any(segment in (".", "..") for segment in resource.split("/"))
-    ):
-        raise ConfigurationError(
-            f"resource {resource[:80]!r} cannot be sent to the gateway: it takes at most "
-            f"{MAX_RESOURCE_LENGTH} characters of letters, digits and _.~:@=+%- in segments separated by "
-            "single slashes, with no '.' or '..' segment; name the lock that way"
-        )
-    return resource
-
-
-def _readable(value: object, pattern: re.Pattern[str]) -> bool:
-    """Whether `value` is a `str` the API reads (annotations do not hold at run time)."""
-    return isinstance(value, str) and pattern.fullmatch(value) is not None
-
-
 def _hide(exc: BaseException, base: str) -> str:
     """`exc` in words, the gateway's URL in it without its password (aiohttp names the URL it tried)."""
     return str(exc).replace(base, redact(base))
 
 
 def _idempotent(key: str | None) -> dict[str, str]:
-    return {} if key is None else {"Idempotency-Key": key}
-
-
-def _check(lease: Fenced) -> None:
-    """A lease that can tell it is lost (a `Lease`) raises `LockLost`."""
-    check = getattr(lease, "check", None)
-    if callable(check):
-        check()
-
-
-def _gave_up(
-    unknown: OutcomeUnknown, key: str | None, attempts: int, why: str, *, write: bool
-) -> OutcomeUnknown:
-    """The error after the last send of a request whose outcome stayed unknown."""
-    if not write:
-        again = "a read changes nothing: send it again"
-    elif key is not None:
-        again = f"send it again with idempotency_key={key!r}: it is applied at most once"
-    else:
-        again = "no Idempotency-Key was sent: read the object before sending a write again"
-    return OutcomeUnknown(
-        f"{unknown} (sent {attempts} time(s); {why}): {again}",
-        status=unknown.status,
-        code=unknown.code,
-        idempotency_key=key,
-        attempts=attempts,
-    )
-
-
-def _tls_context(
-    base_url: str,
-    session: aiohttp.ClientSession | None,
-    ca: TLSPath | None,
-    cert: TLSPath | None,
-    key: TLSPath | None,
-) -> ssl.SSLContext | None:
-    """The client context for the `ssl_*` settings; None when none is given (aiohttp's default then)."""
-    if ca is None and cert is None and key is None:
-        return None
-    if not base_url.startswith("https://"):
-        raise ConfigurationError(
-            f"ssl_* settings need an https:// base_url, got {redact(base_url)!r}: use https://"
-        )
-    if session is not None:
-        raise ConfigurationError("give either session= or the ssl_* settings: a session brings its own TLS")
-    if key is not None and cert is None:
-        raise ConfigurationError("ssl_keyfile belongs to a client certificate: give ssl_certfile too")
-    return client_context(
-        ca=None if ca is None else os.fspath(ca),
-        cert=None if cert is None else os.fspath(cert),
-        key=None if key is None else os.fspath(key),
-    )
+    return {} if key is None else {IDEMPOTENCY_KEY: key}
 
 
 def _check_base_url(base_url: str) -> None:
@@ -631,11 +354,3 @@ def _check_base_url(base_url: str) -> None:
             f"base_url {redact(base_url)!r} must be an http(s) URL with a host and a port from 1 to 65535, "
             "e.g. http://127.0.0.1:8080"
         )
-
-
-def _tls_failure(exc: aiohttp.ClientError) -> str | None:
-    """Why a TLS handshake with the gateway failed, in words; None when `exc` is no TLS failure."""
-    for cause in (getattr(exc, "certificate_error", None), getattr(exc, "os_error", None), exc.__cause__):
-        if isinstance(cause, BaseException) and (why := explain(cause)) is not None:
-            return why
-    return None

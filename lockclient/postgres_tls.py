@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from lockclient._tls import client_context, explain, tls_version
 from lockclient.errors import ConfigurationError, TLSError
+from lockclient.tls import client_context, explain, tls_version
 
 __all__ = ["MODES", "PostgresTLS", "split_tls"]
 

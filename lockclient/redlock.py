@@ -1,48 +1,33 @@
-"""Redlock over N independent Redis masters, with a fencing token in every lease.
+"""`Redlock`: locks over N independent Redis masters, with a fencing token in every lease.
 
-One attempt (steps 1-4 of the algorithm): draw a token, build a fresh random
-value that records it, send `SET key value NX PX ttl` to every master at once,
-and grant only with a quorum and validity left; otherwise undo on every master
-that may hold the value and, if blocking, wait for a release message (or a
-jittered pause) and try again with a new token.
-
-Failure semantics: nothing is granted without a quorum inside the validity
-window; a cancelled attempt undoes itself, shielded from a second
-cancellation; a lease is forgotten only after the release script has
-answered. Contention is waited out until `timeout`; an unreachable majority
-is an outage and raises `QuorumUnavailable` after `retry.unreachable`
-seconds. A renewal (watchdog or `extend()`) that gets no quorum is retried
-with backoff until the lease's validity runs out; the lease is lost (marked,
-reported, released) only then, or as soon as a renewal proves that no quorum
-holds its value any more.
+The class is the public face: it owns the masters, the token source and the
+subscriptions, and closes them. The attempts of an acquire (draw, quorum,
+undo, wait) are `lockclient.attempts`; the acquires `aclose()` must end are
+`lockclient.inflight`'s; renewals (watchdog, `extend()`) are
+`lockclient.renewal`'s. A lease is forgotten only after the release script
+answered; it is lost (marked, reported, released) only once its validity ran
+out unconfirmed, or a renewal proved no quorum holds it any more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import inspect as pyinspect
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
 from types import TracebackType
-from typing import Generic, ParamSpec, TypeVar, Unpack, cast, overload
+from typing import Generic, ParamSpec, TypeVar, Unpack, overload
 
 from lockclient import _nodes, multi, state
-from lockclient._nodes import Master, release_channel
-from lockclient._notify import Notifier, Watch
+from lockclient._nodes import Master
+from lockclient._notify import Notifier
 from lockclient._quorum import (
     NodeAnswers,
-    NotGranted,
     display_url,
-    drift,
-    failed_masters,
     fan_out,
     quorum,
-    tally,
-    validity,
 )
+from lockclient.attempts import AttemptLoop
 from lockclient.config import (
     DEFAULT_DRIFT_FACTOR,
     DEFAULT_KEY_PREFIX,
@@ -59,22 +44,21 @@ from lockclient.config import (
     check_tokens,
     check_ttl,
 )
+from lockclient.decorate import under_lock
 from lockclient.errors import (
     ConfigurationError,
     ExtensionLimitReached,
     LockLost,
-    LockNotAcquired,
-    QuorumUnavailable,
-    TokenSourceError,
 )
-from lockclient.lease import Lease, TokenT, lock_value
+from lockclient.inflight import InFlight
+from lockclient.lease import Lease, TokenT
 from lockclient.multi import MultiLease
 from lockclient.observe import Events, Observer
-from lockclient.options import AcquireOptions, OnLost, RedlockOptions, check_options
+from lockclient.options import AcquireOptions, RedlockOptions, check_options
 from lockclient.protocols import Clock, TokenSource
-from lockclient.renewal import Renewals, ms
+from lockclient.release import judge_release
+from lockclient.renewal import Renewals
 from lockclient.state import ForcedUnlock, LockState
-from lockclient.transport.fanout import Outcome
 
 __all__ = ["Redlock"]
 
@@ -149,16 +133,17 @@ class Redlock(Generic[TokenT]):
             connect_timeout=max(node_timeout, 0.2),
             subscribe_timeout=max(4 * node_timeout, 0.2),
         )
+        self._loop: AttemptLoop[TokenT] = AttemptLoop(
+            self._masters, self._urls, quorum=self.quorum, settings=self.settings, tokens=tokens,
+            clock=clock, events=self._events, notifier=self._notifier,
+        )  # fmt: skip
         self._held: dict[tuple[str, Hashable], Lease[TokenT]] = {}
         self._renewals: Renewals[TokenT] = Renewals(
             self._masters, self._urls, quorum=self.quorum, settings=self.settings, clock=clock,
-            events=self._events, undo=lambda lease: self._undo(lease.key, lease.value, self._masters),
+            events=self._events, undo=lambda lease: self._loop.undo(lease.key, lease.value, self._masters),
         )  # fmt: skip
         self._closed = False
-        # Tasks inside `_acquire`, and those of them that `aclose()` cancelled (see `_stop_acquires`).
-        self._acquiring: set[asyncio.Task[object]] = set()
-        self._stopping: set[asyncio.Task[object]] = set()
-        self._acquires_ended: asyncio.Event | None = None
+        self._in_flight = InFlight(closed=CLOSED)  # the acquires `aclose()` ends
 
     @property
     def masters(self) -> list[str]:
@@ -178,9 +163,9 @@ class Redlock(Generic[TokenT]):
 
     def key(self, resource: str) -> str:
         """The Redis key that holds `resource`'s lock on every master."""
-        return self.settings.key_prefix + resource
+        return self._loop.key(resource)
 
-    # -- acquiring -------------------------------------------------------------
+    # -- acquiring, releasing, extending (the attempts: lockclient/attempts.py) -------------
 
     async def acquire(
         self, resource: str, *, owner: Hashable | None = None, **options: Unpack[AcquireOptions[TokenT]]
@@ -217,244 +202,15 @@ class Redlock(Generic[TokenT]):
             if held is not None and not held.lost:
                 held.holds += 1  # Step 8: the same owner re-enters; released when the count reaches zero
                 return held
-        lease = await self._acquire(resource, ttl, blocking, timeout, owner, on_lost)
+        # the attempt loop, ended by `aclose()`: a closed Redlock grants nothing, so an acquire in flight
+        # then raises `ConfigurationError` (after undoing its attempt, as on any cancellation)
+        attempts = self._loop.run(resource, ttl, blocking, timeout, owner, on_lost)
+        lease = await self._in_flight.run(attempts, what="Redlock.acquire")
         if self.settings.reentrant:
             self._held[(resource, owner)] = lease
         if options.get("auto_extend", False):
             self._renewals.watch(lease)
         return lease
-
-    async def _acquire(
-        self,
-        resource: str,
-        ttl: float,
-        blocking: bool,
-        timeout: float | None,  # noqa: ASYNC109 - the wait bounds many attempts and their pauses
-        owner: Hashable,
-        on_lost: OnLost[TokenT] | None,
-    ) -> Lease[TokenT]:
-        """`_attempts`, ended by `aclose()`: a closed Redlock grants nothing, so an acquire in flight
-        then raises `ConfigurationError` (after undoing its attempt, as on any cancellation)."""
-        task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError("Redlock.acquire must run in an asyncio task")
-        self._acquiring.add(task)
-        try:
-            return await self._attempts(resource, ttl, blocking, timeout, owner, on_lost)
-        except asyncio.CancelledError:
-            if task not in self._stopping:
-                raise
-            self._stopping.discard(task)
-            if task.uncancel() > 0:  # cancelled by its caller too: that cancellation goes on
-                raise
-            raise ConfigurationError(CLOSED) from None
-        finally:
-            self._acquiring.discard(task)
-            self._stopping.discard(task)
-            if not self._acquiring and self._acquires_ended is not None:
-                self._acquires_ended.set()
-
-    async def _attempts(
-        self,
-        resource: str,
-        ttl: float,
-        blocking: bool,
-        timeout: float | None,  # noqa: ASYNC109 - the wait bounds many attempts and their pauses
-        owner: Hashable,
-        on_lost: OnLost[TokenT] | None,
-    ) -> Lease[TokenT]:
-        began = self._clock()
-        deadline = math.inf if timeout is None else began + timeout
-        retry = self.settings.retry
-        attempts = 0
-        outage_since = math.inf  # when the current run of attempts that no quorum answered began
-        outages = 0
-        watch: Watch | None = None
-        drawn_at = began
-        try:
-            while True:
-                attempts += 1
-                if attempts > 1:
-                    drawn_at = self._clock()
-                # Step 10: a fresh token before every attempt, so whoever stalls holds the older one
-                token = await self._draw(resource, began, deadline, attempts)
-                value = lock_value(token)
-                if watch is not None:
-                    watch.arm(value)
-                result = await self._attempt(resource, token, drawn_at, value, ttl, owner, on_lost)
-                if isinstance(result, Lease):
-                    self._events.acquired(result, began, attempts)
-                    return result
-                now = self._clock()
-                unreachable = result.tally.unreachable()
-                outage_since = min(outage_since, drawn_at) if unreachable else math.inf
-                outages = outages + 1 if unreachable else 0
-                left = deadline - now
-                if (
-                    not blocking or left <= 0 or attempts == retry.attempts
-                    or (unreachable and now - outage_since >= retry.unreachable)
-                ):  # fmt: skip
-                    raise self._refusal(resource, result, began, attempts, outage_since)
-                held = result.tally.held_elsewhere()
-                self._events.retried(
-                    resource, "unreachable" if unreachable else "held" if held else "split", result.failed
-                )
-                if unreachable:  # nothing to wait for but the masters: back off, no subscription
-                    budget = outage_since + retry.unreachable - now
-                    await asyncio.sleep(max(0.0, min(retry.backoff(outages - 1), left, budget)))
-                elif watch is None:
-                    # Step 9: subscribe, then try again at once so a release before the
-                    # subscription took effect is not missed.
-                    # The wait for the masters' confirmation is part of the acquire's `timeout`: a
-                    # master that accepts a connection and never answers confirms nothing.
-                    watch = await self._notifier.watch(release_channel(self.key(resource)), within=left)
-                    watch.own.add(value.encode())
-                else:
-                    await watch.wait(min(retry.poll if held else retry.backoff(), left))
-                if deadline != math.inf and self._clock() >= deadline:
-                    # Every wait above (backoff, subscription, release message) is cut at the deadline.
-                    # One that reached it leaves no time for another attempt (nor for its token draw,
-                    # which would fail at once and blame a healthy source): the answer is the last
-                    # attempt's, an outage or contention as it was.
-                    raise self._refusal(resource, result, began, attempts, outage_since)
-        finally:
-            if watch is not None:
-                await self._notifier.unwatch(watch)
-
-    async def _draw(self, resource: str, began: float, deadline: float, attempts: int) -> TokenT:
-        """The next token, within what is left of the acquire's `timeout`: the draw is part of it."""
-        if self._tokens is None:
-            return cast(TokenT, None)
-        scope = asyncio.timeout(None if deadline == math.inf else max(0.0, deadline - self._clock()))
-        try:
-            async with scope:
-                return cast(TokenT, await self._tokens.next_token(resource))
-        except TokenSourceError as exc:  # no lease can be had while the source fails: an outage
-            self._events.not_acquired(resource, began, attempts, unreachable=False)
-            self._events.unavailable(exc, resource)
-            raise
-        except TimeoutError as exc:
-            if not scope.expired():  # the source's own timeout, not the acquire's
-                raise
-            self._events.not_acquired(resource, began, attempts, unreachable=False)
-            error = LockNotAcquired(
-                f"could not lock {resource!r} within the timeout: the token source "
-                f"({type(self._tokens).__name__}) had not issued a token for attempt {attempts} when it "
-                "ran out; check the source, or raise timeout",
-                resource=resource,
-            )
-            self._events.unavailable(error, resource)
-            raise error from exc
-
-    def _refusal(
-        self, resource: str, result: NotGranted, began: float, attempts: int, outage_since: float
-    ) -> LockNotAcquired:
-        """What the last attempt said, when no more attempts are made: `QuorumUnavailable` if no
-        quorum could answer it (an outage since `outage_since`), else `LockNotAcquired`."""
-        if result.tally.unreachable():
-            return self._unavailable(resource, result, began, attempts, self._clock() - outage_since)
-        return self._not_acquired(resource, result, began, attempts)
-
-    def _not_acquired(
-        self, resource: str, result: NotGranted, began: float, attempts: int
-    ) -> LockNotAcquired:
-        self._events.masters_failed(resource, result.failed)
-        self._events.not_acquired(resource, began, attempts, unreachable=False)
-        return LockNotAcquired(
-            f"could not lock {resource!r} after {attempts} attempt(s): {result.summary}; "
-            "per-node reasons are in .reasons (raise timeout, or check the masters)",
-            resource=resource,
-            reasons=result.nodes,
-        )
-
-    def _unavailable(
-        self, resource: str, result: NotGranted, began: float, attempts: int, outage: float
-    ) -> QuorumUnavailable:
-        self._events.masters_failed(resource, result.failed)
-        self._events.not_acquired(resource, began, attempts, unreachable=True)
-        down = ", ".join(display_url(url) for url in result.failed)
-        error = QuorumUnavailable(
-            f"could not lock {resource!r}: {len(result.failed)} of {len(self._urls)} masters did not "
-            f"answer ({attempts} attempt(s) over {outage:.1f}s), so no quorum ({self.quorum}) could grant "
-            f"it: {down} (e.g. {result.nodes[result.failed[0]]}). This is an outage, not contention: start "
-            "those masters or fix the network to them, or wait longer for them with "
-            f"RetryPolicy(unreachable=SECONDS) (now {self.settings.retry.unreachable:g}); per-master reasons "
-            "are in .reasons",
-            resource=resource,
-            reasons=result.nodes,
-            unreachable=tuple(display_url(url) for url in result.failed),
-        )
-        self._events.unavailable(error, resource)
-        return error
-
-    async def _attempt(
-        self,
-        resource: str,
-        token: TokenT,
-        drawn_at: float,
-        value: str,
-        ttl: float,
-        owner: Hashable,
-        on_lost: OnLost[TokenT] | None,
-    ) -> Lease[TokenT] | NotGranted:
-        key = self.key(resource)
-        ttl_ms = ms(ttl)
-        # Validity runs from before the token was drawn: a client that stalls between the draw
-        # and the quorum must find its lease already spent, not start a fresh one with an older
-        # token than a holder that came and went meanwhile (the spin model's late-clock variant).
-        start = drawn_at
-        try:
-            command = _nodes.set_nx(key, value, ttl_ms)
-            outcomes = await fan_out(
-                [m.send(command) for m in self._masters],
-                self.settings.node_timeout,
-                need=self.quorum,
-            )
-        except BaseException:  # cancelled mid-attempt: some masters may already hold our value
-            await self._undo(key, value, self._masters)
-            raise
-        end = self._clock()
-        elapsed = end - start
-        allowance = drift(ttl, self.settings.drift_factor)
-        left = validity(ttl, elapsed, allowance)
-        counts = tally(outcomes)
-        nodes = NodeAnswers(self._urls, outcomes, self.settings.node_timeout)
-        if counts.grants(left):
-            deadline = start + ttl - allowance  # == end + validity, measured from before the draw
-            return Lease(
-                resource=resource, token=token, key=key, value=value, ttl=ttl, deadline=deadline,
-                drawn_at=drawn_at, granted_at=end, nodes=nodes, clock=self._clock, owner=owner,
-                on_lost=on_lost,
-            )  # fmt: skip
-        # Step 4: undo wherever the value may have landed (a master yet to answer may); a master
-        # that refused never held it. Each connection is ordered, so the undo follows the SET, and
-        # once it is answered so is the SET: the refusal reports every master's answer.
-        await self._undo(
-            key, value, [m for m, o in zip(self._masters, outcomes, strict=True) if o is not False]
-        )
-        counts = tally(outcomes)  # the undo was queued behind each SET: every master has answered by now
-        return NotGranted(
-            counts, dict(nodes), self.quorum, failed=failed_masters(self._urls, outcomes),
-            elapsed=elapsed, ttl=ttl, validity_left=left,
-        )  # fmt: skip
-
-    async def _undo(
-        self, key: str, value: str, masters: Sequence[Master], *, need: int | None = None
-    ) -> list[Outcome[bool]]:
-        """Compare-and-delete on `masters`; shielded so a second cancellation cannot leave keys behind.
-
-        With `need`, return once `need` masters deleted it or too many said "not yours" for that
-        (errors do not count against: their keys expire); the others still get the delete.
-        """
-        if not masters:
-            return []
-        command = _nodes.release(key, value)
-        return await fan_out(
-            [m.send(command) for m in masters], self.settings.node_timeout,
-            need=need, errors_count=False, shielded=True,
-        )  # fmt: skip
-
-    # -- releasing and extending ---------------------------------------------------
 
     async def release(self, lease: Lease[TokenT]) -> None:
         """Compare-and-delete on every master (step 5); `LockLost` if a quorum no longer held it.
@@ -472,28 +228,10 @@ class Redlock(Generic[TokenT]):
         lease.holds = 0
         self._held.pop((lease.resource, lease.owner), None)
         try:
-            await self._stop_watchdog(lease)
+            await self._renewals.stop(lease)  # the watchdog of `auto_extend`
         finally:  # cancelled while the watchdog stopped: the keys go all the same (the undo is shielded)
-            outcomes = await self._undo(lease.key, lease.value, self._masters, need=self.quorum)
-        not_ours = sum(o is False for o in outcomes)
-        if len(outcomes) - not_ours >= self.quorum:
-            # A quorum released it, or masters that did not answer may still have held it (their keys
-            # expire by the TTL): no evidence the lease was lost, so no error.
-            lease._mark_lost("released", notify=False)
-            self._events.released(lease)
-            return
-        why = (
-            f"{not_ours} of {len(self._masters)} masters no longer held it at release, "
-            f"so a quorum ({self.quorum}) cannot have"
-        )
-        if lease._mark_lost(why):
-            self._events.lost(lease, f"found at release: {why}")
-        raise LockLost(
-            f"the lease on {lease.resource!r} (token {lease.token}) was lost before release: {why}; "
-            "its writes must be checked by the fence",
-            resource=lease.resource,
-            token=lease.token,
-        )
+            outcomes = await self._loop.undo(lease.key, lease.value, self._masters, need=self.quorum)
+        judge_release(lease, outcomes, masters=len(self._masters), quorum=self.quorum, events=self._events)
 
     async def extend(self, lease: Lease[TokenT], *, ttl: float | None = None) -> Lease[TokenT]:
         """Give `lease` `ttl` more seconds (default: its own TTL) on a quorum, within its validity (step 6).
@@ -515,12 +253,6 @@ class Redlock(Generic[TokenT]):
         await self._renewals.renew(lease, lease.ttl if ttl is None else ttl)
         lease.extensions += 1
         return lease
-
-    async def _stop_watchdog(self, lease: Lease[TokenT]) -> None:
-        """Stop renewing `lease` (started by `auto_extend`): it then lives until its validity runs out."""
-        await self._renewals.stop(lease)
-
-    # -- the context manager ---------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def lock(
@@ -561,25 +293,9 @@ class Redlock(Generic[TokenT]):
         the same waiting, errors and release. The function does not see the
         lease; for fenced writes, use `lock()` and pass the lease to the store.
         """
-
         check_resource(resource)
         check_options(options, where="locked")
-
-        def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-            if not pyinspect.iscoroutinefunction(function):
-                raise ConfigurationError(
-                    f"{getattr(function, '__qualname__', function)!r} is not a coroutine function: "
-                    "decorate `async def` functions, or use lockclient.sync.Redlock.locked for plain ones"
-                )
-
-            @functools.wraps(function)
-            async def under_lease(*args: P.args, **kwargs: P.kwargs) -> R:
-                async with self.lock(resource, **options):
-                    return await function(*args, **kwargs)
-
-            return under_lease
-
-        return decorate
+        return under_lock(lambda: self.lock(resource, **options))
 
     # -- lifetime ------------------------------------------------------------------------
 
@@ -589,31 +305,12 @@ class Redlock(Generic[TokenT]):
         if self._closed:
             return
         self._closed = True
-        await self._stop_acquires()
+        await self._in_flight.stop(self.settings.node_timeout + CLOSE_UNDO_GRACE)
         await self._renewals.aclose()
         await self._notifier.aclose()
         await asyncio.gather(*(master.aclose() for master in self._masters))  # each waits for its replies
         if self._tokens is not None:
             await self._tokens.aclose()
-
-    async def _stop_acquires(self) -> None:
-        """Cancel every acquire in flight (each then raises `ConfigurationError`, see `_acquire`) and
-        wait for them to end, so that their undo reaches the masters before the connections close.
-
-        Cancelling the task is how `asyncio.timeout` ends a block too: every wait (a draw, a fan-out,
-        a backoff, a release message) ends at once, and the attempt's shielded undo runs. An undo is
-        bounded by the node timeout; a master that has not answered by then keeps the key until its
-        TTL, as when it is unreachable.
-        """
-        if not self._acquiring:
-            return
-        self._acquires_ended = asyncio.Event()
-        for task in self._acquiring:
-            self._stopping.add(task)
-            task.cancel()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.settings.node_timeout + CLOSE_UNDO_GRACE):
-                await self._acquires_ended.wait()
 
     async def connect(self) -> dict[str, str]:
         """Open a connection to every master now, each answer in words (`async with` does this).

@@ -16,7 +16,9 @@ from typing import TypedDict, Unpack
 
 from lockclient import http
 from lockclient._loop import LoopThread
-from lockclient.http import Fencing, FetchedObject, GatewayRetry, ObjectInfo, TLSPath, WriteOptions
+from lockclient.gateway_retry import GatewayRetry
+from lockclient.gateway_tls import TLSPath
+from lockclient.gateway_types import Fencing, FetchedObject, ObjectInfo, WriteOptions
 
 __all__ = ["GatewayClient", "GatewayOptions"]
 

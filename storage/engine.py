@@ -18,8 +18,6 @@ parameters are refused rather than passed to the driver or dropped.
 
 from __future__ import annotations
 
-import sqlite3
-import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -29,6 +27,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from lockclient.sqlite_wal import enter_wal
 from storage.errors import BadStorageURL, StorageUnavailable
 
 DoConnect = Callable[[Any, Any, Any, dict[str, Any]], Any]  # SQLAlchemy's do_connect event handler
@@ -117,31 +116,6 @@ def open_engine(url: str, *, command_timeout: float = 10.0, tls: TLSReader | Non
 
 def _plain_connect(dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
     return dialect.connect(*cargs, **cparams)
-
-
-def enter_wal(execute: Callable[[str], object], *, timeout: float) -> None:
-    """`PRAGMA journal_mode=WAL`, retried for up to `timeout` seconds while the file is busy.
-
-    WAL mode is stored in the file, so the first connection to a new database
-    switches it, and that switch takes the file's exclusive lock without
-    calling the busy handler: a second process opening the same new file at
-    that moment (two replicas started at once) gets "database is locked" at
-    once, whatever its busy timeout says. So the switch is retried here, with
-    a doubling pause, for as long as the busy timeout would have waited. (The
-    engine's connect hook runs on the event loop, so the pauses hold it; they
-    happen only while a new file is being switched, at start-up.)
-    """
-    deadline = time.monotonic() + timeout
-    pause = 0.001
-    while True:
-        try:
-            execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(2 * pause, 0.05)
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:

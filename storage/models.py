@@ -17,13 +17,14 @@ from datetime import datetime
 from sqlalchemy import BigInteger, Boolean, DateTime, Float, Index, Integer, LargeBinary, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from lockclient.wire import MAX_ETAG_LENGTH as MAX_ETAG_LENGTH  # an upstream ETag longer is refused (502)
+from lockclient.wire import MAX_IDEMPOTENCY_KEY_LENGTH as MAX_IDEMPOTENCY_KEY_LENGTH  # the API's limits:
+from lockclient.wire import MAX_RESOURCE_LENGTH as MAX_RESOURCE_LENGTH  # the columns hold what it takes
+
 MAX_KEY_LENGTH = 512
-MAX_RESOURCE_LENGTH = 256
 MAX_CLIENT_LENGTH = 128  # an API key's name, or a peer address
-MAX_IDEMPOTENCY_KEY_LENGTH = 128
 MAX_CONTENT_TYPE_LENGTH = 255
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
-MAX_ETAG_LENGTH = 256  # an upstream ETag longer than this is refused (502)
 
 # SQLite gives an autoincrement rowid only to an INTEGER PRIMARY KEY; PostgreSQL gets a BIGSERIAL.
 _ROW_ID = BigInteger().with_variant(Integer(), "sqlite")

@@ -25,8 +25,8 @@ from typing import Any
 
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
+from lockclient.sqlite_wal import enter_wal
 from storage.chain import Head, announce, head_of, link
-from storage.engine import enter_wal
 from storage.errors import StorageError, StorageUnavailable
 from storage.expiry import EXPIRY_DELETE
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply, run_now

@@ -95,7 +95,7 @@ COMMANDS = (
     Tool("keys", "gateway.commands:keys", "add, list or revoke the gateway's API keys (stored hashed)"),
     Tool("audit", "gateway.commands:audit", "check a gateway's audit trail offline"),
     Tool("upstream", "gateway.commands:upstream", "probe an upstream store's conditional writes"),
-    Tool("lock", "lockclient.commands:configure", "inspect a lock on the Redis masters, or force it free"),
+    Tool("lock", "fencegate.lock.cli:configure", "inspect a lock on the Redis masters, or force it free"),
     Tool("demo", "fencegate.lab.demo:configure", "start 5 local Redis masters, take a fenced lease, stop"),
     Tool("cluster", "fencegate.lab.cluster.cli:configure", "start, check or stop servers on loopback"),
     Tool("lab", "fencegate.lab.cli:configure", "the safety lab: Redis-only vs fenced on real faults"),

@@ -12,7 +12,7 @@ SQLite's "database is locked") is the driver's own retryable error, left
 as it is: roll back and run the whole transaction again.
 
 What the gateway refuses is refused here before anything is sent, with the
-client's own rules (`lockclient.http`): a token that is not an `int` in
+client's own rules (`lockclient.wire`): a token that is not an `int` in
 1..2**63-1, a resource that is not a name of the API, and a lease the
 client knows is lost (`LockLost`).
 """
@@ -30,9 +30,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
 from lockclient.errors import ConfigurationError, StaleToken
-from lockclient.http import _check, _resource_header, _token_header
+from lockclient.gateway_types import check_fenced
 from lockclient.protocols import Fenced
 from lockclient.sql._marks import MARKS_TABLE, Executor, dialect_of, marks_statements, raise_mark, read_mark
+from lockclient.wire import resource_header, token_header
 
 __all__ = ["create_marks", "fence", "fenced"]
 
@@ -93,10 +94,10 @@ def _arguments(resource_or_lease: str | Fenced, token: int | None) -> tuple[str,
         given: object = token
     else:
         lease: Fenced = resource_or_lease  # type: ignore[assignment]  # it has a token: a lease
-        _check(lease)
+        check_fenced(lease)
         resource, given = lease.resource, lease.token
-    checked = int(_token_header(given))  # the checks return what they passed, typed
-    return _resource_header(resource), checked
+    checked = int(token_header(given))  # the checks return what they passed, typed
+    return resource_header(resource), checked
 
 
 async def _fence_async(conn: AsyncConnection | AsyncSession, resource: str, token: int) -> None:

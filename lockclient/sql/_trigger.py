@@ -36,8 +36,8 @@ import hashlib
 import re
 
 from lockclient.errors import ConfigurationError
-from lockclient.http import _RESOURCE, MAX_RESOURCE_LENGTH, _resource_header
 from lockclient.sql._marks import MARKS_TABLE, SCHEMA_TABLE, SCHEMA_VERSION, check_dialect, marks_statements
+from lockclient.wire import MAX_RESOURCE_LENGTH, RESOURCE_CHARS, resource_header
 
 __all__ = [
     "BAD_INPUT_SQLSTATE",
@@ -55,7 +55,9 @@ BAD_INPUT_SQLSTATE = "FG400"  # no token, a token below 1, or a resource the API
 PREFIX = "fencegate_fence_"
 MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1; SQLite has no limit, one rule keeps names portable
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SEGMENT = _RESOURCE.pattern[1 : _RESOURCE.pattern.index("]")]  # the characters of a resource's segment
+SEGMENT = RESOURCE_CHARS  # the characters of a resource's segment
+# a resource's segments in a regex PostgreSQL reads; the dot segments are refused beside it
+SEGMENTS = rf"[{SEGMENT}]+(?:/[{SEGMENT}]+)*"
 
 
 def _identifier(what: str, name: object) -> str:
@@ -106,7 +108,7 @@ def _checked(
     if resource_column is not None:
         _identifier("resource column", resource_column)
     else:
-        _resource_header(resource)  # the gateway's rule; it also keeps quotes out of the SQL literal
+        resource_header(resource)  # the gateway's rule; it also keeps quotes out of the SQL literal
     return where
 
 
@@ -183,7 +185,7 @@ BEGIN
       coalesce(fenced_token::text, 'NULL') USING ERRCODE = '{BAD_INPUT_SQLSTATE}';
   END IF;
   IF fenced_resource IS NULL OR length(fenced_resource) > {MAX_RESOURCE_LENGTH}
-      OR fenced_resource !~ '^{_RESOURCE.pattern}$' OR ('/' || fenced_resource || '/') ~ '/[.][.]?/' THEN
+      OR fenced_resource !~ '^{SEGMENTS}$' OR ('/' || fenced_resource || '/') ~ '/[.][.]?/' THEN
     RAISE EXCEPTION 'fencegate: % is not a resource name (segments of {SEGMENT.replace("%", "%%")} joined by '
       'single slashes, at most {MAX_RESOURCE_LENGTH} characters)',
       coalesce(quote_literal(fenced_resource), 'NULL')

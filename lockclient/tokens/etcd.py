@@ -44,8 +44,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
-from lockclient._tls import client_context, explain_hang_up
 from lockclient.errors import ConfigurationError, TLSError, TokenSourceError
+from lockclient.tls import client_context, explain_hang_up
 from lockclient.tokens._base import (
     ClosingSource,
     check_resource,

@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from lockclient.sqlite_wal import enter_wal
 from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors
 from lockclient.tokens._batch import Batcher
 
@@ -52,23 +52,6 @@ BOUND = "SELECT value FROM fencegate_tokens WHERE resource = ?"
 FIX = "check that the file's directory exists and is writable, on a local disk"
 
 
-def _enter_wal(conn: sqlite3.Connection, timeout: float) -> None:
-    """Switch a file to WAL, retrying while busy: the switch takes the exclusive lock without
-    waiting, so two processes opening one new file at once would see "database is locked".
-    (storage.engine.enter_wal does the same for the store; the packages share no code.)"""
-    deadline = time.monotonic() + timeout
-    pause = 0.001
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(2 * pause, 0.05)
-
-
 class SQLiteTokens(ClosingSource):
     """Per-resource counters in a SQLite file shared by every process on the machine."""
 
@@ -84,7 +67,7 @@ class SQLiteTokens(ClosingSource):
         if self._conn is None:
             conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             try:
-                _enter_wal(conn, self.busy_timeout)
+                enter_wal(conn.execute, timeout=self.busy_timeout)
                 conn.execute("PRAGMA synchronous=FULL")
                 conn.execute(SCHEMA)
             except BaseException:

@@ -61,8 +61,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
-from lockclient._tls import client_context, explain
 from lockclient.errors import ConfigurationError, TLSError, TokenSourceError
+from lockclient.tls import client_context, explain
 from lockclient.tokens._base import (
     ClosingSource,
     check_resource,

@@ -33,8 +33,8 @@ import ssl
 from collections.abc import Callable, Generator
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
-from lockclient._tls import explain, explain_hang_up
 from lockclient.errors import TLSError
+from lockclient.tls import explain, explain_hang_up
 from lockclient.transport.codec import Command, Convert, ProtocolError, ServerError, pack, reader
 from lockclient.transport.endpoint import Endpoint, tls_context
 from lockclient.transport.errors import AuthenticationError, ConnectTimeout

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from lockclient.config import TLSSettings
 from lockclient.errors import ConfigurationError
+from lockclient.tls import client_context
 from lockclient.transport.codec import pack
 
 __all__ = ["SCHEMES", "URL_PARAMETERS", "Endpoint", "redact", "tls_context"]
@@ -190,30 +191,28 @@ def _with_overrides(base: TLSSettings, overrides: dict[str, str]) -> TLSSettings
 
 
 def tls_context(settings: TLSSettings) -> ssl.SSLContext:
-    """An SSL context for `settings`; `ValueError` naming the file that cannot be used."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # TLS 1.2 and up, the default ciphers
+    """An SSL context for `settings` (`lockclient.tls.client_context`); `ValueError` naming the file
+    that cannot be used."""
+    verify = settings.ssl_cert_reqs != "none"
     try:
-        if settings.ssl_ca_certs is not None:
-            context.load_verify_locations(cafile=settings.ssl_ca_certs)
-        else:
-            context.load_default_certs(ssl.Purpose.SERVER_AUTH)
-    except OSError as exc:  # ssl.SSLError included
-        raise ValueError(
-            f"ssl_ca_certs {str(settings.ssl_ca_certs)!r} cannot be used as CA certificates: {exc}"
-        ) from None
-    if settings.ssl_certfile is not None:
-        try:
-            context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile)
-        except OSError as exc:
-            names = ", ".join(str(f) for f in (settings.ssl_certfile, settings.ssl_keyfile) if f is not None)
+        context = client_context(
+            ca=None if settings.ssl_ca_certs is None else str(settings.ssl_ca_certs),
+            cert=None if settings.ssl_certfile is None else str(settings.ssl_certfile),
+            key=None if settings.ssl_keyfile is None else str(settings.ssl_keyfile),
+            verify=verify,
+            check_hostname=settings.checks_hostname,
+        )
+    except ConfigurationError as exc:
+        why = exc.__cause__  # the OSError (or ssl.SSLError) that says why
+        if str(exc).startswith("TLS: cannot use the CA file"):
             raise ValueError(
-                f"the client certificate ({names}) cannot be used: {exc}; "
-                "ssl_certfile must hold a PEM certificate and ssl_keyfile its private key"
+                f"ssl_ca_certs {str(settings.ssl_ca_certs)!r} cannot be used as CA certificates: {why}"
             ) from None
-    context.check_hostname = settings.checks_hostname
-    context.verify_mode = {
-        "required": ssl.CERT_REQUIRED,
-        "optional": ssl.CERT_OPTIONAL,
-        "none": ssl.CERT_NONE,
-    }[settings.ssl_cert_reqs]
+        names = ", ".join(str(f) for f in (settings.ssl_certfile, settings.ssl_keyfile) if f is not None)
+        raise ValueError(
+            f"the client certificate ({names}) cannot be used: {why}; "
+            "ssl_certfile must hold a PEM certificate and ssl_keyfile its private key"
+        ) from None
+    if settings.ssl_cert_reqs == "optional":
+        context.verify_mode = ssl.CERT_OPTIONAL
     return context

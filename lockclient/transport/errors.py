@@ -3,7 +3,7 @@
 Python's classes are used where they mean the same thing (`TimeoutError`,
 `ConnectionRefusedError`, `ConnectionResetError`, `ConnectionAbortedError`);
 these add what it has no class for. A failed TLS handshake is lockclient's
-own `TLSError`, explained by `lockclient._tls.explain` as for every other
+own `TLSError`, explained by `lockclient.tls.explain` as for every other
 server. `lockclient.transport.fanout` lists them all, with what each means
 for a master.
 """

@@ -51,8 +51,8 @@ from fencegate.lab.cluster.servers import (
 )
 from fencegate.lab.cluster.topology import haproxy_binary
 from lockclient import GatewayClient, GatewayError, LockNotAcquired, Redlock
-from lockclient._tls import client_context
 from lockclient.postgres_tls import PARAMETERS, PostgresTLS, split_tls
+from lockclient.tls import client_context
 from lockclient.tokens.zookeeper import url_options
 from tests.tls_greeting import GREETING, greeting_server, handshake, hello
 from tests.urls import edit_query, with_host

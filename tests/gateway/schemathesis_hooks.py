@@ -34,7 +34,7 @@ from typing import Any
 import hypothesis
 import schemathesis
 
-from gateway.parsing import IDEMPOTENCY_KEY_PATTERN
+from lockclient.wire import IDEMPOTENCY_KEY_PATTERN
 from storage.models import MAX_IDEMPOTENCY_KEY_LENGTH
 
 _VALID = re.compile(IDEMPOTENCY_KEY_PATTERN)

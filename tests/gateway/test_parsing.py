@@ -9,8 +9,6 @@ import pytest
 from gateway.errors import BadRequest, TokenRequired
 from gateway.parsing import (
     MAX_LIST_LIMIT,
-    MAX_TOKEN,
-    TOKEN_PATTERN,
     parse_decimal,
     parse_key,
     parse_limit,
@@ -18,6 +16,7 @@ from gateway.parsing import (
     parse_token,
     token_or_none,
 )
+from lockclient.wire import MAX_TOKEN, TOKEN_PATTERN
 
 
 @pytest.mark.parametrize("key", ["a/../b", "./a", "..", ".", "/a", "a\\b", "a\x00b", "a\nb"])

@@ -14,10 +14,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.errors import BadRequest
-from gateway.parsing import parse_resource
 from lockclient import ConfigurationError, GatewayClient
-from lockclient.http import _resource_header
 
 
 @pytest.mark.parametrize("timeout", [0, 0.0, -1.0, math.nan, math.inf])
@@ -131,24 +128,3 @@ async def test_the_token_range_is_exact_and_every_name_the_api_reads_is_still_se
         ("1", resource),
         (str(2**63 - 1), "r" * 256),
     ]
-
-
-@pytest.mark.parametrize(
-    "name",
-    ["a", "a/b", "~:@=+%-_.x", "..a", ".a/b", "a//b", "/a", "a/", ".", "a/../b", "a,b", "a b", "é",
-     "a\tb", "r" * 256, "r" * 257],
-    ids=repr,
-)  # fmt: skip
-def test_the_client_reads_a_resource_as_the_gateway_does(name: str) -> None:
-    """The client's copy of the header rule (lockclient imports no gateway) must not drift from it."""
-    try:
-        parse_resource(name, key="k")
-        gateway_reads = True
-    except BadRequest:
-        gateway_reads = False
-    try:
-        _resource_header(name)
-        client_sends = True
-    except ConfigurationError:
-        client_sends = False
-    assert client_sends == gateway_reads

@@ -35,7 +35,7 @@ from lockclient import (
     SQLiteTokens,
     StaleToken,
 )
-from lockclient.http import BY_STATUS
+from lockclient.http_errors import BY_STATUS, error_for
 from tests.gateway.test_storage_down import hung
 from tests.waiting import eventually
 
@@ -307,7 +307,7 @@ def test_every_error_code_of_the_api_is_a_typed_error() -> None:
     fields = {"resource": "r", "token": 1, "highest": 2, "bound": 0, "key": "k", "object_resource": "o"}
     for status, code in codes:
         body = {"error": code, "detail": "d", **fields}
-        error = GatewayClient._error("PUT", "/v1/objects/k", status, {}, str(body).replace("'", '"').encode())
+        error = error_for("PUT /v1/objects/k", status, {}, str(body).replace("'", '"').encode())
         assert type(error) is not GatewayError, (status, code)
         assert (error.status, error.code) == (status, code)
         assert isinstance(error, OutcomeUnknown) == (status >= 500 and status != 501), (status, code)

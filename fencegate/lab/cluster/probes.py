@@ -9,11 +9,11 @@ exists (`seaweed.bucket_ready`); an etcd member once it is part of a quorum.
 from __future__ import annotations
 
 import socket
-import ssl
 import subprocess
 
 from fencegate.lab.cluster.seaweed import bucket_ready
 from fencegate.lab.cluster.servers import HOST, Node, postgres_bindir
+from lockclient.tls import client_context
 
 PROBE_TIMEOUT = 0.5
 # HTTP servers are ready when this path answers 200: a gateway once its storage answers,
@@ -75,12 +75,11 @@ def _probe_socket(node: Node) -> socket.socket:
     sock = socket.create_connection((HOST, node.port), timeout=PROBE_TIMEOUT)
     if not node.tls:
         return sock
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE  # readiness only: the clients under test verify
     prefix = "ssl_" if node.kind == "redis" else ""  # redis-py's parameter names, or kazoo's
-    if f"{prefix}certfile" in node.tls:
-        context.load_cert_chain(node.tls[f"{prefix}certfile"], node.tls[f"{prefix}keyfile"])
+    # readiness only, so no verification: the clients under test verify
+    context = client_context(
+        ca=None, cert=node.tls.get(f"{prefix}certfile"), key=node.tls.get(f"{prefix}keyfile"), verify=False
+    )
     try:
         return context.wrap_socket(sock)
     except OSError:
