@@ -1,9 +1,10 @@
-"""The fence's decisions, with no HTTP in sight.
+"""The gateway's guard around its store: tokens from the future, and the refusals counted.
 
-`Fencer` runs every fenced operation: first the token-from-the-future guard
-(a token above the source's upper bound for the resource is refused 422,
-since one such token would fence out every honest client forever), then the
-store's single-transaction check-and-change, timed. A stale refusal is
+`Fencer` holds the store and wraps each fenced call to it: first the
+token-from-the-future guard (a token above the source's upper bound for the
+resource is refused 422, since one such token would fence out every honest
+client forever), then the store's call, timed; the fence's own decisions
+(binding, mark, replay) live in `storage/fenced.py`. A stale refusal is
 checked against the source once more: if the mark itself is above what the
 source has ever issued, the source went back (restored from a backup, a
 reset counter) and every honest client would be refused; that is answered
@@ -29,15 +30,21 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TypeVar
 
 from gateway.errors import TokenFromTheFuture, Unavailable
 from gateway.metrics import Metrics
 from lockclient.errors import LockClientError
 from lockclient.protocols import TokenSource
 from storage.errors import ResourceMismatch, StaleToken
-from storage.protocols import FencedOps, FencedRequest, ObjectData, ObjectMeta, ObjectStore
+from storage.models import DEFAULT_CONTENT_TYPE
+from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, ObjectStore
 
 log = logging.getLogger(__name__)
+
+_Outcome = TypeVar("_Outcome", bound=ObjectMeta | ObjectData)
 
 BOUND_CACHE_SIZE = 100_000  # resources whose bound is remembered; the oldest are forgotten first
 ASK_DEADLINE = 5.0  # seconds a request waits for the source's bound; then 503 token_source_unavailable
@@ -151,19 +158,53 @@ class FutureGuard:
             ) from stale
 
 
-class Fencer(FencedOps):
-    """Every fenced operation: guard, one store transaction, timing, refusal accounting."""
+class Fencer:
+    """The store, behind the future-token guard, timed, its refusals counted."""
 
     def __init__(self, *, store: ObjectStore, guard: FutureGuard, metrics: Metrics) -> None:
         self._store = store
         self._guard = guard
         self._metrics = metrics
 
-    async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
-        await self._guard.admit(request.resource, request.token)
+    async def put(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        resource: str,
+        token: int,
+        caller: Caller = ANONYMOUS,
+        content_type: str = DEFAULT_CONTENT_TYPE,
+    ) -> ObjectMeta:
+        put = partial(
+            self._store.put,
+            key,
+            data,
+            resource=resource,
+            token=token,
+            caller=caller,
+            content_type=content_type,
+        )
+        return await self._guarded(resource, token, put)
+
+    async def get(
+        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
+    ) -> ObjectData:
+        if token is None:
+            return await self._store.read(key, resource=resource)
+        get = partial(self._store.get, key, resource=resource, token=token, caller=caller)
+        return await self._guarded(resource, token, get)
+
+    async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
+        delete = partial(self._store.delete, key, resource=resource, token=token, caller=caller)
+        return await self._guarded(resource, token, delete)
+
+    async def _guarded(self, resource: str, token: int, call: Callable[[], Awaitable[_Outcome]]) -> _Outcome:
+        """`call()` once the guard admitted `token`, timed; a refusal explained and counted."""
+        await self._guard.admit(resource, token)
         start = time.perf_counter()
         try:
-            outcome = await self._store.fenced(request)
+            outcome = await call()
         except StaleToken as exc:
             await self._guard.explain(exc)
             self._metrics.stale_refusals.inc()
@@ -176,6 +217,3 @@ class Fencer(FencedOps):
         if isinstance(outcome, ObjectMeta) and outcome.replayed:
             self._metrics.idempotent_replays.inc()
         return outcome
-
-    async def read(self, key: str, *, resource: str) -> ObjectData:
-        return await self._store.read(key, resource=resource)
