@@ -7,7 +7,7 @@ one a request needs) and one task. The task wakes every `sweep_pause(ttl)`
 seconds, at most `SWEEP_EVERY`, so a record past its TTL is gone within that
 long of its expiry; every replica runs it, and on PostgreSQL one at a time does
 the work (`storage.expiry`). On SQLite each sweep then returns the file's
-free pages to the file system (`storage.vacuum`). A failed sweep is logged
+free pages to the file system (`storage.sqlite.vacuum`). A failed sweep is logged
 and tried again at the next wake-up: it changed nothing it did not commit.
 
 With `--audit-retention`, a second task archives the entries older than it
@@ -37,8 +37,8 @@ from gateway.storage_tls import open_storage
 from storage import StorageError
 from storage.archive import archive_into
 from storage.expiry import expire_idempotency
+from storage.sqlite.vacuum import INCREMENTAL, auto_vacuum_mode, reclaim
 from storage.tablesize import table_sizes
-from storage.vacuum import INCREMENTAL, auto_vacuum_mode, reclaim
 
 log = logging.getLogger("gateway")
 

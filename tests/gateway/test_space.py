@@ -19,7 +19,7 @@ from fencegate.lab.cluster import LocalCluster
 from gateway.durations import Duration
 from gateway.storage_tls import open_storage
 from storage import migrate
-from storage.vacuum import auto_vacuum_mode, reclaim
+from storage.sqlite.vacuum import auto_vacuum_mode, reclaim
 from tests.databases import fresh_database
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.waiting import eventually

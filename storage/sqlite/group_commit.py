@@ -53,8 +53,8 @@ from storage.fenced import FENCED, Policy
 from storage.protocols import ObjectData
 from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
 from storage.sql import SqlObjectStore
-from storage.sqliteread import SqliteReader
-from storage.writer import BatchWriter, inline
+from storage.sqlite.batch_writer import BatchWriter, inline
+from storage.sqlite.reader import SqliteReader
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from storage.errors import StorageUnavailable, map_storage_errors
 from storage.fenced import read_object
-from storage.pgconn import Lane, PgStatements
+from storage.postgresql.connections import Lane, PgStatements
 from storage.protocols import ObjectData
 
 log = logging.getLogger(__name__)

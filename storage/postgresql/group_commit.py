@@ -52,8 +52,8 @@ from storage.chain import HASHED, Head, announce, entry_tail, head_of
 from storage.errors import StorageError, StorageUnavailable
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply
 from storage.models import AuditEntry, AuditHead
-from storage.pgconn import Lane, PgStatements
-from storage.pgread import PgReader
+from storage.postgresql.connections import Lane, PgStatements
+from storage.postgresql.reader import PgReader
 from storage.protocols import FencedRequest, ObjectData
 from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
 from storage.records import refused_params
