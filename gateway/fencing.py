@@ -30,9 +30,8 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from functools import partial
-from typing import TypeVar
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from gateway.errors import TokenFromTheFuture, Unavailable
 from gateway.metrics import Metrics
@@ -43,8 +42,6 @@ from storage.models import DEFAULT_CONTENT_TYPE
 from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, ObjectStore
 
 log = logging.getLogger(__name__)
-
-_Outcome = TypeVar("_Outcome", bound=ObjectMeta | ObjectData)
 
 BOUND_CACHE_SIZE = 100_000  # resources whose bound is remembered; the oldest are forgotten first
 ASK_DEADLINE = 5.0  # seconds a request waits for the source's bound; then 503 token_source_unavailable
@@ -176,35 +173,32 @@ class Fencer:
         caller: Caller = ANONYMOUS,
         content_type: str = DEFAULT_CONTENT_TYPE,
     ) -> ObjectMeta:
-        put = partial(
-            self._store.put,
-            key,
-            data,
-            resource=resource,
-            token=token,
-            caller=caller,
-            content_type=content_type,
-        )
-        return await self._guarded(resource, token, put)
+        async with self._guarded(resource, token):
+            meta = await self._store.put(
+                key, data, resource=resource, token=token, caller=caller, content_type=content_type
+            )
+        return self._counted(meta)
 
     async def get(
         self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
     ) -> ObjectData:
         if token is None:
             return await self._store.read(key, resource=resource)
-        get = partial(self._store.get, key, resource=resource, token=token, caller=caller)
-        return await self._guarded(resource, token, get)
+        async with self._guarded(resource, token):
+            return await self._store.get(key, resource=resource, token=token, caller=caller)
 
     async def delete(self, key: str, *, resource: str, token: int, caller: Caller = ANONYMOUS) -> ObjectMeta:
-        delete = partial(self._store.delete, key, resource=resource, token=token, caller=caller)
-        return await self._guarded(resource, token, delete)
+        async with self._guarded(resource, token):
+            meta = await self._store.delete(key, resource=resource, token=token, caller=caller)
+        return self._counted(meta)
 
-    async def _guarded(self, resource: str, token: int, call: Callable[[], Awaitable[_Outcome]]) -> _Outcome:
-        """`call()` once the guard admitted `token`, timed; a refusal explained and counted."""
+    @asynccontextmanager
+    async def _guarded(self, resource: str, token: int) -> AsyncIterator[None]:
+        """Around the store's call, once the guard admitted `token`: timed, a refusal explained, counted."""
         await self._guard.admit(resource, token)
         start = time.perf_counter()
         try:
-            outcome = await call()
+            yield
         except StaleToken as exc:
             await self._guard.explain(exc)
             self._metrics.stale_refusals.inc()
@@ -214,6 +208,8 @@ class Fencer:
             raise
         finally:
             self._metrics.fence_check_seconds.observe(time.perf_counter() - start)
-        if isinstance(outcome, ObjectMeta) and outcome.replayed:
+
+    def _counted(self, meta: ObjectMeta) -> ObjectMeta:
+        if meta.replayed:
             self._metrics.idempotent_replays.inc()
-        return outcome
+        return meta
