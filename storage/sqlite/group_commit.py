@@ -4,7 +4,7 @@ On SQLite every commit is an fsync (WAL, `synchronous=FULL`) and one writer
 holds the lock at a time, so one transaction per request spends its time on
 the disk, the write lock and a thread hop per statement. Here requests queue
 up; when the previous batch has settled, everything pending (up to
-`max_batch`) becomes one transaction (`writer.py`): `BEGIN IMMEDIATE`, then
+`max_batch`) becomes one transaction (`batch_writer.py`): `BEGIN IMMEDIATE`, then
 for each request in queue order the fenced unit (`fenced.py`: binding, fence
 upsert, change), then one `COMMIT`.
 
@@ -33,7 +33,7 @@ and its neighbours go on. No request is answered before the COMMIT that holds it
 returned; if any statement or the commit fails, the batch rolls back and every
 request in it gets `StorageUnavailable` (outcome unknown: 503), never 2xx.
 Reads without a token do not queue: they run beside the writer, on a
-thread and connection of their own (`sqliteread.py`, WAL).
+thread and connection of their own (`reader.py`, WAL).
 """
 
 from __future__ import annotations
