@@ -260,14 +260,8 @@ class PgGroupCommitStore(QueuedStore):
     async def read(self, key: str, *, resource: str) -> ObjectData:
         return await self._reader.read(key)
 
-    async def _submit(self, op: Op) -> Any:
-        if not self._running:
-            raise StorageUnavailable(
-                "the store is not accepting writes (shutting down); retry on another gateway"
-            )
-        self._pending.append(op)
+    def _wake_writer(self) -> None:
         self._wake.set()
-        return await self._answer(op)
 
     async def ping(self) -> None:
         await self._store.ping()

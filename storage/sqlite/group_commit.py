@@ -138,18 +138,12 @@ class GroupCommitStore(QueuedStore):
         self._jobs.put((run, done))
         return await future
 
-    async def _submit(self, op: Op) -> Any:
-        if not self._running:
-            raise StorageUnavailable(
-                "the store is not accepting writes (shutting down); retry on another gateway"
-            )
-        self._pending.append(op)
+    def _wake_writer(self) -> None:
         if not self._busy:
             self._busy = True
             self._idle.clear()
             # After this loop iteration, so the requests that arrive together share the batch.
             asyncio.get_running_loop().call_soon(self._next_batch)
-        return await self._answer(op)
 
     def _next_batch(self) -> None:
         """Start the next batch, or go idle; on the loop, right after the previous batch settled.
