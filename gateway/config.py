@@ -38,8 +38,8 @@ DEFAULT_MAX_CLIENT_REQUESTS = 256
 # locks. Equal to storage.queued.DEFAULT_MAX_BATCH (a test holds them equal); not imported, so
 # --help stays light.
 DEFAULT_GROUP_COMMIT = 256
-# PostgreSQL group-commit batches in flight at once per replica, each on a connection of its own. Equal
-# to storage.pgbatch.DEFAULT_LANES (a test holds them equal); not imported, for the same reason.
+# PostgreSQL group-commit batches in flight at once per replica, each on a connection of its own. Equal to
+# storage.postgresql.group_commit.DEFAULT_LANES (a test holds them equal); not imported, for the same reason.
 DEFAULT_COMMIT_LANES = 2
 # The most each whole-number setting takes, shown in --help; more is refused, not clamped. A body is
 # held in memory whole (1 GiB: objects are values, not files); a batch holds its row locks until it

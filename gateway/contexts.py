@@ -33,10 +33,10 @@ from gateway.storage_tls import open_storage
 from gateway.tls import upstream_context
 from gateway.upstream import PROXY_LIMIT, UpstreamStore
 from storage import SqlObjectStore, StorageError, migrate
-from storage.batch import GroupCommitStore
 from storage.chain import read_head
 from storage.queued import QueuedStore
 from storage.schema import MIGRATION_TIMEOUT
+from storage.sqlite.group_commit import GroupCommitStore
 
 log = logging.getLogger("gateway")
 
@@ -92,7 +92,9 @@ async def storage_ctx(app: web.Application) -> AsyncIterator[None]:
                     fences, path=engine.url.database, max_batch=settings.group_commit, policy=policy
                 )
             else:
-                from storage.pgbatch import PgGroupCommitStore  # asyncpg: the [postgresql] extra
+                from storage.postgresql.group_commit import (
+                    PgGroupCommitStore,  # asyncpg: the [postgresql] extra
+                )
 
                 batching = PgGroupCommitStore(
                     fences,

@@ -1,9 +1,10 @@
-"""The fence's decisions, with no HTTP in sight.
+"""The gateway's guard around its store: tokens from the future, and the refusals counted.
 
-`Fencer` runs every fenced operation: first the token-from-the-future guard
-(a token above the source's upper bound for the resource is refused 422,
-since one such token would fence out every honest client forever), then the
-store's single-transaction check-and-change, timed. A stale refusal is
+`Fencer` holds the store and wraps each fenced call to it: first the
+token-from-the-future guard (a token above the source's upper bound for the
+resource is refused 422, since one such token would fence out every honest
+client forever), then the store's call, timed; the fence's own decisions
+(binding, mark, replay) live in `storage/fenced.py`. A stale refusal is
 checked against the source once more: if the mark itself is above what the
 source has ever issued, the source went back (restored from a backup, a
 reset counter) and every honest client would be refused; that is answered
@@ -29,13 +30,16 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from gateway.errors import NotSupported, TokenAboveBound, Unavailable
 from gateway.metrics import Metrics
 from lockclient.errors import LockClientError
 from lockclient.protocols import TokenSource
 from storage.errors import ResourceMismatch, StaleToken
-from storage.protocols import FencedOps, FencedRequest, ObjectData, ObjectMeta, ObjectStore
+from storage.models import DEFAULT_CONTENT_TYPE
+from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, ObjectStore, Precondition
 
 log = logging.getLogger(__name__)
 
@@ -151,26 +155,79 @@ class FutureGuard:
             ) from stale
 
 
-class Fencer(FencedOps):
-    """Every fenced operation: guard, one store transaction, timing, refusal accounting."""
+class Fencer:
+    """The store, behind the future-token guard, timed, its refusals counted."""
 
     def __init__(self, *, store: ObjectStore, guard: FutureGuard, metrics: Metrics) -> None:
         self._store = store
         self._guard = guard
         self._metrics = metrics
 
-    async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
-        if request.precondition is not None and not self._store.preconditions:
+    async def put(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        resource: str,
+        token: int,
+        caller: Caller = ANONYMOUS,
+        content_type: str = DEFAULT_CONTENT_TYPE,
+        precondition: Precondition | None = None,
+    ) -> ObjectMeta:
+        self._check(precondition)
+        async with self._guarded(resource, token):
+            meta = await self._store.put(
+                key,
+                data,
+                resource=resource,
+                token=token,
+                caller=caller,
+                content_type=content_type,
+                precondition=precondition,
+            )
+        return self._counted(meta)
+
+    async def get(
+        self, key: str, *, resource: str, token: int | None, caller: Caller = ANONYMOUS
+    ) -> ObjectData:
+        if token is None:
+            return await self._store.read(key, resource=resource)
+        async with self._guarded(resource, token):
+            return await self._store.get(key, resource=resource, token=token, caller=caller)
+
+    async def delete(
+        self,
+        key: str,
+        *,
+        resource: str,
+        token: int,
+        caller: Caller = ANONYMOUS,
+        precondition: Precondition | None = None,
+    ) -> ObjectMeta:
+        self._check(precondition)
+        async with self._guarded(resource, token):
+            meta = await self._store.delete(
+                key, resource=resource, token=token, caller=caller, precondition=precondition
+            )
+        return self._counted(meta)
+
+    def _check(self, precondition: Precondition | None) -> None:
+        """501 before anything is asked or written when the store would not check the precondition."""
+        if precondition is not None and not self._store.preconditions:
             raise NotSupported(
                 "If-Match / If-None-Match on a write is honoured in front of an s3:// upstream or a "
                 "conditional http(s) upstream only; this store would not check it, so nothing was written: "
                 "send the write without it (the fence alone orders this store's writes)",
                 code="precondition_not_supported",
             )
-        await self._guard.admit(request.resource, request.token)
+
+    @asynccontextmanager
+    async def _guarded(self, resource: str, token: int) -> AsyncIterator[None]:
+        """Around the store's call, once the guard admitted `token`: timed, a refusal explained, counted."""
+        await self._guard.admit(resource, token)
         start = time.perf_counter()
         try:
-            outcome = await self._store.fenced(request)
+            yield
         except StaleToken as exc:
             await self._guard.explain(exc)
             self._metrics.stale_refusals.inc()
@@ -180,9 +237,8 @@ class Fencer(FencedOps):
             raise
         finally:
             self._metrics.fence_check_seconds.observe(time.perf_counter() - start)
-        if isinstance(outcome, ObjectMeta) and outcome.replayed:
-            self._metrics.idempotent_replays.inc()
-        return outcome
 
-    async def read(self, key: str, *, resource: str) -> ObjectData:
-        return await self._store.read(key, resource=resource)
+    def _counted(self, meta: ObjectMeta) -> ObjectMeta:
+        if meta.replayed:
+            self._metrics.idempotent_replays.inc()
+        return meta

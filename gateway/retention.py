@@ -8,7 +8,7 @@ seconds, at most `SWEEP_EVERY`, so a record past its TTL is gone within that
 long of its expiry; every replica runs it, and on PostgreSQL one at a time does
 the work (`storage.expiry`); with SQLite's group commit each batch of it is
 deleted inside one of the writer's transactions. On SQLite each sweep then returns the file's
-free pages to the file system (`storage.vacuum`); a file made without
+free pages to the file system (`storage.sqlite.vacuum`); a file made without
 incremental auto_vacuum is migrated first, at start, when small enough. A failed sweep is logged
 and tried again at the next wake-up: it changed nothing it did not commit.
 
@@ -38,10 +38,10 @@ from gateway.metrics import Metrics
 from gateway.storage_tls import open_storage
 from storage import StorageError
 from storage.archive import archive_into
-from storage.batch import GroupCommitStore
 from storage.expiry import Step, expire_idempotency
+from storage.sqlite.group_commit import GroupCommitStore
+from storage.sqlite.vacuum import INCREMENTAL, auto_vacuum_mode, migrate_to_incremental, reclaim
 from storage.tablesize import table_sizes
-from storage.vacuum import INCREMENTAL, auto_vacuum_mode, migrate_to_incremental, reclaim
 
 log = logging.getLogger("gateway")
 

@@ -12,7 +12,7 @@ An entry's hash is sha256 over the previous hash and a canonical encoding
 of its fields, its id included (`entry_hash`): changing, removing or
 reordering an entry breaks the link at it or just after it
 (`storage/verify.py`). PostgreSQL's group-commit writer hashes in the
-server instead (`pgbatch.APPEND`: the head is locked, the entries numbered,
+server instead (`postgresql/group_commit.py`'s `APPEND`: the head is locked, the entries numbered,
 hashed and inserted, and the head moved, in one statement, so the lock that
 serializes every append is held for one round trip before the commit, not
 three); the fields are still encoded here (`entry_tail`), and the statement

@@ -127,9 +127,9 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            # a new (empty) file is made with deletes' pages reclaimable (storage/vacuum.py); an existing
-            # one is not touched: setting it there rewrites its header, and a reader (audit verify) must
-            # change no byte of the file
+            # a new (empty) file is made with deletes' pages reclaimable (storage/sqlite/vacuum.py); an
+            # existing one is not touched: setting it there rewrites its header, and a reader (audit verify)
+            # must change no byte of the file
             cursor.execute("PRAGMA page_count")
             if cursor.fetchone()[0] == 0:
                 cursor.execute("PRAGMA auto_vacuum=INCREMENTAL")

@@ -2,8 +2,9 @@
 
 Every engine and mode runs this one algorithm: the per-request store on
 SQLAlchemy (`sql.py`, SQLite and PostgreSQL), the SQLite group-commit writer
-on stdlib sqlite3 (`writer.py`) and the upstream proxy (`gateway/upstream.py`,
-`objects=False`) and the PostgreSQL group-commit writer (`pgbatch.py`). The
+on stdlib sqlite3 (`sqlite/batch_writer.py`) and the upstream proxy (`gateway/upstream.py`,
+`objects=False`) and the PostgreSQL group-commit writer
+(`postgresql/group_commit.py`). The
 drivers differ only in how a named statement runs: `apply` is a coroutine
 over a `Tx`, awaited on an async connection, run to completion at once on a
 synchronous one (`run_now`: its statements never suspend), or stepped in

@@ -2,7 +2,7 @@
 
 `QueuedStore` is the `ObjectStore` surface of a store that batches fenced
 requests: PUT, fenced GET and DELETE, and refusals for the audit trail go
-through `_submit` (the subclass's queue); plain reads go to the subclass's
+through `_submit` (queued, then the subclass's writer woken); plain reads go to the subclass's
 reader, listing and marks to the per-request store underneath; none of them
 waits behind a batch.
 
@@ -90,8 +90,19 @@ class QueuedStore(ObjectStore):
     async def ping(self) -> None:
         raise NotImplementedError
 
-    async def _submit(self, op: Op) -> Any:
+    def _wake_writer(self) -> None:
+        """Tell the writer that `_pending` has a request; it takes it with its next batch."""
         raise NotImplementedError
+
+    async def _submit(self, op: Op) -> Any:
+        """Queue `op` for the writer, then wait for its answer."""
+        if not self._running:
+            raise StorageUnavailable(
+                "the store is not accepting writes (shutting down); retry on another gateway"
+            )
+        self._pending.append(op)
+        self._wake_writer()
+        return await self._answer(op)
 
     async def _answer(self, op: Op) -> Any:
         """`op`'s outcome once its batch settled, or 503 once the deadline from its queueing passed.

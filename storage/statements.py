@@ -10,7 +10,7 @@ binding and the idempotency record are claimed with `ON CONFLICT DO NOTHING
 RETURNING`: no row back means another transaction got there first (on
 PostgreSQL the statement waited for it to commit). The fenced unit
 (`fenced.py`) names these statements; both drivers (SQLAlchemy's async
-connection in `sql.py`, stdlib sqlite3 in `writer.py`) run these same
+connection in `sql.py`, stdlib sqlite3 in `sqlite/batch_writer.py`) run these same
 constructs, so each decision has one definition. Audit entries are
 inserted with the id and hash `chain.py` gave them, after `head_select`
 locked the chain's head, which `head_update` then moves.

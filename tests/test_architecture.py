@@ -11,12 +11,15 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = frozenset({"lockclient", "storage", "gateway"})
+STORAGE = frozenset({"storage", "storage.sqlite", "storage.postgresql"})
+PRODUCT = frozenset({"lockclient", "gateway"}) | STORAGE
 # Each part of the code and the parts it may import (besides itself), as docs/architecture.md says.
 ALLOWED: dict[str, frozenset[str]] = {
     "lockclient": frozenset(),
-    "storage": frozenset({"lockclient"}),  # the wire limits its columns hold, the SQLite WAL switch
-    "gateway": frozenset({"storage", "lockclient"}),
+    "storage": frozenset({"lockclient"}),  # the shared core, knowing neither engine; lockclient: the wire
+    "storage.sqlite": frozenset({"storage", "lockclient"}),  # limits its columns hold, the SQLite WAL switch
+    "storage.postgresql": frozenset({"storage", "lockclient"}),
+    "gateway": STORAGE | {"lockclient"},
     "fencegate.cli": frozenset({"lockclient"}),  # its URL mask, when a mistake is shown
     "fencegate.tables": frozenset(),
     "fencegate.lab.cluster": PRODUCT | {"fencegate.cli"},
@@ -79,6 +82,14 @@ def test_the_rules_catch_a_product_module_that_imports_a_tool(tmp_path: Path) ->
     target = part_of(next(iter(imports(bad))))
     assert target == "fencegate.lab.cluster"
     assert target not in ALLOWED["gateway"]
+
+
+def test_the_rules_keep_the_engines_apart_around_the_core() -> None:
+    assert part_of("storage.sqlite.group_commit") == "storage.sqlite"
+    assert part_of("storage.postgresql.reader") == "storage.postgresql"
+    assert part_of("storage.fenced") == "storage"
+    assert "storage.sqlite" not in ALLOWED["storage"] | ALLOWED["storage.postgresql"]
+    assert "storage.postgresql" not in ALLOWED["storage"] | ALLOWED["storage.sqlite"]
 
 
 def test_the_page_names_only_modules_that_exist() -> None:

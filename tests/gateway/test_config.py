@@ -122,7 +122,7 @@ def test_the_group_commit_default_is_the_stores_batch_size() -> None:
 
 
 def test_the_commit_lanes_default_is_the_postgresql_writers() -> None:
-    from storage.pgbatch import DEFAULT_LANES
+    from storage.postgresql.group_commit import DEFAULT_LANES
 
     assert settings_from(parse(), {}).commit_lanes == DEFAULT_LANES
     assert settings_from(parse(), {"FENCEGATE_COMMIT_LANES": "1"}).commit_lanes == 1

@@ -1,4 +1,5 @@
-"""Plain reads (no Fencing-Token) on the readers of their own (`storage/pgread.py`, `storage/sqliteread.py`).
+"""Plain reads (no Fencing-Token) on the readers of their own (`storage/postgresql/reader.py`,
+`storage/sqlite/reader.py`).
 
 They try to catch a read that is stale (a reader connection holding an old
 snapshot), dirty (a batch that is then not committed), stuck (the writer's
@@ -22,8 +23,8 @@ import pytest
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from gateway.keys import AppKeys
-from storage import pgbatch
-from storage.batch import GroupCommitStore
+from storage.postgresql import group_commit as pgbatch
+from storage.sqlite.group_commit import GroupCommitStore
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.gateway.test_internals import answer, assert_clean
 from tests.gateway.test_storage_down import PG, hung

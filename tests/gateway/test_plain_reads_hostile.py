@@ -21,12 +21,12 @@ from sqlalchemy import text
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from gateway.keys import AppKeys
-from storage.batch import GroupCommitStore
 from storage.errors import StorageUnavailable
-from storage.pgbatch import PgGroupCommitStore
-from storage.pgread import DEFAULT_READERS, PgReader
+from storage.postgresql.group_commit import PgGroupCommitStore
+from storage.postgresql.reader import DEFAULT_READERS, PgReader
 from storage.protocols import ObjectData
-from storage.sqliteread import SqliteReader
+from storage.sqlite.group_commit import GroupCommitStore
+from storage.sqlite.reader import SqliteReader
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.gateway.test_internals import answer, assert_clean, logged
 from tests.gateway.test_storage_down import hung

@@ -24,7 +24,7 @@ from fencegate.lab.cluster import LocalCluster
 from gateway.durations import Duration
 from gateway.storage_tls import open_storage
 from storage import SqlObjectStore, migrate, verify_audit
-from storage.vacuum import NotEnoughSpace, auto_vacuum_mode, migrate_to_incremental
+from storage.sqlite.vacuum import NotEnoughSpace, auto_vacuum_mode, migrate_to_incremental
 from tests.databases import fresh_database
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.waiting import eventually

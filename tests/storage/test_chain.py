@@ -22,11 +22,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from fencegate.lab.cluster import LocalCluster
 from storage import ObjectNotFound, SqlObjectStore, StaleToken, migrate, open_engine
 from storage import chain as chain_module
-from storage.batch import GroupCommitStore
 from storage.chain import GENESIS_HEAD, Head, entry_hash, link, read_head
 from storage.models import AuditEntry, AuditHead
 from storage.protocols import ObjectStore, Refused
 from storage.queued import QueuedStore
+from storage.sqlite.group_commit import GroupCommitStore
 from storage.verify import AuditReport, verify_audit
 from tests.databases import fresh_database
 
@@ -44,7 +44,7 @@ async def _batching(sql: SqlObjectStore, engine: AsyncEngine) -> QueuedStore:
     if engine.dialect.name == "sqlite":
         assert engine.url.database is not None
         return GroupCommitStore(sql, path=engine.url.database)
-    from storage.pgbatch import PgGroupCommitStore
+    from storage.postgresql.group_commit import PgGroupCommitStore
 
     return PgGroupCommitStore(sql, engine=engine)
 
@@ -289,7 +289,7 @@ async def test_postgresql_appends_in_the_server_exactly_as_entry_hash_chains(
     postgres_cluster: LocalCluster,
 ) -> None:
     """The group-commit writer's one-statement append hashes byte for byte as `entry_hash` does."""
-    from storage.pgbatch import append
+    from storage.postgresql.group_commit import append
 
     india = timezone(timedelta(hours=5, minutes=30))
     fields = ("at", "client", "method", "key", "resource", "token", "mark", "status", "outcome")

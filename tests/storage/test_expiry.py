@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.storage_tls import open_storage
 from storage import SqlObjectStore, migrate
-from storage.batch import GroupCommitStore
 from storage.expiry import expire_idempotency
 from storage.models import IdempotencyRecord
+from storage.sqlite.group_commit import GroupCommitStore
 from tests.databases import ENGINES, engine_url
 
 LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)

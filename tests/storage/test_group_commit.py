@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from storage import ObjectNotFound, SqlObjectStore, StaleToken, StorageUnavailable, verify_audit
-from storage.batch import GroupCommitStore
 from storage.protocols import Refused
-from storage.writer import INLINE_BYTES
+from storage.sqlite.batch_writer import INLINE_BYTES
+from storage.sqlite.group_commit import GroupCommitStore
 from tests.databases import migrated_store
 from tests.waiting import eventually
 

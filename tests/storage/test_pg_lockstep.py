@@ -30,12 +30,12 @@ from storage import (
     StorageUnavailable,
     migrate,
     open_engine,
-    pgbatch,
-    pgconn,
     verify_audit,
 )
 from storage.fenced import FENCED
-from storage.pgbatch import PgGroupCommitStore, run_lockstep
+from storage.postgresql import connections as pgconn
+from storage.postgresql import group_commit as pgbatch
+from storage.postgresql.group_commit import PgGroupCommitStore, run_lockstep
 from storage.protocols import Caller, FencedRequest
 from tests.databases import fresh_database
 from tests.waiting import eventually

@@ -16,10 +16,10 @@ from sqlalchemy import select
 
 from fencegate.lab.cluster import LocalCluster
 from storage import ObjectNotFound, SqlObjectStore, StaleToken, migrate, open_engine
-from storage.batch import GroupCommitStore
 from storage.errors import IdempotencyKeyReused
 from storage.models import AuditEntry, IdempotencyRecord
 from storage.protocols import Caller, ObjectStore, Refused
+from storage.sqlite.group_commit import GroupCommitStore
 from storage.verify import verify_audit
 
 Names = Callable[[str], str]

@@ -18,7 +18,7 @@ from fencegate.lab.cluster import LocalCluster
 from gateway import Settings, create_app
 from storage import SCHEMA_VERSION, BadStorageURL, SchemaError, migrate, open_engine
 from storage.models import SchemaVersion
-from storage.writer import BatchWriter
+from storage.sqlite.batch_writer import BatchWriter
 
 
 async def test_migrate_creates_then_is_idempotent(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.cluster.certs import Authority
 from gateway.storage_tls import open_storage
 from storage import BadStorageURL, SqlObjectStore, StaleToken, StorageUnavailable, migrate, open_engine
-from storage.pgbatch import PgGroupCommitStore
+from storage.postgresql.group_commit import PgGroupCommitStore
 from tests.databases import client_connections_tls
 from tests.urls import POSTGRES_TLS_MISTAKES, broken_postgres_tls, edit_query
 

@@ -1,6 +1,6 @@
 """One group-commit batch on one sqlite3 connection: the fenced unit per request, in order, one transaction.
 
-`BatchWriter` is the SQL half of `batch.py`'s group commit; `GroupCommitStore`
+`BatchWriter` is the SQL half of `group_commit.py`'s group commit; `GroupCommitStore`
 decides where each part runs. Each request is the unit of `fenced.py`, run at
 once (`run_now`) over `SqliteTx`: the statements of `statements.py` compiled
 once for SQLite (named parameters and their defaults) and run on a stdlib

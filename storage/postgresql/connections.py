@@ -1,4 +1,4 @@
-"""What PostgreSQL's writer (`pgbatch.py`) and reader (`pgread.py`) share: kept connections, compiled SQL.
+"""What `group_commit.py` (the writer) and `reader.py` share on PostgreSQL: kept connections, compiled SQL.
 
 A `Lane` is one connection checked out of the engine's pool (so it opens
 as every other one does: TLS, timeouts, the refused-login message) and kept
@@ -23,7 +23,7 @@ from storage.statements import Statements
 
 log = logging.getLogger(__name__)
 
-# The audit chain's statements: a batch appends with `pgbatch.APPEND` instead.
+# The audit chain's statements: a batch appends with `group_commit.APPEND` instead.
 _CHAIN = ("audit_insert", "head_select", "head_update")
 
 

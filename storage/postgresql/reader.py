@@ -2,7 +2,7 @@
 
 A read without a token is `Statements.object_select` by primary key, sent
 as one `fetchrow` on one of a few connections kept like the writer's lanes
-(`pgconn.Lane`), taken from a queue and put back. No BEGIN or COMMIT: a
+(`connections.Lane`), taken from a queue and put back. No BEGIN or COMMIT: a
 single statement outside a transaction is its own snapshot (READ COMMITTED),
 taken when it starts, so it sees every transaction committed before it, from
 this gateway or another replica, and never a batch that has not committed.
@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from storage.errors import StorageUnavailable, map_storage_errors
 from storage.fenced import read_object
-from storage.pgconn import Lane, PgStatements
+from storage.postgresql.connections import Lane, PgStatements
 from storage.protocols import ObjectData
 
 log = logging.getLogger(__name__)

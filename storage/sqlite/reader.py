@@ -29,7 +29,7 @@ from storage.errors import StorageUnavailable, map_storage_errors
 from storage.fenced import read_object
 from storage.protocols import ObjectData
 from storage.queued import settle
-from storage.writer import SqliteStatements
+from storage.sqlite.batch_writer import SqliteStatements
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ On SQLite every commit is an fsync (WAL, `synchronous=FULL`) and one writer
 holds the lock at a time, so one transaction per request spends its time on
 the disk, the write lock and a thread hop per statement. Here requests queue
 up; when the previous batch has settled, everything pending (up to
-`max_batch`) becomes one transaction (`writer.py`): `BEGIN IMMEDIATE`, then
+`max_batch`) becomes one transaction (`batch_writer.py`): `BEGIN IMMEDIATE`, then
 for each request in queue order the fenced unit (`fenced.py`: binding, fence
 upsert, change), then one `COMMIT`.
 
@@ -35,7 +35,7 @@ request in it gets `StorageUnavailable` (outcome unknown: 503), never 2xx.
 A step of the idempotency expiry (`expire`) rides in the next batch the
 same way, deleted in the writer thread just before the `COMMIT`.
 Reads without a token do not queue: they run beside the writer, on a
-thread and connection of their own (`sqliteread.py`, WAL).
+thread and connection of their own (`reader.py`, WAL).
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ from storage.fenced import FENCED, Policy
 from storage.protocols import ObjectData
 from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
 from storage.sql import SqlObjectStore
-from storage.sqliteread import SqliteReader
-from storage.writer import BatchWriter, Expired, Expiry, inline
+from storage.sqlite.batch_writer import BatchWriter, Expired, Expiry, inline
+from storage.sqlite.reader import SqliteReader
 
 log = logging.getLogger(__name__)
 
@@ -144,15 +144,6 @@ class GroupCommitStore(QueuedStore):
         self._jobs.put((run, done))
         return await future
 
-    async def _submit(self, op: Op) -> Any:
-        if not self._running:
-            raise StorageUnavailable(
-                "the store is not accepting writes (shutting down); retry on another gateway"
-            )
-        self._pending.append(op)
-        self._wake()
-        return await self._answer(op)
-
     async def expire(self, before: datetime, limit: int) -> int:
         """Delete up to `limit` idempotency records written before `before` inside the next batch's
         transaction (one without requests if none come); the records deleted (`storage.expiry.Step`)."""
@@ -160,10 +151,10 @@ class GroupCommitStore(QueuedStore):
             raise StorageUnavailable("the store is shutting down; the expiry goes on at the next start")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._expiring.append(((before, limit), future))
-        self._wake()
+        self._wake_writer()
         return await future
 
-    def _wake(self) -> None:
+    def _wake_writer(self) -> None:
         if not self._busy:
             self._busy = True
             self._idle.clear()

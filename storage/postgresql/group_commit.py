@@ -52,8 +52,8 @@ from storage.chain import HASHED, Head, announce, entry_tail, head_of
 from storage.errors import StorageError, StorageUnavailable
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply
 from storage.models import AuditEntry, AuditHead
-from storage.pgconn import Lane, PgStatements
-from storage.pgread import PgReader
+from storage.postgresql.connections import Lane, PgStatements
+from storage.postgresql.reader import PgReader
 from storage.protocols import FencedRequest, ObjectData
 from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
 from storage.records import refused_params
@@ -260,14 +260,8 @@ class PgGroupCommitStore(QueuedStore):
     async def read(self, key: str, *, resource: str) -> ObjectData:
         return await self._reader.read(key)
 
-    async def _submit(self, op: Op) -> Any:
-        if not self._running:
-            raise StorageUnavailable(
-                "the store is not accepting writes (shutting down); retry on another gateway"
-            )
-        self._pending.append(op)
+    def _wake_writer(self) -> None:
         self._wake.set()
-        return await self._answer(op)
 
     async def ping(self) -> None:
         await self._store.ping()
