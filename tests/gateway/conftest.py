@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,10 @@ def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[st
         elif request.param.endswith("one-lane"):
             storage += ["--commit-lanes", "1"]
     procs = [GatewayProcess(tmp_path / f"gw{i}.log", *storage) for i in (1, 2)]
-    try:
-        yield [proc.start() for proc in procs]
+    try:  # both at once: migrations serialize on the database's lock, and a start takes seconds
+        with ThreadPoolExecutor(len(procs)) as starting:
+            urls = list(starting.map(GatewayProcess.start, procs))
+        yield urls
     finally:
         for proc in procs:
             proc.stop()
