@@ -77,12 +77,16 @@ async def engine_client(request: pytest.FixtureRequest, make_client: MakeClient)
     return await make_client(**overrides)
 
 
-@pytest.fixture(params=["sqlite", "postgresql-group-commit", "postgresql-one-lane", "postgresql-per-request"])
-def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
+@pytest.fixture(
+    scope="module",
+    params=["sqlite", "postgresql-group-commit", "postgresql-one-lane", "postgresql-per-request"],
+)
+def replicas(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     """Two `fencegate serve` processes on one database (their URLs): one SQLite file with group
-    commit in each, or the suite's shared PostgreSQL (use unique names there) in either mode, group
-    commit also with one batch in flight per replica (`--commit-lanes 1`, as docs/operations.md
-    advises for several replicas)."""
+    commit in each, or the suite's shared PostgreSQL in either mode, group commit also with one
+    batch in flight per replica (`--commit-lanes 1`, as docs/operations.md advises for several
+    replicas). Shared by the module's tests (use unique names): a pair takes seconds to start."""
+    tmp_path = tmp_path_factory.mktemp("replicas")
     if request.param == "sqlite":
         storage = ["--data-dir", str(tmp_path / "shared")]
     else:
