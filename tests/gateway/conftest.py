@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,12 +77,16 @@ async def engine_client(request: pytest.FixtureRequest, make_client: MakeClient)
     return await make_client(**overrides)
 
 
-@pytest.fixture(params=["sqlite", "postgresql-group-commit", "postgresql-one-lane", "postgresql-per-request"])
-def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
+@pytest.fixture(
+    scope="module",
+    params=["sqlite", "postgresql-group-commit", "postgresql-one-lane", "postgresql-per-request"],
+)
+def replicas(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     """Two `fencegate serve` processes on one database (their URLs): one SQLite file with group
-    commit in each, or the suite's shared PostgreSQL (use unique names there) in either mode, group
-    commit also with one batch in flight per replica (`--commit-lanes 1`, as docs/operations.md
-    advises for several replicas)."""
+    commit in each, or the suite's shared PostgreSQL in either mode, group commit also with one
+    batch in flight per replica (`--commit-lanes 1`, as docs/operations.md advises for several
+    replicas). Shared by the module's tests (use unique names): a pair takes seconds to start."""
+    tmp_path = tmp_path_factory.mktemp("replicas")
     if request.param == "sqlite":
         storage = ["--data-dir", str(tmp_path / "shared")]
     else:
@@ -92,8 +97,10 @@ def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[st
         elif request.param.endswith("one-lane"):
             storage += ["--commit-lanes", "1"]
     procs = [GatewayProcess(tmp_path / f"gw{i}.log", *storage) for i in (1, 2)]
-    try:
-        yield [proc.start() for proc in procs]
+    try:  # both at once: migrations serialize on the database's lock, and a start takes seconds
+        with ThreadPoolExecutor(len(procs)) as starting:
+            urls = list(starting.map(GatewayProcess.start, procs))
+        yield urls
     finally:
         for proc in procs:
             proc.stop()

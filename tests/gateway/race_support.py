@@ -109,12 +109,14 @@ class Replica:
 async def replica_pair(
     module: str, tmp_path: Path, a_args: list[str], b_args: list[str], env: dict[str, str]
 ) -> AsyncIterator[tuple[Replica, Replica]]:
-    """Replicas A and B of `module` (logs a.log and b.log in `tmp_path`), started in that order."""
+    """Replicas A and B of `module` (logs a.log and b.log in `tmp_path`), started at once: their
+    migrations serialize on the database's lock, and start-up is most of a short test's time."""
     a = Replica(tmp_path / "a.log", module, a_args, env)
     b = Replica(tmp_path / "b.log", module, b_args, env)
     try:
-        await a.start()
-        await b.start()
+        async with asyncio.TaskGroup() as starting:
+            starting.create_task(a.start())
+            starting.create_task(b.start())
         yield a, b
     finally:
         await a.stop()

@@ -7,6 +7,8 @@ applied once (each replica counts the writes the store accepted from it:
 holds the write with the request's id. The control (`unclaimed_serve`: the
 key ignored, no record claimed) must apply more than once. The same key on
 another request is 422 `idempotency_key_reused`, as on the built-in store.
+The gateway's two replicas start once for the module (`pair`): each test
+writes keys of its own and counts what was applied during it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ import contextlib
 import json
 import re
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+import pytest_asyncio
 
 from fencegate.lab.cluster import LocalCluster
 from gateway import Settings, create_app
@@ -43,23 +48,43 @@ from tests.gateway.s3_support import (
 RETRIES = 16
 TIMEOUT, HOLD = 1.0, 3.0  # the 504 case: seconds the gateway waits for the store, and the path holds
 _APPLIED = re.compile(r"^fencegate_upstream_round_trips_count (\S+)$", re.MULTILINE)
+ON_THE_PAIR = pytest.mark.asyncio(loop_scope="module")  # the tests on the module's two replicas
 
 
-@pytest.fixture
-async def database(postgres_cluster: LocalCluster) -> str:
-    return await create_database(postgres_cluster.postgres_dsn)
+@dataclass(frozen=True)
+class Pair:
+    """Two replicas of one module on one fresh database, in front of one prefix of the store."""
+
+    replicas: tuple[Replica, Replica]
+    prefix: str
 
 
-def _replicas(
-    module: str, store: dict[str, str], dsn: str, prefix: str, tmp_path: Path
-) -> contextlib.AbstractAsyncContextManager[tuple[Replica, Replica]]:
+@contextlib.asynccontextmanager
+async def _pair(module: str, store: dict[str, str], admin_dsn: str, tmp_path: Path) -> AsyncIterator[Pair]:
+    prefix, dsn = fresh_prefix(), await create_database(admin_dsn)
     args = ["--storage", dsn, "--upstream", f"s3://{store['bucket']}/{prefix}",
             "--upstream-endpoint", store["endpoint"]]  # fmt: skip
-    return replica_pair(module, tmp_path, args, args, aws_environment(store, tmp_path))
+    async with replica_pair(module, tmp_path, args, args, aws_environment(store, tmp_path)) as replicas:
+        yield Pair(replicas, prefix)
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def pair(
+    s3_cluster: LocalCluster, postgres_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Pair]:
+    """The gateway's replicas, shared by the module's tests: each writes keys of its own and counts
+    the writes applied during it (the metrics are the replicas' totals)."""
+    home = tmp_path_factory.mktemp("idempotency-pair")
+    async with _pair("fencegate.cli", s3_cluster.s3, postgres_cluster.postgres_dsn, home) as shared:
+        yield shared
+
+
+def _key() -> str:
+    return f"doc-{uuid.uuid4().hex[:8]}"
 
 
 async def _applied(session: aiohttp.ClientSession, *replicas: Replica) -> int:
-    """Writes the store accepted, over the replicas."""
+    """Writes the store accepted, over the replicas, since they started."""
     total = 0.0
     for replica in replicas:
         async with session.get(f"{replica.url}/metrics") as scraped:
@@ -82,61 +107,83 @@ async def _retries(
     return await asyncio.gather(*(send(i) for i in range(RETRIES)))
 
 
-@pytest.mark.parametrize(
-    ("module", "claimed"), [("fencegate.cli", True), ("tests.gateway.unclaimed_serve", False)],
-    ids=["claimed", "control-without-the-claim"],
-)  # fmt: skip
+@dataclass(frozen=True)
+class Retried:
+    """Identical retries of a PUT, then of a DELETE: their answers, the writes each applied at the
+    store, and what the store held after each."""
+
+    put: list[tuple[int, bytes]]
+    put_applied: int
+    stored: Held | None
+    delete: list[tuple[int, bytes]]
+    delete_applied: int
+    gone: Held | None
+
+
+async def _put_then_delete(pair: Pair, store: dict[str, str]) -> Retried:
+    key = _key()
+    async with aiohttp.ClientSession() as session, direct_client(store) as s3:
+        before = await _applied(session, *pair.replicas)
+        put = await _retries(session, pair.replicas, "PUT", key, uuid.uuid4().hex, b"once")
+        put_applied = await _applied(session, *pair.replicas) - before
+        stored = await held(s3, store["bucket"], pair.prefix + key)
+        delete = await _retries(session, pair.replicas, "DELETE", key, uuid.uuid4().hex)
+        delete_applied = await _applied(session, *pair.replicas) - before - put_applied
+        gone = await held(s3, store["bucket"], pair.prefix + key)
+    return Retried(put, put_applied, stored, delete, delete_applied, gone)
+
+
+@ON_THE_PAIR
 async def test_identical_retries_over_two_replicas_apply_once_and_get_one_answer(
-    module: str, claimed: bool, s3_cluster: LocalCluster, database: str, tmp_path: Path
+    pair: Pair, s3_cluster: LocalCluster
 ) -> None:
-    store, prefix = s3_cluster.s3, fresh_prefix()
-    async with (
-        _replicas(module, store, database, prefix, tmp_path) as (a, b),
-        aiohttp.ClientSession() as session,
-        direct_client(store) as s3,
-    ):
-        put = await _retries(session, (a, b), "PUT", "doc", uuid.uuid4().hex, b"once")
-        put_applied = await _applied(session, a, b)
-        stored = await held(s3, store["bucket"], prefix + "doc")
-        delete = await _retries(session, (a, b), "DELETE", "doc", uuid.uuid4().hex)
-        delete_applied = await _applied(session, a, b) - put_applied
-        gone = await held(s3, store["bucket"], prefix + "doc")
-    if not claimed:
-        assert (put_applied, delete_applied) != (1, 1), "the control applied once: the count sees nothing"
-        return
-    assert {status for status, _ in put} == {201}, put
-    assert len(set(put)) == 1, put
-    assert put_applied == 1
-    assert isinstance(stored, Held)
-    assert (stored.data, stored.token) == (b"once", 7)
-    assert REQUEST in stored.metadata
-    assert {status for status, _ in delete} == {200}, delete
-    assert len(set(delete)) == 1, delete
-    assert delete_applied == 1
-    assert gone is not None
-    assert gone.metadata.get(TOMBSTONE) == "1"
+    retried = await _put_then_delete(pair, s3_cluster.s3)
+    assert {status for status, _ in retried.put} == {201}, retried.put
+    assert len(set(retried.put)) == 1, retried.put
+    assert retried.put_applied == 1
+    assert isinstance(retried.stored, Held)
+    assert (retried.stored.data, retried.stored.token) == (b"once", 7)
+    assert REQUEST in retried.stored.metadata
+    assert {status for status, _ in retried.delete} == {200}, retried.delete
+    assert len(set(retried.delete)) == 1, retried.delete
+    assert retried.delete_applied == 1
+    assert retried.gone is not None
+    assert retried.gone.metadata.get(TOMBSTONE) == "1"
 
 
+@ON_THE_PAIR
+async def test_the_control_without_the_claim_applies_identical_retries_more_than_once(
+    s3_cluster: LocalCluster, postgres_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    store = s3_cluster.s3
+    async with _pair(
+        "tests.gateway.unclaimed_serve", store, postgres_cluster.postgres_dsn, tmp_path
+    ) as control:
+        retried = await _put_then_delete(control, store)
+    assert (retried.put_applied, retried.delete_applied) != (1, 1), (
+        "the control applied once: the count sees nothing"
+    )
+
+
+@ON_THE_PAIR
 async def test_the_same_key_on_another_request_is_refused_and_changes_nothing(
-    s3_cluster: LocalCluster, database: str, tmp_path: Path
+    pair: Pair, s3_cluster: LocalCluster
 ) -> None:
-    store, prefix, idem = s3_cluster.s3, fresh_prefix(), uuid.uuid4().hex
-    async with (
-        _replicas("fencegate.cli", store, database, prefix, tmp_path) as (a, b),
-        aiohttp.ClientSession() as session,
-        direct_client(store) as s3,
-    ):
+    store, key, idem = s3_cluster.s3, _key(), uuid.uuid4().hex
+    a, b = pair.replicas
+    async with aiohttp.ClientSession() as session, direct_client(store) as s3:
+        before = await _applied(session, a, b)
         headers = {"Fencing-Token": "7", "Idempotency-Key": idem}
-        async with session.put(f"{a.url}/v1/objects/doc", data=b"first", headers=headers) as first:
+        async with session.put(f"{a.url}/v1/objects/{key}", data=b"first", headers=headers) as first:
             assert first.status == 201
         for body, token in ((b"other body", "7"), (b"first", "8")):
             reused_headers = {**headers, "Fencing-Token": token}
-            async with session.put(f"{b.url}/v1/objects/doc", data=body, headers=reused_headers) as reused:
+            async with session.put(f"{b.url}/v1/objects/{key}", data=body, headers=reused_headers) as reused:
                 assert (reused.status, (await reused.json())["error"]) == (422, "idempotency_key_reused")
-        stored = await held(s3, store["bucket"], prefix + "doc")
+        stored = await held(s3, store["bucket"], pair.prefix + key)
         assert stored is not None
         assert (stored.data, stored.token) == (b"first", 7)
-        assert await _applied(session, a, b) == 1
+        assert await _applied(session, a, b) - before == 1
 
 
 # What the key held when the 504's retries came: nothing written since, a newer token's write, or
@@ -234,25 +281,23 @@ async def test_a_retry_takes_over_from_a_claimant_that_stopped_after_its_claim(
     assert REQUEST in stored.metadata
 
 
+@ON_THE_PAIR
 async def test_identical_retries_the_store_refuses_are_all_refused_and_write_nothing(
-    s3_cluster: LocalCluster, database: str, tmp_path: Path
+    pair: Pair, s3_cluster: LocalCluster
 ) -> None:
     """The store holds a higher token than the gateway's mark knows (written there directly): the
     claimant's write is refused at the store, its record released, and every retry, on either
     replica, meets the same refusal; the store keeps what it held."""
-    store, prefix = s3_cluster.s3, fresh_prefix()
-    async with (
-        _replicas("fencegate.cli", store, database, prefix, tmp_path) as (a, b),
-        aiohttp.ClientSession() as session,
-        direct_client(store) as s3,
-    ):
+    store, key = s3_cluster.s3, _key()
+    async with aiohttp.ClientSession() as session, direct_client(store) as s3:
+        before = await _applied(session, *pair.replicas)
         await s3.put_object(
-            Bucket=store["bucket"], Key=prefix + "doc", Body=b"v9",
-            Metadata={"fencing-token": "9", "fencing-resource": "doc"},
+            Bucket=store["bucket"], Key=pair.prefix + key, Body=b"v9",
+            Metadata={"fencing-token": "9", "fencing-resource": key},
         )  # fmt: skip
-        answers = await _retries(session, (a, b), "PUT", "doc", uuid.uuid4().hex, b"stale")
-        stored = await held(s3, store["bucket"], prefix + "doc")
-        applied = await _applied(session, a, b)
+        answers = await _retries(session, pair.replicas, "PUT", key, uuid.uuid4().hex, b"stale")
+        stored = await held(s3, store["bucket"], pair.prefix + key)
+        applied = await _applied(session, *pair.replicas) - before
     assert {(status, json.loads(body)["error"]) for status, body in answers} == {(409, "stale_token")}
     assert stored is not None
     assert (stored.data, stored.token) == (b"v9", 9)

@@ -7,7 +7,7 @@ from pathlib import Path
 from fencegate.model.cli import Cache, quick, render_block
 from fencegate.model.doc import block_args, regenerate
 from fencegate.model.runner import CheckResult
-from tests.model.conftest import MAIN_ARGS
+from tests.model.conftest import MAIN_ARGS, search_in_parallel
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "model.md"
 
@@ -25,6 +25,7 @@ def test_the_doc_tables_with_two_clients_match_a_fresh_run(
     main_results: list[CheckResult], search_cache: Cache
 ) -> None:
     text = DOC.read_text()
+    search_in_parallel([args for args in block_args(text) if quick(args)], search_cache)
     fresh = regenerate(text, lambda argv: render_block(argv, search_cache), only=quick)
     assert fresh == text, "run `fencegate model doc` and commit the doc"
 
