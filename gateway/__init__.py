@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from gateway.app import create_app
     from gateway.config import Settings
-    from gateway.errors import ConfigurationError, GatewayServerError, Refusal
+    from gateway.errors import BadSetting, GatewayServerError, Refusal
 
-__all__ = ["ConfigurationError", "GatewayServerError", "Refusal", "Settings", "create_app"]
+__all__ = ["BadSetting", "GatewayServerError", "Refusal", "Settings", "create_app"]
 
 _HOMES = {
     "create_app": "gateway.app",
     "Settings": "gateway.config",
-    "ConfigurationError": "gateway.errors",
+    "BadSetting": "gateway.errors",
     "GatewayServerError": "gateway.errors",
     "Refusal": "gateway.errors",
 }

@@ -5,10 +5,10 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.admission import ClientLimiter, Drain
+from gateway.app_keys import AppKeys
 from gateway.clients import client_middleware
 from gateway.config import Settings
 from gateway.contexts import audit_ctx, auth_ctx, fencer_ctx, ordering_ctx, storage_ctx
-from gateway.keys import AppKeys
 from gateway.metrics import Metrics
 from gateway.middlewares import deadline_middleware, error_middleware
 from gateway.readiness import Readiness

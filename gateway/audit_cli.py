@@ -30,7 +30,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 
 from gateway.config import check_storage_url, env_name
-from gateway.errors import ConfigurationError
+from gateway.errors import BadSetting
 from gateway.storage_tls import open_storage
 from storage.archive import ArchiveResult, archive_audit
 from storage.chain import Head
@@ -66,17 +66,15 @@ def _read_only_uri(database: str) -> str:
 
 
 def check_sqlite_store(database: str) -> None:
-    """Refuse (`ConfigurationError`, exit 2) a path that is not a fencegate SQLite store; reads only.
+    """Refuse (`BadSetting`, exit 2) a path that is not a fencegate SQLite store; reads only.
 
     An empty file is a valid empty database to SQLite, so the schema table is what tells a store.
     """
     if not Path(database).is_file():
         # opening it would create an empty database there, and find nothing
-        raise ConfigurationError(f"--storage: there is no SQLite database at {database}; {GATEWAY_FILE}")
+        raise BadSetting(f"--storage: there is no SQLite database at {database}; {GATEWAY_FILE}")
     if Path(database).stat().st_size == 0:  # SQLite would read it as an empty database
-        raise ConfigurationError(
-            f"--storage: {database} is an empty file, not a gateway's store; {GATEWAY_FILE}"
-        )
+        raise BadSetting(f"--storage: {database} is an empty file, not a gateway's store; {GATEWAY_FILE}")
     try:
         with contextlib.closing(sqlite3.connect(_read_only_uri(database), uri=True)) as conn:
             found = conn.execute(
@@ -84,11 +82,9 @@ def check_sqlite_store(database: str) -> None:
                 (SchemaVersion.__tablename__,),
             ).fetchone()
     except sqlite3.DatabaseError as exc:  # "file is not a database", "unable to open database file"
-        raise ConfigurationError(
-            f"--storage: {database} is not a SQLite database ({exc}); {GATEWAY_FILE}"
-        ) from None
+        raise BadSetting(f"--storage: {database} is not a SQLite database ({exc}); {GATEWAY_FILE}") from None
     if found is None:
-        raise ConfigurationError(
+        raise BadSetting(
             f"--storage: {database} is a SQLite database without fencegate's tables "
             f"(no {SchemaVersion.__tablename__}), not a gateway's store; {GATEWAY_FILE}"
         )
@@ -104,7 +100,7 @@ async def _verify(url: str, heads: list[Head], archives: list[Path]) -> AuditRep
 
 def _checked_storage(args: argparse.Namespace) -> str:
     if not args.storage:
-        raise ConfigurationError(f"give --storage URL or ${ENV_STORAGE}")
+        raise BadSetting(f"give --storage URL or ${ENV_STORAGE}")
     check_storage_url(args.storage)
     url = make_url(args.storage)
     if url.get_backend_name() == "sqlite" and url.database:
@@ -117,12 +113,12 @@ def cutoff(text: str) -> tuple[int | None, datetime | None]:
     """`--before`: an entry id (digits, at least 1) or an ISO 8601 time (UTC without an offset)."""
     if text.isdigit() and text.isascii():
         if int(text) < 1:
-            raise ConfigurationError("--before 0: give an entry id of at least 1, or a time")
+            raise BadSetting("--before 0: give an entry id of at least 1, or a time")
         return int(text), None
     try:
         at = datetime.fromisoformat(text)
     except ValueError:
-        raise ConfigurationError(
+        raise BadSetting(
             f"--before {text[:40]!r} is neither an entry id nor an ISO 8601 time (2026-11-01T00:00:00Z)"
         ) from None
     return None, at if at.tzinfo is not None else at.replace(tzinfo=UTC)
@@ -168,14 +164,14 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "archive":
         return _run_archive(args)
     if not args.storage:
-        raise ConfigurationError(f"give --storage URL or ${ENV_STORAGE}")
+        raise BadSetting(f"give --storage URL or ${ENV_STORAGE}")
     check_storage_url(args.storage)  # a bad URL, then a bad head, then a file that is no store
     heads = []
     for text in args.head:
         try:
             heads.append(Head.parse(text))
         except ValueError as exc:
-            raise ConfigurationError(f"--head: {exc}") from None
+            raise BadSetting(f"--head: {exc}") from None
     url = _checked_storage(args)
     report = asyncio.run(_verify(url, heads, list(args.archive)))
     print(json.dumps(report.as_dict(), indent=2) if args.json else "\n".join(report.lines()))

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gateway.errors import BadRequest, ConfigurationError, OutOfScope, Unauthorized
+from gateway.errors import BadSetting, MalformedRequest, NotAuthenticated, OutOfScope
 from lockclient.wire import KEY_PATTERN
 from storage.models import MAX_CLIENT_LENGTH
 
@@ -174,7 +174,7 @@ def _read_bounded(path: Path) -> bytes:
         data = file.read(MAX_KEY_FILE + 1)
         if len(data) > MAX_KEY_FILE:
             size = max(os.fstat(file.fileno()).st_size, len(data))  # for the message only
-            raise ConfigurationError(
+            raise BadSetting(
                 f"cannot read API keys from {path}: it holds {size} bytes, more than the {MAX_KEY_FILE} "
                 f"({MAX_KEY_FILE // 2**20} MiB) a key file may hold; check that the path names the key "
                 "file, or delete unused entries from it by hand (`fencegate keys` refuses it too)"
@@ -190,15 +190,13 @@ def read_keys(path: Path) -> list[ApiKey]:
     except FileNotFoundError:
         return []
     except OSError as exc:  # the path, not the file's content, is wrong: no format hint
-        raise ConfigurationError(f"cannot read API keys from {path}: {exc.strerror}") from exc
-    except ConfigurationError:  # too large: the message already says the fix
+        raise BadSetting(f"cannot read API keys from {path}: {exc.strerror}") from exc
+    except BadSetting:  # too large: the message already says the fix
         raise
     except RecursionError as exc:  # JSON nested past the parser's depth: a running gateway must keep going
-        raise ConfigurationError(
-            f"cannot read API keys from {path}: nested too deeply to be a key file"
-        ) from exc
+        raise BadSetting(f"cannot read API keys from {path}: nested too deeply to be a key file") from exc
     except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigurationError(
+        raise BadSetting(
             f"cannot read API keys from {path}: {exc}; expected "
             '{"keys": [{"name": ..., "sha256": ..., "prefixes": [...], "access": ["read", "write"]}]}'
         ) from exc
@@ -206,7 +204,7 @@ def read_keys(path: Path) -> list[ApiKey]:
 
 def write_keys(path: Path, keys: Iterable[ApiKey]) -> None:
     """Replace the key file atomically (a gateway reloading it never sees half a file), mode 0600; a path
-    that cannot be written raises `ConfigurationError` and leaves the old file as it was."""
+    that cannot be written raises `BadSetting` and leaves the old file as it was."""
     text = json.dumps({"keys": [key.to_json() for key in keys]}, indent=2) + "\n"
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -221,7 +219,7 @@ def write_keys(path: Path, keys: Iterable[ApiKey]) -> None:
             temporary.unlink(missing_ok=True)  # a refused write leaves nothing behind
             raise
     except OSError as exc:
-        raise ConfigurationError(
+        raise BadSetting(
             f"cannot write API keys to {path}: {exc.strerror}; give a file in a directory you can write"
         ) from exc
 
@@ -253,9 +251,7 @@ class ApiKeys:
     @classmethod
     def load(cls, path: Path) -> ApiKeys:
         if not path.exists():
-            raise ConfigurationError(
-                f"API key file {path} does not exist; create it with `fencegate keys add`"
-            )
+            raise BadSetting(f"API key file {path} does not exist; create it with `fencegate keys add`")
         return cls(read_keys(path), path=path)
 
     def refresh(self) -> bool:
@@ -274,21 +270,21 @@ class ApiKeys:
     def identify(self, authorization: str | None) -> ApiKey:
         """The key behind an `Authorization: Bearer` header; 400 if it is a list, 401 otherwise."""
         if "," in (authorization or ""):  # two credentials joined, as a proxy may join two headers
-            raise BadRequest(
+            raise MalformedRequest(
                 "Authorization holds a comma, so it is a list of credentials; send exactly one, "
                 "`Authorization: Bearer <key>`, once (a proxy in front may read another element of it "
                 "than the gateway does)"
             )
         scheme, _, secret = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not secret.strip() or not secret.isascii():
-            raise Unauthorized("send the API key as `Authorization: Bearer <key>`")
+            raise NotAuthenticated("send the API key as `Authorization: Bearer <key>`")
         presented = hash_secret(secret.strip()).encode()
         found: ApiKey | None = None
         for key in self._keys or (ApiKey(name="", sha256=_NOBODY, prefixes=()),):
             if hmac.compare_digest(presented, key.sha256.encode()):
                 found = key
         if found is None:
-            raise Unauthorized("unknown API key; ask the operator for a key scoped to your resources")
+            raise NotAuthenticated("unknown API key; ask the operator for a key scoped to your resources")
         return found
 
     def named(self, name: str) -> ApiKey | None:

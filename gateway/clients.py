@@ -27,9 +27,9 @@ import contextlib
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from gateway.app_keys import AppKeys, RequestKeys
 from gateway.auth import ApiKey
-from gateway.errors import BadRequest, Unauthorized
-from gateway.keys import AppKeys, RequestKeys
+from gateway.errors import MalformedRequest, NotAuthenticated
 from gateway.tls import peer_name
 from storage.models import MAX_CLIENT_LENGTH
 
@@ -43,7 +43,7 @@ def _identify(request: web.Request) -> tuple[str, ApiKey | None]:
     header = request.headers.get("Authorization")
     if api_keys is not None and header is not None:
         # A wrong or listed key is refused by the view (`_authorize`), which knows what the route needs.
-        with contextlib.suppress(Unauthorized, BadRequest):
+        with contextlib.suppress(NotAuthenticated, MalformedRequest):
             key = api_keys.identify(header)
             return f"key:{key.name}", key
     subject = peer_name(request) if request.app[AppKeys.settings].mutual_tls else None
@@ -61,7 +61,7 @@ def _check_subject(subject: str) -> None:
     """401 unless `cert:<subject>` fits the client column of the audit trail and idempotency records."""
     if subject.strip() and subject.isprintable() and len(subject) <= MAX_CN_LENGTH:
         return
-    raise Unauthorized(
+    raise NotAuthenticated(
         f"the client certificate's subject CN {subject[:40]!r} ({len(subject)} characters) cannot name a "
         f"client in the audit trail; ask the CA for a certificate whose CN is 1..{MAX_CN_LENGTH} "
         "printable characters (X.509 allows 64), or, where the gateway has API keys, send "

@@ -73,7 +73,7 @@ from gateway.errors import NotSupported, PreconditionNotMet, Unavailable, Upstre
 from gateway.parsing import MAX_TOKEN, token_or_none
 from gateway.proxyidem import ProxyRecords, request_id
 from gateway.upstream import ResourceLocks
-from storage.errors import ObjectNotFound, ResourceMismatch, StaleToken
+from storage.errors import BelowMark, BoundElsewhere, ObjectNotFound
 from storage.fenced import digest_of
 from storage.models import DEFAULT_CONTENT_TYPE
 from storage.protocols import FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
@@ -214,7 +214,7 @@ class ConditionalStore(ObjectStore):
                 "could not tell whether its first attempt landed; send the request without it"
             )
         async with self.locks.hold(request.key):
-            # binding, mark, audit, the idempotency record's claim: StaleToken raised here first
+            # binding, mark, audit, the idempotency record's claim: BelowMark raised here first
             first = await self._fences.fenced(request)
             if request.method == "GET":
                 return await self._fenced_read(request)
@@ -317,7 +317,7 @@ class ConditionalStore(ObjectStore):
         found = await self._get(request.key, resource=request.resource, audited=True)
         bound = found.meta.resource
         if bound != request.resource:
-            raise ResourceMismatch(
+            raise BoundElsewhere(
                 f"key {request.key!r} belongs to resource {bound!r} at the store",
                 key=request.key, resource=request.resource, bound=bound,
             )  # fmt: skip
@@ -399,12 +399,12 @@ def _decide(request: FencedRequest, current: Version | None) -> None:
     if current is None:
         return
     if current.resource is not None and current.resource != request.resource:
-        raise ResourceMismatch(
+        raise BoundElsewhere(
             f"key {request.key!r} belongs to resource {current.resource!r} at the store",
             key=request.key, resource=request.resource, bound=current.resource,
         )  # fmt: skip
     if current.token is not None and current.token > request.token:
-        raise StaleToken(
+        raise BelowMark(
             f"token {request.token} is below the token {current.token} the store holds for {request.key!r}",
             resource=request.resource, token=request.token, highest=current.token,
         )  # fmt: skip

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
 from gateway.durations import Duration, parse_duration
-from gateway.errors import ConfigurationError
+from gateway.errors import BadSetting
 from gateway.eventloop import EVENT_LOOPS
 from gateway.s3url import is_s3_url, parse_s3_url
 
@@ -211,39 +211,37 @@ class Settings:
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= MAX_PORT:
-            raise ConfigurationError(
+            raise BadSetting(
                 f"port {_short(self.port)} is out of range; give 0..{MAX_PORT} (0 picks a free port)"
             )
         if self.event_loop not in EVENT_LOOPS:
-            raise ConfigurationError(f"event_loop {self.event_loop!r} is not one of {', '.join(EVENT_LOOPS)}")
+            raise BadSetting(f"event_loop {self.event_loop!r} is not one of {', '.join(EVENT_LOOPS)}")
         if self.group_commit < 0:
-            raise ConfigurationError(
+            raise BadSetting(
                 f"group_commit {_short(self.group_commit)} is negative; give 0 (off) or a batch size"
             )
         if self.commit_lanes < 1:
-            raise ConfigurationError(f"commit_lanes {_short(self.commit_lanes)} must be at least 1")
+            raise BadSetting(f"commit_lanes {_short(self.commit_lanes)} must be at least 1")
         if self.max_body < 0:
-            raise ConfigurationError(f"max_body {_short(self.max_body)} is negative; give a size in bytes")
+            raise BadSetting(f"max_body {_short(self.max_body)} is negative; give a size in bytes")
         for f in fields(self):
             most = f.metadata.get("most")
             if most is not None and getattr(self, f.name) > most:
-                raise ConfigurationError(f"{f.name} {_short(getattr(self, f.name))} {_too_big(most)}")
+                raise BadSetting(f"{f.name} {_short(getattr(self, f.name))} {_too_big(most)}")
         if self.max_client_requests < 1:
-            raise ConfigurationError(f"max_client_requests {self.max_client_requests} must be at least 1")
+            raise BadSetting(f"max_client_requests {self.max_client_requests} must be at least 1")
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigurationError(
-                "give --tls-cert and --tls-key together (the certificate and its private key)"
-            )
+            raise BadSetting("give --tls-cert and --tls-key together (the certificate and its private key)")
         if (self.upstream_cert is None) != (self.upstream_key is None):
-            raise ConfigurationError(
+            raise BadSetting(
                 "give --upstream-cert and --upstream-key together (the client certificate the gateway "
                 "presents to the upstream and its private key)"
             )
         if self.tls_client_ca is not None and self.tls_cert is None:
-            raise ConfigurationError("--tls-client-ca needs HTTPS: give --tls-cert and --tls-key too")
+            raise BadSetting("--tls-client-ca needs HTTPS: give --tls-cert and --tls-key too")
         # With client certificates required, only holders of the CA's certificates get in: not open.
         if self.api_keys is None and not self.loopback and not self.allow_open and not self.mutual_tls:
-            raise ConfigurationError(
+            raise BadSetting(
                 f"refusing to serve {self.host} without API keys: anyone who can reach it could push every "
                 "mark; give --api-keys FILE (see `fencegate keys add`) or --tls-client-ca CA, listen on "
                 "127.0.0.1, or pass --allow-open if a network boundary already keeps strangers out"
@@ -257,23 +255,21 @@ class Settings:
         ):
             seconds = getattr(self, name)
             if not (math.isfinite(seconds) and seconds > 0):  # nan passes `<= 0`, and no timer takes it
-                raise ConfigurationError(f"{name} must be a positive number of seconds, not {seconds!r}")
+                raise BadSetting(f"{name} must be a positive number of seconds, not {seconds!r}")
         if not (math.isfinite(self.idempotency_ttl) and self.idempotency_ttl > 0):
             ttl = self.idempotency_ttl
-            raise ConfigurationError(f"idempotency_ttl must be a positive duration, not {ttl!r}")
+            raise BadSetting(f"idempotency_ttl must be a positive duration, not {ttl!r}")
         if (self.audit_retention is None) != (self.audit_archive_dir is None):
-            raise ConfigurationError(
+            raise BadSetting(
                 "give --audit-retention and --audit-archive-dir together (how old an entry is archived, "
                 "and where to)"
             )
         if self.audit_retention is not None and not (
             math.isfinite(self.audit_retention) and self.audit_retention > 0
         ):
-            raise ConfigurationError(
-                f"audit_retention must be a positive duration, not {self.audit_retention!r}"
-            )
+            raise BadSetting(f"audit_retention must be a positive duration, not {self.audit_retention!r}")
         if self.audit_archive_dir is not None and not self.audit_archive_dir.is_dir():
-            raise ConfigurationError(
+            raise BadSetting(
                 f"--audit-archive-dir {self.audit_archive_dir} is not a directory; make it, or give one"
             )
         if self.storage is not None:
@@ -317,7 +313,7 @@ def check_storage_url(url: str) -> None:
     try:
         normalize_url(url)
     except BadStorageURL as exc:
-        raise ConfigurationError(f"storage {redact(url)!r}: {exc}") from None
+        raise BadSetting(f"storage {redact(url)!r}: {exc}") from None
 
 
 def check_upstream_url(url: str) -> None:
@@ -325,7 +321,7 @@ def check_upstream_url(url: str) -> None:
     from lockclient.transport.endpoint import is_http_url, redact  # one check, one mask for URLs
 
     if not is_http_url(url):
-        raise ConfigurationError(
+        raise BadSetting(
             f"upstream {redact(url)!r} is not an http(s) URL with a host (and a port from 1 to 65535); "
             "e.g. http://10.0.0.5:9000/store"
         )
@@ -340,12 +336,12 @@ def check_s3_upstream(upstream: str | None, endpoint: str | None) -> None:
     if endpoint is None:
         return
     if upstream is None or not is_s3_url(upstream):
-        raise ConfigurationError(
+        raise BadSetting(
             "--upstream-endpoint names the store of an s3:// upstream: give --upstream s3://BUCKET too, or "
             "drop --upstream-endpoint"
         )
     if not is_http_url(endpoint):
-        raise ConfigurationError(
+        raise BadSetting(
             f"upstream endpoint {_short(redact(endpoint))!r} is not an http(s) URL with a host (and a port "
             "from 1 to 65535); e.g. http://127.0.0.1:8333"
         )
@@ -359,22 +355,22 @@ def check_upstream_ordering(upstream: str | None, ordering: str | None) -> None:
     from lockclient.transport.endpoint import redact
 
     if ordering is not None and ordering not in UPSTREAM_ORDERINGS:
-        raise ConfigurationError(
+        raise BadSetting(
             f"--upstream-ordering {_short(ordering)!r} is not one of {', '.join(UPSTREAM_ORDERINGS)}"
         )
     if upstream is None:
         if ordering is not None:
-            raise ConfigurationError(
+            raise BadSetting(
                 f"--upstream-ordering {ordering} needs proxy mode: give --upstream URL too, or drop it"
             )
         return
     if ordering is not None and is_s3_url(upstream):
-        raise ConfigurationError(
+        raise BadSetting(
             f"--upstream-ordering {ordering} is for an http(s) upstream; an s3:// upstream is "
             "always fenced by the store's conditional writes: drop --upstream-ordering"
         )
     if ordering is None and urlsplit(upstream).scheme in ("http", "https"):
-        raise ConfigurationError(
+        raise BadSetting(
             f"upstream {redact(upstream)!r} applies whatever the gateway forwards, unconditionally: safe "
             "only while the path to it never delays or reorders a request (one that timed out may land "
             "after a newer token's) and one gateway forwards to it; give --upstream-ordering trust-path "
@@ -397,7 +393,7 @@ def check_upstream_tls(ca: Path | None, cert: Path | None, key: Path | None, *, 
         ]
         given = " and ".join([", ".join(flags[:-1]), flags[-1]] if len(flags) > 1 else flags)
         need = "needs" if len(flags) == 1 else "need"
-        raise ConfigurationError(
+        raise BadSetting(
             f"{given} {need} an https upstream: give --upstream https://HOST/... too (a plain http "
             f"upstream has no certificate to check and takes none), or drop {given}"
         )
@@ -482,11 +478,11 @@ class _Option:
             value = PARSERS[self.kind](raw)
         except _OutOfRange as exc:
             fix = f"; give at most {self.most}" if self.most is not None else ""
-            raise ConfigurationError(f"{source} {_short(raw.strip())!r} {exc}{fix}") from None
+            raise BadSetting(f"{source} {_short(raw.strip())!r} {exc}{fix}") from None
         except ValueError as exc:
-            raise ConfigurationError(f"{source} {_short(raw)!r} {exc}") from None
+            raise BadSetting(f"{source} {_short(raw)!r} {exc}") from None
         if self.most is not None and isinstance(value, int) and value > self.most:
-            raise ConfigurationError(f"{source} {_short(raw.strip())!r} {_too_big(self.most)}")
+            raise BadSetting(f"{source} {_short(raw.strip())!r} {_too_big(self.most)}")
         return value
 
 

@@ -19,13 +19,13 @@ import aiohttp
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.app_keys import AppKeys
 from gateway.audit import AuditLog
 from gateway.auth import ApiKeys
 from gateway.config import CONDITIONAL
-from gateway.errors import ConfigurationError, Unavailable
+from gateway.errors import BadSetting, Unavailable
 from gateway.fencing import Fencer, FutureGuard
 from gateway.http_transport import conditional_http_store
-from gateway.keys import AppKeys
 from gateway.readiness import check_token_source
 from gateway.replica import TRUST_PATH, OneReplica
 from gateway.s3url import is_s3_url
@@ -49,7 +49,7 @@ def make_data_dir(path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         reason = "it is a file" if path.is_file() else exc.strerror
-        raise ConfigurationError(
+        raise BadSetting(
             f"data dir {path} cannot be made ({reason}); give --data-dir a directory you can write, or "
             "--storage a URL"
         ) from exc
@@ -206,7 +206,7 @@ async def _follow_keys(keys: ApiKeys) -> None:
         try:
             if await asyncio.to_thread(keys.refresh):
                 log.info("API keys reloaded: %d keys", len(keys))
-        except ConfigurationError as exc:
+        except BadSetting as exc:
             log.error("API keys not reloaded, keeping the previous ones: %s", exc)
 
 

@@ -1,11 +1,11 @@
 """Every error the gateway server raises; each refusal knows its HTTP answer.
 
 GatewayServerError
- ├── ConfigurationError (ValueError) bad settings; the message says the fix
+ ├── BadSetting (ValueError) bad settings; the message says the fix
  ├── CannotListen                 the address or port cannot be served (in use, not this machine's)
  └── Refusal                      a request answered with an error: status, `error` code, JSON fields
-      ├── BadRequest               400 bad_request: malformed token, resource or key
-      ├── Unauthorized             401 unauthorized: no or unknown API key
+      ├── MalformedRequest               400 bad_request: malformed token, resource or key
+      ├── NotAuthenticated             401 unauthorized: no or unknown API key
       ├── OutOfScope               403 forbidden: the key is not scoped to this resource or key
       ├── HiddenBinding            409 resource_mismatch: the key belongs to a resource outside the
       │                            caller's scope, which the answer does not name
@@ -43,7 +43,7 @@ class GatewayServerError(Exception):
     """Root of every gateway server error."""
 
 
-class ConfigurationError(GatewayServerError, ValueError):
+class BadSetting(GatewayServerError, ValueError):
     """A setting is invalid; the message says how to fix it."""
 
 
@@ -86,11 +86,11 @@ class Refusal(GatewayServerError):
         return {"error": self.code, **self.fields, "detail": str(self)}
 
 
-class BadRequest(Refusal):
+class MalformedRequest(Refusal):
     status, default_code = 400, "bad_request"
 
 
-class Unauthorized(Refusal):
+class NotAuthenticated(Refusal):
     status, default_code = 401, "unauthorized"
 
 

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from gateway.errors import ConfigurationError
+from gateway.errors import BadSetting
 
 __all__ = ["EVENT_LOOPS", "runner"]
 
@@ -30,7 +30,7 @@ def runner(kind: str) -> Callable[[Coroutine[Any, Any, T]], T]:
     try:
         import uvloop  # only when chosen: the asyncio choice must work without it
     except ImportError as exc:
-        raise ConfigurationError(
+        raise BadSetting(
             "event_loop uvloop is not installed on this platform; pip install uvloop, "
             "or pass --event-loop asyncio"
         ) from exc

@@ -37,7 +37,7 @@ from gateway.errors import NotSupported, TokenAboveBound, Unavailable
 from gateway.metrics import Metrics
 from lockclient.errors import LockClientError
 from lockclient.protocols import TokenSource
-from storage.errors import ResourceMismatch, StaleToken
+from storage.errors import BelowMark, BoundElsewhere
 from storage.models import DEFAULT_CONTENT_TYPE
 from storage.protocols import ANONYMOUS, Caller, ObjectData, ObjectMeta, ObjectStore, Precondition
 
@@ -132,7 +132,7 @@ class FutureGuard:
                 fields={"resource": resource, "token": token, "bound": bound},
             )
 
-    async def explain(self, stale: StaleToken) -> None:
+    async def explain(self, stale: BelowMark) -> None:
         """503 token_source_regressed if the mark that refused `stale` is above the source's bound."""
         if self._source is None:
             return
@@ -228,11 +228,11 @@ class Fencer:
         start = time.perf_counter()
         try:
             yield
-        except StaleToken as exc:
+        except BelowMark as exc:
             await self._guard.explain(exc)
             self._metrics.stale_refusals.inc()
             raise
-        except ResourceMismatch:
+        except BoundElsewhere:
             self._metrics.resource_mismatches.inc()
             raise
         finally:

@@ -24,7 +24,7 @@ from gateway.auth import (
     write_keys,
 )
 from gateway.config import env_name
-from gateway.errors import ConfigurationError
+from gateway.errors import BadSetting
 
 ENV_FILE = env_name("api_keys")
 
@@ -36,9 +36,9 @@ def _add(path: Path, name: str, prefixes: list[str], read_only: bool) -> int:
         for prefix in prefixes:
             check_prefix(prefix)
     except ValueError as exc:
-        raise ConfigurationError(str(exc)) from None
+        raise BadSetting(str(exc)) from None
     if any(key.name == name for key in keys):
-        raise ConfigurationError(f"a key named {name!r} exists; revoke it first or pick another name")
+        raise BadSetting(f"a key named {name!r} exists; revoke it first or pick another name")
     secret = new_secret()
     access = frozenset({"read"}) if read_only else frozenset(ACCESS)
     keys.append(ApiKey(name=name, sha256=hash_secret(secret), prefixes=tuple(prefixes), access=access))
@@ -54,7 +54,7 @@ def _add(path: Path, name: str, prefixes: list[str], read_only: bool) -> int:
 
 def _list(path: Path) -> int:
     if not path.exists():  # as `serve --api-keys` refuses it: a typo must not read as "no keys"
-        raise ConfigurationError(f"API key file {path} does not exist; create it with `fencegate keys add`")
+        raise BadSetting(f"API key file {path} does not exist; create it with `fencegate keys add`")
     keys = read_keys(path)
     if not keys:
         print(f"no keys in {path}", file=sys.stderr)
@@ -68,16 +68,16 @@ def _revoke(path: Path, name: str) -> int:
     keys = read_keys(path)
     kept = [key for key in keys if key.name != name]
     if len(kept) == len(keys):
-        raise ConfigurationError(f"no key named {name!r} in {path}; `fencegate keys list` shows the names")
+        raise BadSetting(f"no key named {name!r} in {path}; `fencegate keys list` shows the names")
     write_keys(path, kept)
     print(f"key {name!r} revoked", file=sys.stderr)
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    """`fencegate keys ACTION`; a missing or malformed key file raises `ConfigurationError`."""
+    """`fencegate keys ACTION`; a missing or malformed key file raises `BadSetting`."""
     if args.file is None:
-        raise ConfigurationError(f"give the key file with --file or ${ENV_FILE}")
+        raise BadSetting(f"give the key file with --file or ${ENV_FILE}")
     path = Path(args.file)
     if args.action == "add":
         return _add(path, args.name, args.prefix, args.read_only)

@@ -23,14 +23,14 @@ import secrets
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from gateway.app_keys import AppKeys, RequestKeys
 from gateway.errors import Refusal
-from gateway.keys import AppKeys, RequestKeys
 from lockclient.wire import IDEMPOTENCY_KEY_REUSED, RESOURCE_MISMATCH, STALE_TOKEN
 from storage.errors import (
-    IdempotencyKeyReused,
+    BelowMark,
+    BoundElsewhere,
+    IdempotencyKeyConflict,
     ObjectNotFound,
-    ResourceMismatch,
-    StaleToken,
     StorageError,
 )
 
@@ -114,7 +114,7 @@ def _answer(request: web.Request, exc: BaseException) -> tuple[int, dict[str, ob
     """Status and body for an exception raised while handling a request."""
     if isinstance(exc, Refusal):
         return exc.status, exc.body()
-    if isinstance(exc, StaleToken):
+    if isinstance(exc, BelowMark):
         return 409, {
             "error": STALE_TOKEN,
             "resource": exc.resource,
@@ -122,7 +122,7 @@ def _answer(request: web.Request, exc: BaseException) -> tuple[int, dict[str, ob
             "highest": exc.highest,
             "detail": str(exc),
         }
-    if isinstance(exc, ResourceMismatch):
+    if isinstance(exc, BoundElsewhere):
         return 409, {
             "error": RESOURCE_MISMATCH,
             "key": exc.key,
@@ -130,7 +130,7 @@ def _answer(request: web.Request, exc: BaseException) -> tuple[int, dict[str, ob
             "object_resource": exc.bound,
             "detail": str(exc),
         }
-    if isinstance(exc, IdempotencyKeyReused):
+    if isinstance(exc, IdempotencyKeyConflict):
         return 422, {"error": IDEMPOTENCY_KEY_REUSED, "detail": str(exc)}
     if isinstance(exc, ObjectNotFound):
         return 404, {"error": "not_found", "key": exc.key, "detail": str(exc)}

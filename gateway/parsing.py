@@ -28,7 +28,7 @@ import re
 
 from multidict import CIMultiDictProxy
 
-from gateway.errors import BadRequest, TokenRequired
+from gateway.errors import MalformedRequest, TokenRequired
 from lockclient.wire import (
     IDEMPOTENCY_KEY_PATTERN,
     KEY_PATTERN,
@@ -57,7 +57,7 @@ def one_value(headers: CIMultiDictProxy[str], name: str) -> str | None:
     """The value of a header that must come once; 400 if it came more often."""
     values = headers.getall(name, ())
     if len(values) > 1:
-        raise BadRequest(
+        raise MalformedRequest(
             f"{name} came {len(values)} times; send it once, with one value (a proxy in front may read "
             "another of them than the gateway does)"
         )
@@ -66,7 +66,7 @@ def one_value(headers: CIMultiDictProxy[str], name: str) -> str | None:
 
 def _not_a_list(name: str, raw: str) -> None:
     if "," in raw:
-        raise BadRequest(
+        raise MalformedRequest(
             f"{name} {raw[:40]!r} is a list; send exactly one value (a proxy in front may read another "
             "element of it than the gateway does)"
         )
@@ -76,7 +76,7 @@ def _check_header(name: str, raw: str, pattern: re.Pattern[str], rule: str) -> N
     """400 unless `raw` matches `pattern`; the message names a list as such, else says the `rule`."""
     if pattern.fullmatch(raw) is None:
         _not_a_list(name, raw)
-        raise BadRequest(f"{name} {raw[:40]!r} {rule}")
+        raise MalformedRequest(f"{name} {raw[:40]!r} {rule}")
 
 
 def parse_token(raw: str | None, *, required: bool) -> int | None:
@@ -91,7 +91,7 @@ def parse_token(raw: str | None, *, required: bool) -> int | None:
     token = token_or_none(raw)
     if token is None:
         _not_a_list("Fencing-Token", raw)
-        raise BadRequest(f"Fencing-Token {raw[:40]!r} {_TOKEN_RULE}")
+        raise MalformedRequest(f"Fencing-Token {raw[:40]!r} {_TOKEN_RULE}")
     return token
 
 
@@ -113,7 +113,7 @@ def parse_content_type(raw: str | None) -> str:
     if raw is None or not raw.strip():
         return DEFAULT_CONTENT_TYPE
     if len(raw) > MAX_CONTENT_TYPE_LENGTH or not (raw.isascii() and raw.isprintable()) or "/" not in raw:
-        raise BadRequest(
+        raise MalformedRequest(
             f"Content-Type {raw[:40]!r} must be a media type (type/subtype, optional parameters) of at most "
             f"{MAX_CONTENT_TYPE_LENGTH} printable ASCII characters"
         )
@@ -122,9 +122,9 @@ def parse_content_type(raw: str | None) -> str:
 
 def _check_name(what: str, value: str, limit: int) -> str:
     if len(value) > limit:
-        raise BadRequest(f"{what} is {len(value)} characters long; the limit is {limit}")
+        raise MalformedRequest(f"{what} is {len(value)} characters long; the limit is {limit}")
     if _NAME.fullmatch(value) is None:
-        raise BadRequest(
+        raise MalformedRequest(
             f"{what} {value[:80]!r} is not valid: use letters, digits and _.~:@=+,%- in segments separated "
             "by single slashes, with no '.' or '..' segment"
         )
@@ -154,7 +154,7 @@ def parse_limit(raw: str | None) -> int:
         return MAX_LIST_LIMIT
     limit = parse_decimal(raw, low=1, high=MAX_LIST_LIMIT)
     if limit is None:
-        raise BadRequest(
+        raise MalformedRequest(
             f"limit {raw[:20]!r} must be a decimal integer in 1..{MAX_LIST_LIMIT} (ASCII digits, no sign, "
             "spaces or leading zeros)"
         )
@@ -164,5 +164,5 @@ def parse_limit(raw: str | None) -> int:
 def parse_prefix(raw: str | None) -> str:
     prefix = raw or ""
     if len(prefix) > MAX_KEY_LENGTH or not prefix.isprintable() or not prefix.isascii():
-        raise BadRequest(f"prefix must be printable ASCII of at most {MAX_KEY_LENGTH} characters")
+        raise MalformedRequest(f"prefix must be printable ASCII of at most {MAX_KEY_LENGTH} characters")
     return prefix

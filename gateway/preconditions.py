@@ -20,7 +20,7 @@ import re
 
 from multidict import CIMultiDictProxy
 
-from gateway.errors import BadRequest
+from gateway.errors import MalformedRequest
 from gateway.parsing import one_value
 from lockclient.wire import STRONG_TAG_PATTERN
 from storage.protocols import Precondition
@@ -35,10 +35,10 @@ def parse_precondition(headers: CIMultiDictProxy[str]) -> Precondition | None:
     if match is None and none_match is None:
         return None
     if match is not None and none_match is not None:
-        raise BadRequest("send If-Match or If-None-Match, not both; nothing was written")
+        raise MalformedRequest("send If-Match or If-None-Match, not both; nothing was written")
     if none_match is not None:
         if none_match.strip() != "*":
-            raise BadRequest(
+            raise MalformedRequest(
                 f"If-None-Match {none_match[:40]!r} is not accepted on a write: only `*` (create the key "
                 "only if it holds nothing); nothing was written"
             )
@@ -51,13 +51,13 @@ def _entity_tag(raw: str) -> str:
     if raw == "*":
         return raw
     if raw.startswith("W/"):
-        raise BadRequest(
+        raise MalformedRequest(
             f"If-Match {raw[:40]!r} is a weak entity tag: a write can be conditional only on a strong "
             "one, the ETag a read answered; nothing was written"
         )
     if not _STRONG_TAG.fullmatch(raw):
         hint = "a list: send exactly one entity tag" if "," in raw else "not one quoted entity tag"
-        raise BadRequest(
+        raise MalformedRequest(
             f'If-Match {raw[:40]!r} is {hint} (If-Match: "<the ETag a read answered>" or *); '
             "nothing was written"
         )

@@ -32,7 +32,7 @@ from collections.abc import Awaitable
 from dataclasses import asdict, dataclass
 
 from gateway.conditional import RESOURCE, SCRATCH_PREFIX, TOKEN, PreconditionFailed, Transport
-from gateway.errors import ConfigurationError, Refusal, UpstreamTimeout
+from gateway.errors import BadSetting, Refusal, UpstreamTimeout
 
 CONCURRENT = 32  # PUTs sent at once on one ETag
 PROBE_TOKEN, PROBE_RESOURCE = 1, "fencegate-probe"
@@ -50,7 +50,7 @@ class Check:
         return asdict(self)
 
 
-class ProbeFailed(ConfigurationError):
+class ProbeFailed(BadSetting):
     """The upstream failed a check: it cannot be trusted to keep the fence (one line, exit 2 at start)."""
 
     def __init__(self, where: str, check: Check) -> None:

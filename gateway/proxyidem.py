@@ -42,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.errors import PreconditionNotMet, Unavailable, UpstreamFailed, UpstreamTimeout
 from storage import pending
-from storage.errors import ObjectNotFound, ResourceMismatch, StaleToken
+from storage.errors import BelowMark, BoundElsewhere, ObjectNotFound
 from storage.protocols import Caller, FencedRequest, ObjectMeta, Refused
 from storage.records import ACCEPTED, GONE_VERSION, REPLAYED, status_of, unfinished
 
@@ -85,7 +85,7 @@ class ProxyRecords:
         except ObjectNotFound:
             await pending.finish(self._engine, caller, version=GONE_VERSION)
             raise
-        except (StaleToken, ResourceMismatch, PreconditionNotMet):
+        except (BelowMark, BoundElsewhere, PreconditionNotMet):
             await pending.release(self._engine, caller)
             raise
         except Unavailable as exc:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.config import STALE_BEATS
-from gateway.errors import ConfigurationError, Unavailable
+from gateway.errors import BadSetting, Unavailable
 from storage import StorageError
 from storage.replicas import beat, claim, release
 
@@ -57,13 +57,13 @@ class OneReplica:
         self.lost = False
 
     async def start(self) -> None:
-        """Claim the slot, or raise `ConfigurationError` naming the replica that holds it."""
+        """Claim the slot, or raise `BadSetting` naming the replica that holds it."""
         sent = self._clock()
         other = await claim(
             self._engine, slot=SLOT, instance=self.instance, holder=self.holder, window=self.window
         )
         if other is not None:
-            raise ConfigurationError(
+            raise BadSetting(
                 f"another gateway with --upstream-ordering trust-path runs on this database: instance "
                 f"{other.instance} ({other.holder}), last heartbeat {other.beat_ago:.1f} s ago; two would "
                 "forward one resource's writes in whatever order their paths deliver them: stop it, or, if "

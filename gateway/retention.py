@@ -33,7 +33,7 @@ from aiohttp import web
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.keys import AppKeys
+from gateway.app_keys import AppKeys
 from gateway.metrics import Metrics
 from gateway.storage_tls import open_storage
 from storage import StorageError

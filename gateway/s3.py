@@ -40,7 +40,7 @@ from botocore.exceptions import (
 from botocore.handlers import add_expect_header
 
 from gateway.conditional import Listed, PreconditionFailed, Version, version_of
-from gateway.errors import ConfigurationError, Refusal, Unavailable, UpstreamFailed, UpstreamTimeout
+from gateway.errors import BadSetting, Refusal, Unavailable, UpstreamFailed, UpstreamTimeout
 from gateway.s3url import S3Location
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class S3Transport:
             async with self._mapped("HEAD", ""):
                 await self._client.head_bucket(Bucket=self._location.bucket)
         except _Missing:
-            raise ConfigurationError(f"upstream {self.where}: the store has no bucket by that name") from None
+            raise BadSetting(f"upstream {self.where}: the store has no bucket by that name") from None
         except Refusal as exc:
             status = exc.fields.get("upstream_status")
             if status == "403":
@@ -149,7 +149,7 @@ class S3Transport:
                 why = f"the store did not answer within {self._timeout}s"
             else:
                 why = f"the store did not serve the bucket ({exc.code}, status {status or 'none'})"
-            raise ConfigurationError(f"upstream {self.where}: {why}") from None
+            raise BadSetting(f"upstream {self.where}: {why}") from None
 
     def _version(self, key: str, found: Mapping[str, Any]) -> Version:
         return version_of(
@@ -218,12 +218,12 @@ async def open_s3(
     location: S3Location, *, endpoint: str | None, call_timeout: float, conditional: bool = True
 ) -> AsyncIterator[S3Transport]:
     """The transport over one client, its credentials found by botocore and the bucket checked; the
-    client closes on exit. Missing credentials, or a bucket they cannot reach, is a ConfigurationError."""
+    client closes on exit. Missing credentials, or a bucket they cannot reach, is a BadSetting."""
     session = get_session()
     with _no_driver_text(location):
         credentials = await session.get_credentials()
     if credentials is None:
-        raise ConfigurationError(
+        raise BadSetting(
             f"upstream {location}: no AWS credentials found; set AWS_ACCESS_KEY_ID and "
             "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with a shared credentials file"
         )
@@ -261,6 +261,6 @@ def _no_driver_text(location: S3Location) -> Iterator[None]:
         yield
     except BotoCoreError as exc:
         log.error("AWS configuration not readable: %s", exc)
-        raise ConfigurationError(
+        raise BadSetting(
             f"upstream {location}: the AWS config or credentials file cannot be read ({type(exc).__name__})"
         ) from None

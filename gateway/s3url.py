@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gateway.errors import ConfigurationError
+from gateway.errors import BadSetting
 
 SCHEME = "s3://"
 BUCKET_PATTERN = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -39,28 +39,28 @@ def is_s3_url(url: str) -> bool:
 
 
 def parse_s3_url(url: str) -> S3Location:
-    """The bucket and prefix of `s3://BUCKET[/PREFIX]`; ConfigurationError naming the fault otherwise."""
+    """The bucket and prefix of `s3://BUCKET[/PREFIX]`; BadSetting naming the fault otherwise."""
     shown = url if len(url) <= 80 else url[:77] + "..."
     rest = url[len(SCHEME) :] if is_s3_url(url) else None
     if rest is None:
-        raise ConfigurationError(f"upstream {shown!r} is not an s3:// URL; {EXAMPLE}")
+        raise BadSetting(f"upstream {shown!r} is not an s3:// URL; {EXAMPLE}")
     bucket, _, prefix = rest.partition("/")
     if "@" in bucket or ":" in bucket:
-        raise ConfigurationError(
+        raise BadSetting(
             f"upstream {SCHEME}...: the bucket may not carry a login or a port; credentials come from the "
             "environment or the AWS config files, the store's address from --upstream-endpoint"
         )
     if not BUCKET_PATTERN.fullmatch(bucket) or ".." in bucket:
-        raise ConfigurationError(
+        raise BadSetting(
             f"upstream {shown!r}: {bucket[:70]!r} is not a bucket name (3 to 63 lowercase letters, digits, "
             f"dots and hyphens, starting and ending with a letter or digit); {EXAMPLE}"
         )
     if len(prefix) > MAX_PREFIX or not (prefix.isascii() and prefix.isprintable()):
-        raise ConfigurationError(
+        raise BadSetting(
             f"upstream {shown!r}: the prefix must be printable ASCII of at most {MAX_PREFIX} characters"
         )
     if prefix.startswith("/") or "//" in prefix:
-        raise ConfigurationError(f"upstream {shown!r}: the prefix has an empty path segment; {EXAMPLE}")
+        raise BadSetting(f"upstream {shown!r}: the prefix has an empty path segment; {EXAMPLE}")
     if "?" in prefix or "#" in prefix:
-        raise ConfigurationError(f"upstream {shown!r}: an s3:// URL takes no query or fragment; {EXAMPLE}")
+        raise BadSetting(f"upstream {shown!r}: an s3:// URL takes no query or fragment; {EXAMPLE}")
     return S3Location(bucket, prefix.rstrip("/") + "/" if prefix else "")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.errors import ConfigurationError
+from gateway.errors import BadSetting
 from lockclient.errors import ConfigurationError as ClientConfigurationError
 from lockclient.tls import MINIMUM_VERSION, client_context
 
@@ -43,7 +43,7 @@ def server_context(cert: Path | None, key: Path | None, client_ca: Path | None) 
         try:
             context.load_verify_locations(cafile=client_ca)
         except (OSError, ssl.SSLError) as exc:
-            raise ConfigurationError(
+            raise BadSetting(
                 f"cannot load the client CA {client_ca}: {exc}; give the PEM certificate of "
                 "the CA that signs the clients' certificates"
             ) from exc
@@ -67,12 +67,10 @@ def upstream_context(ca: Path | None, cert: Path | None, key: Path | None) -> ss
         # the one client context of the tree: with a CA file that file only; without, the system's store
         context = client_context(ca=None if ca is None else str(ca))
     except ClientConfigurationError as exc:
-        raise ConfigurationError(
-            f"cannot load the upstream CA {ca}: {exc.__cause__}; {fix}"
-        ) from exc.__cause__
+        raise BadSetting(f"cannot load the upstream CA {ca}: {exc.__cause__}; {fix}") from exc.__cause__
     # a file of revocation lists alone loads, and trusts nothing
     if ca is not None and not context.cert_store_stats()["x509"]:
-        raise ConfigurationError(f"cannot load the upstream CA {ca}: it holds no certificate; {fix}")
+        raise BadSetting(f"cannot load the upstream CA {ca}: it holds no certificate; {fix}")
     if cert is not None:
         _present(context, cert, key, "upstream client certificate")
     return context
@@ -83,7 +81,7 @@ def _present(context: ssl.SSLContext, cert: Path, key: Path | None, what: str) -
     try:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigurationError(
+        raise BadSetting(
             f"cannot load the {what} {cert} with the key {key}: {exc}; "
             "give the PEM certificate (chain) and its unencrypted PEM private key"
         ) from exc

@@ -18,16 +18,16 @@ from collections.abc import Iterator
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
+from gateway.app_keys import AppKeys, RequestKeys
 from gateway.auth import Access
 from gateway.errors import (
-    BadRequest,
     HiddenBinding,
+    MalformedRequest,
+    NotAuthenticated,
     PayloadTooLarge,
     RequestTimeout,
-    Unauthorized,
     Unavailable,
 )
-from gateway.keys import AppKeys, RequestKeys
 from gateway.openapi import document
 from gateway.parsing import (
     one_value,
@@ -42,7 +42,7 @@ from gateway.parsing import (
 )
 from gateway.preconditions import parse_precondition
 from gateway.readiness import check_token_source
-from storage.errors import ResourceMismatch, StorageError
+from storage.errors import BoundElsewhere, StorageError
 from storage.fenced import digest_of
 from storage.protocols import Caller, ObjectMeta, Precondition
 
@@ -56,7 +56,7 @@ def _authorize(request: web.Request, *names: str, access: Access) -> None:
     if key is None:  # identify again for the precise 401 message
         client = request.get(RequestKeys.client, "")
         if header is None and client.startswith("cert:"):
-            raise Unauthorized(
+            raise NotAuthenticated(
                 f"the client certificate's subject CN {client[5:]!r} names no API key; add one with "
                 "`fencegate keys add NAME` named after it, or send `Authorization: Bearer <key>`"
             )
@@ -75,11 +75,11 @@ def _shown(request: web.Request, resource: str) -> str | None:
 
 @contextlib.contextmanager
 def _binding_in_scope(request: web.Request) -> Iterator[None]:
-    """A `ResourceMismatch` as it is, if the caller may see the resource the key belongs to; else
+    """A `BoundElsewhere` as it is, if the caller may see the resource the key belongs to; else
     `HiddenBinding`: the same answer without that resource's name."""
     try:
         yield
-    except ResourceMismatch as exc:
+    except BoundElsewhere as exc:
         if _shown(request, exc.bound) is not None:
             raise
         api_key = request.get(RequestKeys.api_key)
@@ -134,7 +134,7 @@ async def _read_body(request: web.Request) -> bytes:
     settings = request.app[AppKeys.settings]
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding != "identity":  # aiohttp would inflate it, and keeps a gzip stream cut short as if whole
-        raise BadRequest(
+        raise MalformedRequest(
             f"Content-Encoding {encoding[:40]!r} is not accepted: send the body uncompressed, as it is to be "
             "stored; nothing was written"
         )
@@ -151,11 +151,11 @@ async def _read_body(request: web.Request) -> bytes:
             f"the body did not arrive within {settings.idle_timeout}s; nothing was written, send it again"
         ) from exc
     except ConnectionResetError as exc:  # the client's doing, not the gateway's: a 4xx, never a 500
-        raise BadRequest(
+        raise MalformedRequest(
             "the connection closed before the whole body arrived; nothing was written, send it again"
         ) from exc
     except RequestPayloadError as exc:  # a body the HTTP parser could not read (bad chunked framing)
-        raise BadRequest("the body could not be read as sent; nothing was written") from exc
+        raise MalformedRequest("the body could not be read as sent; nothing was written") from exc
 
 
 def _accepted_headers(meta: ObjectMeta, *, resource: str | None) -> dict[str, str]:

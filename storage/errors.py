@@ -1,10 +1,10 @@
 """Every error the storage layer raises; driver errors are translated here.
 
 StorageError
- ├── StaleToken               the resource's mark is above the token; nothing was written
- ├── ResourceMismatch         the key belongs to another resource than the request named; nothing was written
+ ├── BelowMark               the resource's mark is above the token; nothing was written
+ ├── BoundElsewhere         the key belongs to another resource than the request named; nothing was written
  ├── ObjectNotFound (KeyError) no object under that key (the fence check itself passed)
- ├── IdempotencyKeyReused      an Idempotency-Key already recorded a different request; nothing changed
+ ├── IdempotencyKeyConflict      an Idempotency-Key already recorded a different request; nothing changed
  ├── StorageUnavailable        the database failed or did not answer: the outcome is unknown,
  │                             so a caller must never report success (invariant 4)
  ├── SchemaError               the database holds a schema this code cannot use
@@ -25,7 +25,7 @@ class StorageError(Exception):
     """Root of every storage error."""
 
 
-class StaleToken(StorageError):
+class BelowMark(StorageError):
     """The token is below the resource's high-water mark; nothing was written."""
 
     def __init__(self, message: str, *, resource: str, token: int, highest: int) -> None:
@@ -35,7 +35,7 @@ class StaleToken(StorageError):
         self.highest = highest
 
 
-class ResourceMismatch(StorageError):
+class BoundElsewhere(StorageError):
     """The key belongs to another resource than the one the request named; nothing was written."""
 
     def __init__(self, message: str, *, key: str, resource: str, bound: str) -> None:
@@ -57,7 +57,7 @@ class ObjectNotFound(StorageError, KeyError):
         return str(self.args[0])
 
 
-class IdempotencyKeyReused(StorageError, ValueError):
+class IdempotencyKeyConflict(StorageError, ValueError):
     """The client's Idempotency-Key already stands for a different request; nothing was written."""
 
     def __init__(self, message: str, *, idempotency_key: str) -> None:

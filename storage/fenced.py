@@ -20,8 +20,8 @@ The order is the safety argument:
    (a `NOT EXISTS` guard in the same statement, so a request naming another
    resource moves no mark of either), and only if the token is not below
    it; its row says whether the key is bound yet. No row back is a refusal
-   with nothing written: `ResourceMismatch` if the key belongs to another
-   resource, else `StaleToken` (two reads tell which, on this rare path).
+   with nothing written: `BoundElsewhere` if the key belongs to another
+   resource, else `BelowMark` (two reads tell which, on this rare path).
 4. A key without a binding is bound to the request's resource, claimed
    with `ON CONFLICT DO NOTHING`, whatever the method: a fenced read or
    delete, even of a missing key, binds it too. A request that read "no
@@ -57,11 +57,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from storage.errors import (
-    IdempotencyKeyReused,
+    BelowMark,
+    BoundElsewhere,
+    IdempotencyKeyConflict,
     MalformedRow,
     ObjectNotFound,
-    ResourceMismatch,
-    StaleToken,
     StorageError,
 )
 from storage.protocols import FencedRequest, ObjectData, ObjectMeta
@@ -135,9 +135,9 @@ def digest_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def stale_token(resource: str, token: int, highest: int) -> StaleToken:
+def stale_token(resource: str, token: int, highest: int) -> BelowMark:
     """The refusal of `token` by the mark `highest`."""
-    return StaleToken(
+    return BelowMark(
         f"token {token} is below the mark {highest} of resource {resource!r}: a newer lease has "
         "written; take the lock again to get a fresh token",
         resource=resource,
@@ -146,9 +146,9 @@ def stale_token(resource: str, token: int, highest: int) -> StaleToken:
     )
 
 
-def resource_mismatch(key: str, resource: str, bound: str) -> ResourceMismatch:
+def resource_mismatch(key: str, resource: str, bound: str) -> BoundElsewhere:
     """The refusal of a request that names `resource` for a key that belongs to `bound`."""
-    return ResourceMismatch(
+    return BoundElsewhere(
         f"key {key!r} belongs to resource {bound!r}, and this request named {resource!r}: a key is fenced "
         f"by the mark of its own resource only; send Fencing-Resource: {bound} with a token of that "
         "resource's lock (a key never moves to another resource, not even after a delete)",
@@ -234,7 +234,7 @@ async def _binding(tx: Tx, key: str) -> str | None:
 async def _replayed(tx: Tx, request: FencedRequest, record: Row, now: datetime) -> Outcome:
     try:
         meta = replay(request.caller, record)
-    except IdempotencyKeyReused as exc:
+    except IdempotencyKeyConflict as exc:
         return exc
     if meta.version == GONE_VERSION:
         await _audit(tx, request, now, status=404, outcome=REPLAYED, mark=False)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from storage.errors import IdempotencyKeyReused
+from storage.errors import IdempotencyKeyConflict
 from storage.protocols import Caller, ObjectMeta, Refused
 
 ACCEPTED = "accepted"  # the fence passed and the change committed
@@ -98,7 +98,7 @@ def idempotency_params(caller: Caller, meta: ObjectMeta, *, now: datetime) -> di
 def replay(caller: Caller, record: Mapping[str, Any]) -> ObjectMeta:
     """The first outcome recorded under the caller's Idempotency-Key, if this is the same request."""
     if record["request_digest"] not in (caller.request_digest, caller.legacy_digest or caller.request_digest):
-        raise IdempotencyKeyReused(
+        raise IdempotencyKeyConflict(
             f"Idempotency-Key {caller.idempotency_key!r} was already used by this client for a different "
             f"request ({record['key']!r} with token {record['token']}); use a fresh key for a new request",
             idempotency_key=caller.idempotency_key or "",

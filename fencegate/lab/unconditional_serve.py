@@ -20,7 +20,7 @@ from aiohttp import web
 import gateway.serve
 from fencegate.cli import main
 from gateway.app import create_app
-from gateway.keys import AppKeys
+from gateway.app_keys import AppKeys
 
 
 def _unconditional(*args: Any, **kwargs: Any) -> web.Application:

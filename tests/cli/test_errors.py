@@ -15,7 +15,7 @@ from fencegate import cli
 from fencegate.cli import UNAVAILABLE, USAGE, error_code
 from fencegate.lab.cluster import ClusterError, MissingServerError
 from fencegate.lab.cluster.errors import ClusterArgumentError
-from gateway.errors import CannotListen, ConfigurationError
+from gateway.errors import BadSetting, CannotListen
 
 
 def fencegate(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, list[str]]:
@@ -231,7 +231,7 @@ def test_soak_without_wrk_is_a_missing_tool(tmp_path: Path) -> None:
 
 
 def test_the_kind_of_an_error_is_its_exit_code() -> None:
-    assert error_code(ConfigurationError("x")) == USAGE
+    assert error_code(BadSetting("x")) == USAGE
     assert error_code(ClusterArgumentError("x")) == USAGE
     assert error_code(CannotListen("h", 1, OSError(98, "in use"))) == UNAVAILABLE
     assert error_code(MissingServerError("redis-server", package="redis-server")) == UNAVAILABLE

@@ -25,7 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from fencegate.lab.faults.proxy import DelayProxy
-from gateway.keys import AppKeys
+from gateway.app_keys import AppKeys
 from storage import open_engine
 from storage.models import AuditEntry
 from storage.records import ACCEPTED

@@ -10,7 +10,7 @@ import pytest
 
 from fencegate.cli import build_parser, main
 from gateway.config import Settings, add_arguments, options_of, settings_from
-from gateway.errors import ConfigurationError
+from gateway.errors import BadSetting
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -64,7 +64,7 @@ def test_a_flag_wins_over_the_environment() -> None:
      (("--commit-lanes", "0"), "at least 1")],
 )  # fmt: skip
 def test_bad_values_are_refused_with_the_fix(argv: tuple[str, ...], message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message):
+    with pytest.raises(BadSetting, match=message):
         settings_from(parse(*argv), {})
 
 
@@ -87,7 +87,7 @@ def test_serve_is_a_fencegate_command() -> None:
      ({"FENCEGATE_STORAGE": "mysql://x/y"}, "storage 'mysql://x/y': unsupported storage")],
 )  # fmt: skip
 def test_bad_variables_are_refused_with_their_name(env: dict[str, str], message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message):
+    with pytest.raises(BadSetting, match=message):
         settings_from(parse(), env)
 
 
@@ -134,13 +134,13 @@ def test_the_commit_lanes_default_is_the_postgresql_writers() -> None:
      (("--tls-client-ca", "ca.pem"), "needs HTTPS")],
 )  # fmt: skip
 def test_tls_settings_come_whole(argv: tuple[str, ...], message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message):
+    with pytest.raises(BadSetting, match=message):
         settings_from(parse(*argv), {})
 
 
 def test_tls_settings_from_the_environment_and_client_certificates_are_not_open() -> None:
     env = {"FENCEGATE_TLS_CERT": "/etc/fg/gw.pem", "FENCEGATE_TLS_KEY": "/etc/fg/gw.key"}
-    with pytest.raises(ConfigurationError, match="--tls-client-ca"):  # a public address needs keys or mTLS
+    with pytest.raises(BadSetting, match="--tls-client-ca"):  # a public address needs keys or mTLS
         settings_from(parse("--host", "10.0.0.7"), env)
     settings = settings_from(
         parse("--host", "10.0.0.7"), {**env, "FENCEGATE_TLS_CLIENT_CA": "/etc/fg/ca.pem"}

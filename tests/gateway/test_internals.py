@@ -30,7 +30,7 @@ from aiohttp import ClientResponse, web
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
 from fencegate.lab.cluster.gateway import GatewayProcess
 from gateway import Settings, create_app
-from gateway.keys import AppKeys
+from gateway.app_keys import AppKeys
 from gateway.middlewares import REQUEST_ID_HEADER, SERVER_ERROR_DETAILS, SERVER_ERROR_FIELDS
 from lockclient import open_token_source
 from tests.gateway.conftest import AppClient, MakeClient, create_database

@@ -20,7 +20,7 @@ from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.cluster.errors import ServerStartError
 from fencegate.lab.cluster.gateway import GatewayProcess
 from gateway.auth import MAX_NAME_LENGTH, ApiKey, ApiKeys, hash_secret, write_keys
-from gateway.errors import ConfigurationError
+from gateway.errors import BadSetting
 from storage.models import MAX_CLIENT_LENGTH
 from tests.gateway.conftest import MakeClient
 from tests.waiting import eventually
@@ -56,7 +56,7 @@ def test_a_key_file_value_of_the_wrong_json_type_is_refused_not_read_as_another(
     tmp_path: Path, fields: dict[str, object]
 ) -> None:
     path = key_file(tmp_path / "keys.json", entry() | fields)
-    with pytest.raises(ConfigurationError, match="cannot read API keys"):
+    with pytest.raises(BadSetting, match="cannot read API keys"):
         ApiKeys.load(path)
 
 
@@ -88,7 +88,7 @@ def test_two_keys_with_one_name_or_one_hash_are_refused(
     """With one hash twice, the secret had the scope of the entry listed last; with one name twice, a
     client certificate of that CN did."""
     path = key_file(tmp_path / "keys.json", *entries)
-    with pytest.raises(ConfigurationError, match="two keys have the"):
+    with pytest.raises(BadSetting, match="two keys have the"):
         ApiKeys.load(path)
 
 
@@ -107,7 +107,7 @@ async def test_a_key_name_the_audit_trail_cannot_hold_is_refused_and_the_longest
     assert "give a name the logs and the audit trail can show" in capsys.readouterr().err
     assert not path.exists()
     key_file(path, entry(too_long, prefixes=[""]))
-    with pytest.raises(ConfigurationError, match="give a name"):
+    with pytest.raises(BadSetting, match="give a name"):
         ApiKeys.load(path)
 
     longest = "n" * MAX_NAME_LENGTH
@@ -205,7 +205,7 @@ def test_a_prefix_no_name_can_start_with_is_refused_with_the_fix(
     assert "prefixes are literal (no wildcards); use '' for every resource" in err
     assert not path.exists()
     key_file(path, entry(prefixes=["bill/", prefix]))
-    with pytest.raises(ConfigurationError, match=r"cannot read API keys .* prefixes are literal"):
+    with pytest.raises(BadSetting, match=r"cannot read API keys .* prefixes are literal"):
         ApiKeys.load(path)
 
 

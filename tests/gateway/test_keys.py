@@ -11,7 +11,7 @@ import pytest
 from fencegate.cli import main
 from gateway import Settings
 from gateway.auth import ApiKey, ApiKeys, hash_secret
-from gateway.errors import ConfigurationError, Unauthorized
+from gateway.errors import BadSetting, NotAuthenticated
 from tests.gateway.conftest import MakeClient
 from tests.waiting import eventually
 
@@ -58,9 +58,9 @@ def test_keys_add_twice_and_revoke_unknown_are_refused(
 def test_identify_compares_with_every_key_in_constant_time() -> None:
     keys = ApiKeys([ApiKey(name=f"k{i}", sha256=hash_secret(f"s{i}"), prefixes=("",)) for i in range(5)])
     assert keys.identify("Bearer s3").name == "k3"
-    with pytest.raises(Unauthorized):
+    with pytest.raises(NotAuthenticated):
         keys.identify("Bearer s9")
-    with pytest.raises(Unauthorized):
+    with pytest.raises(NotAuthenticated):
         ApiKeys([]).identify("Bearer anything")
 
 
@@ -68,7 +68,7 @@ def test_identify_compares_with_every_key_in_constant_time() -> None:
 def test_a_secret_that_is_not_ascii_is_401_not_a_server_error(secret: str) -> None:
     """aiohttp hands a header's undecodable bytes over as surrogates (`\\xff` is `\\udcff`)."""
     keys = ApiKeys([ApiKey(name="k", sha256=hash_secret("s3"), prefixes=("",))])
-    with pytest.raises(Unauthorized):
+    with pytest.raises(NotAuthenticated):
         keys.identify(f"Bearer {secret}")
 
 
@@ -181,7 +181,7 @@ async def test_revoked_key_stops_working_on_a_running_gateway(
 
 def test_non_loopback_without_keys_is_refused_unless_allow_open(tmp_path: Path) -> None:
     anywhere = "0.0.0.0"  # noqa: S104 - the address being refused; nothing is bound
-    with pytest.raises(ConfigurationError, match="--allow-open"):
+    with pytest.raises(BadSetting, match="--allow-open"):
         Settings(host=anywhere, data_dir=tmp_path)
     assert Settings(host=anywhere, data_dir=tmp_path, allow_open=True).allow_open
     assert Settings(host=anywhere, data_dir=tmp_path, api_keys=tmp_path / "k.json").api_keys is not None
@@ -200,5 +200,5 @@ def test_key_file_with_a_bad_access_is_refused_with_the_fix(tmp_path: Path) -> N
     path = tmp_path / "keys.json"
     entry = {"name": "x", "sha256": hash_secret("s"), "prefixes": [""], "access": ["admin"]}
     path.write_text(json.dumps({"keys": [entry]}))
-    with pytest.raises(ConfigurationError, match="access must be"):
+    with pytest.raises(BadSetting, match="access must be"):
         ApiKeys.load(path)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from gateway.errors import BadRequest, TokenRequired
+from gateway.errors import MalformedRequest, TokenRequired
 from gateway.parsing import (
     MAX_LIST_LIMIT,
     parse_decimal,
@@ -21,7 +21,7 @@ from lockclient.wire import MAX_TOKEN, TOKEN_PATTERN
 
 @pytest.mark.parametrize("key", ["a/../b", "./a", "..", ".", "/a", "a\\b", "a\x00b", "a\nb"])
 def test_dot_segments_and_odd_characters_are_refused(key: str) -> None:
-    with pytest.raises(BadRequest, match="not valid"):
+    with pytest.raises(MalformedRequest, match="not valid"):
         parse_key(key)
 
 
@@ -41,7 +41,7 @@ def test_token_bounds() -> None:
     assert parse_token(None, required=False) is None
     with pytest.raises(TokenRequired):
         parse_token(None, required=True)
-    with pytest.raises(BadRequest):
+    with pytest.raises(MalformedRequest):
         parse_token(str(MAX_TOKEN + 1), required=True)
 
 
@@ -52,7 +52,7 @@ SPELLINGS = ["+1", "-1", " 1", "1 ", "1_0", "01", "0", "1.0", "1e3", "0x1", "", 
 
 @pytest.mark.parametrize("raw", [*NOT_ASCII_DIGITS, *SPELLINGS, "1" * 4301, "1" * 20, str(MAX_TOKEN + 1)])
 def test_a_token_is_ascii_digits_in_range_in_one_spelling(raw: str) -> None:
-    with pytest.raises(BadRequest, match="is not a decimal integer"):
+    with pytest.raises(MalformedRequest, match="is not a decimal integer"):
         parse_token(raw, required=True)
     assert token_or_none(raw) is None
 
@@ -70,5 +70,5 @@ def test_the_parser_accepts_what_the_documented_token_pattern_does(raw: str) -> 
 def test_a_limit_is_ascii_digits_in_1_to_1000() -> None:
     assert (parse_limit(None), parse_limit("1"), parse_limit(str(MAX_LIST_LIMIT))) == (1000, 1, 1000)
     for raw in ("0", "1001", "01", "\uff11", "1" * 4301):
-        with pytest.raises(BadRequest, match=r"decimal integer in 1\.\.1000"):
+        with pytest.raises(MalformedRequest, match=r"decimal integer in 1\.\.1000"):
             parse_limit(raw)

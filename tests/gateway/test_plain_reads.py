@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
-from gateway.keys import AppKeys
+from gateway.app_keys import AppKeys
 from storage.postgresql import group_commit as pgbatch
 from storage.sqlite.group_commit import GroupCommitStore
 from tests.gateway.conftest import AppClient, MakeClient

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import text
 
 from fencegate.lab.cluster import ClusterSpec, LocalCluster
-from gateway.keys import AppKeys
+from gateway.app_keys import AppKeys
 from storage.errors import StorageUnavailable
 from storage.postgresql.group_commit import PgGroupCommitStore
 from storage.postgresql.reader import DEFAULT_READERS, PgReader

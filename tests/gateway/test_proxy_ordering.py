@@ -19,7 +19,7 @@ from sqlalchemy import update
 
 from fencegate.cli import main
 from gateway.config import SQLITE_FILE, Settings, settings_from
-from gateway.errors import ConfigurationError, Unavailable
+from gateway.errors import BadSetting, Unavailable
 from gateway.replica import OneReplica
 from storage import migrate, open_engine
 from storage.models import ReplicaClaim
@@ -79,7 +79,7 @@ def test_the_ordering_is_a_setting_from_the_flag_and_the_environment() -> None:
 
     env = {"FENCEGATE_UPSTREAM": UPSTREAM, "FENCEGATE_UPSTREAM_ORDERING": "trust-path"}
     assert settings_from(parse(), env).upstream_ordering == "trust-path"
-    with pytest.raises(ConfigurationError, match="give --upstream-ordering trust-path"):
+    with pytest.raises(BadSetting, match="give --upstream-ordering trust-path"):
         settings_from(parse(), {"FENCEGATE_UPSTREAM": UPSTREAM})
     assert Settings().upstream_ordering is None  # the default: no proxy, nothing to order
 

@@ -17,7 +17,7 @@ import pytest
 from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.cluster.servers import free_port
 from gateway import Settings
-from gateway.errors import ConfigurationError
+from gateway.errors import BadSetting
 from gateway.middlewares import SERVER_ERROR_DETAILS
 from storage import open_engine, verify_audit
 from tests.gateway.careless_s3 import CarelessS3
@@ -42,7 +42,7 @@ SECRET = "not-the-store-secret-5e1f"
     ],
 )
 def test_a_malformed_s3_url_is_refused_with_the_fault_named(url: str, said: str, tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match=said) as refused:
+    with pytest.raises(BadSetting, match=said) as refused:
         Settings(data_dir=tmp_path, upstream=url)
     assert "secret" not in str(refused.value)
 
@@ -59,7 +59,7 @@ def test_a_malformed_s3_url_is_refused_with_the_fault_named(url: str, said: str,
 def test_an_endpoint_without_an_s3_upstream_or_not_http_is_refused(
     settings: dict[str, str], said: str, tmp_path: Path
 ) -> None:
-    with pytest.raises(ConfigurationError, match=said) as refused:
+    with pytest.raises(BadSetting, match=said) as refused:
         Settings(data_dir=tmp_path, **settings)  # type: ignore[arg-type]
     assert "pw" not in str(refused.value)
 

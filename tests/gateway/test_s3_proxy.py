@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
+from gateway.app_keys import AppKeys
 from gateway.conditional import TOMBSTONE, PreconditionFailed
-from gateway.keys import AppKeys
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.gateway.s3_support import direct_client, fresh_prefix, held, use_store
 

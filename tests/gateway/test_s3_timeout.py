@@ -20,8 +20,8 @@ import pytest
 
 from fencegate.lab.cluster import LocalCluster
 from gateway import create_app
+from gateway.app_keys import AppKeys
 from gateway.conditional import PreconditionFailed
-from gateway.keys import AppKeys
 from tests.gateway.conftest import AppClient
 from tests.gateway.s3_support import (
     delayed_path,

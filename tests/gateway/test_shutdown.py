@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from fencegate.lab.cluster.gateway import GatewayProcess
-from gateway.keys import AppKeys
+from gateway.app_keys import AppKeys
 from tests.gateway.conftest import AppClient
 from tests.waiting import eventually
 

@@ -21,7 +21,7 @@ import asyncpg
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
-from storage import ResourceMismatch, SqlObjectStore
+from storage import BoundElsewhere, SqlObjectStore
 from tests.databases import migrated_store
 from tests.waiting import eventually
 
@@ -71,7 +71,7 @@ async def test_a_request_that_read_no_binding_is_refused_when_the_key_was_bound_
         await eventually(lambda: _blocked_by(holder), what=f"the {method} under b waiting at b's fence")
         await pg_store.put(key, b"by a", resource=a, token=1)  # another replica creates the key under a
 
-    with pytest.raises(ResourceMismatch) as refused:
+    with pytest.raises(BoundElsewhere) as refused:
         await request
     assert (refused.value.resource, refused.value.bound) == (b, a)
     stored = await pg_store.get(key, resource=a, token=None)

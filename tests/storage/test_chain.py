@@ -20,7 +20,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from fencegate.lab.cluster import LocalCluster
-from storage import ObjectNotFound, SqlObjectStore, StaleToken, migrate, open_engine
+from storage import BelowMark, ObjectNotFound, SqlObjectStore, migrate, open_engine
 from storage import chain as chain_module
 from storage.chain import GENESIS_HEAD, Head, entry_hash, link, read_head
 from storage.models import AuditEntry, AuditHead
@@ -91,7 +91,7 @@ async def write_trail(store: ObjectStore) -> None:
     """`ENTRIES` entries: accepted writes, a stale refusal, a fenced delete of a missing key, refusals."""
     for token in (1, 2, 3):
         await store.put("k/a", f"v{token}".encode(), resource="r", token=token)
-    with pytest.raises(StaleToken):
+    with pytest.raises(BelowMark):
         await store.put("k/a", b"old", resource="r", token=1)  # refused: written by the gateway's AuditLog
     await store.put("k/b", b"b", resource="r", token=4)
     with pytest.raises(ObjectNotFound):
@@ -249,7 +249,7 @@ async def test_two_replicas_on_one_postgresql_do_not_fork_the_chain(postgres_clu
             try:
                 await store.put(f"k/{n % 40}", b"x", resource=f"r{n % 4}", token=n)
                 accepted[n % 2] += 1
-            except StaleToken:
+            except BelowMark:
                 pass
             if n % 10 == 0:
                 refusal = Refused(datetime.now(UTC), "c", "PUT", "k", "r", 0, 1, 409, "stale_token")

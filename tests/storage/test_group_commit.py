@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import ObjectNotFound, SqlObjectStore, StaleToken, StorageUnavailable, verify_audit
+from storage import BelowMark, ObjectNotFound, SqlObjectStore, StorageUnavailable, verify_audit
 from storage.protocols import Refused
 from storage.sqlite.batch_writer import INLINE_BYTES
 from storage.sqlite.group_commit import GroupCommitStore
@@ -51,9 +51,9 @@ async def test_a_batch_checks_each_fence_in_order_and_refuses_stale_alone(batchi
         *(batching.put(f"k{i}", str(t).encode(), resource="r", token=t) for i, t in enumerate(tokens)),
         return_exceptions=True,
     )
-    refused = [i for i, r in enumerate(results) if isinstance(r, StaleToken)]
+    refused = [i for i, r in enumerate(results) if isinstance(r, BelowMark)]
     assert refused == [1, 4]
-    assert [(r.resource, r.token, r.highest) for r in results if isinstance(r, StaleToken)] == [
+    assert [(r.resource, r.token, r.highest) for r in results if isinstance(r, BelowMark)] == [
         ("r", 3, 5),
         ("r", 2, 7),
     ]
@@ -165,7 +165,7 @@ async def test_a_batch_with_large_bodies_commits_in_the_writer_thread_with_the_s
         batching.put("stale", b"s", resource="L", token=1),
         return_exceptions=True,
     )
-    assert [type(r).__name__ for r in results] == ["ObjectMeta", "ObjectMeta", "StaleToken"]
+    assert [type(r).__name__ for r in results] == ["ObjectMeta", "ObjectMeta", "BelowMark"]
     assert (await batching.get("big", resource="L", token=None)).data == big
     assert await batching.mark("L") == 3
 

@@ -24,9 +24,9 @@ import pytest
 
 from fencegate.lab.cluster import LocalCluster
 from storage import (
+    BelowMark,
     ObjectNotFound,
     SqlObjectStore,
-    StaleToken,
     StorageUnavailable,
     migrate,
     open_engine,
@@ -163,7 +163,7 @@ async def test_two_replicas_with_and_without_idempotency_keys_never_deadlock(
                     caller=Caller("c", request_id, f"digest-{n}" if request_id else ""),
                 )  # fmt: skip
                 answered.append("ok")
-            except StaleToken:
+            except BelowMark:
                 answered.append("stale")  # a later token got there first: the fence at work
 
     try:

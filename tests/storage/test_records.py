@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import select
 
 from fencegate.lab.cluster import LocalCluster
-from storage import ObjectNotFound, SqlObjectStore, StaleToken, migrate, open_engine
-from storage.errors import IdempotencyKeyReused
+from storage import BelowMark, ObjectNotFound, SqlObjectStore, migrate, open_engine
+from storage.errors import IdempotencyKeyConflict
 from storage.models import AuditEntry, IdempotencyRecord
 from storage.protocols import Caller, ObjectStore, Refused
 from storage.sqlite.group_commit import GroupCommitStore
@@ -76,7 +76,7 @@ async def test_accepted_requests_are_audited_with_their_write_and_stale_ones_are
     caller = Caller(client=names("client"))
     key = names("k")
     await store.put(key, b"a", resource=key, token=5, caller=caller)
-    with pytest.raises(StaleToken):
+    with pytest.raises(BelowMark):
         await store.put(key, b"b", resource=key, token=4, caller=caller)
     await store.get(key, resource=key, token=6, caller=caller)
     await store.delete(key, resource=key, token=6, caller=caller)
@@ -103,7 +103,7 @@ async def test_a_retry_with_the_same_idempotency_key_returns_the_first_outcome_o
     assert retry == first  # created, version 1: not applied again, not refused by the newer token
     found = await store.get(key, resource=key, token=None)
     assert (found.data, found.meta.version) == (b"v2", 2)
-    with pytest.raises(IdempotencyKeyReused):
+    with pytest.raises(IdempotencyKeyConflict):
         await store.put(
             key,
             b"other",
@@ -131,7 +131,7 @@ async def test_a_record_from_before_the_content_type_joined_the_digest_still_mat
     after = Caller(client=client, idempotency_key="op-1", request_digest="new", legacy_digest="old")
     assert await store.put(key, b"v1", resource=key, token=5, caller=after) == first
     other = Caller(client=client, idempotency_key="op-1", request_digest="new", legacy_digest="other")
-    with pytest.raises(IdempotencyKeyReused):
+    with pytest.raises(IdempotencyKeyConflict):
         await store.put(key, b"v1", resource=key, token=5, caller=other)
     assert (await store.get(key, resource=key, token=None)).meta.version == 1
 

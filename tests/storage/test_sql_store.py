@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from storage import ObjectNotFound, SqlObjectStore, StaleToken
+from storage import BelowMark, ObjectNotFound, SqlObjectStore
 from storage.fenced import digest_of
 
 Names = Callable[[str], str]
@@ -26,7 +26,7 @@ async def test_put_then_get_returns_bytes_token_and_version(store: SqlObjectStor
 async def test_stale_put_raises_with_mark_and_changes_nothing(store: SqlObjectStore, names: Names) -> None:
     key = names("b")
     await store.put(key, b"newer", resource=key, token=34)
-    with pytest.raises(StaleToken) as caught:
+    with pytest.raises(BelowMark) as caught:
         await store.put(key, b"older", resource=key, token=33)
     assert (caught.value.resource, caught.value.token, caught.value.highest) == (key, 33, 34)
     got = await store.get(key, resource=key, token=None)
@@ -44,7 +44,7 @@ async def test_equal_token_is_accepted(store: SqlObjectStore, names: Names) -> N
 async def test_one_resource_fences_many_keys(store: SqlObjectStore, names: Names) -> None:
     resource, k1, k2 = names("lock"), names("k1"), names("k2")
     await store.put(k1, b"x", resource=resource, token=10)
-    with pytest.raises(StaleToken):
+    with pytest.raises(BelowMark):
         await store.put(k2, b"y", resource=resource, token=9)
     with pytest.raises(ObjectNotFound):
         await store.get(k2, resource=resource, token=None)
@@ -57,21 +57,21 @@ async def test_fenced_get_raises_the_mark_even_for_a_missing_key(store: SqlObjec
     with pytest.raises(ObjectNotFound):
         await store.get(key, resource=key, token=40)
     assert await store.mark(key) == 40
-    with pytest.raises(StaleToken):
+    with pytest.raises(BelowMark):
         await store.put(key, b"late", resource=key, token=39)
 
 
 async def test_stale_fenced_get_is_refused(store: SqlObjectStore, names: Names) -> None:
     key = names("e")
     await store.put(key, b"v", resource=key, token=3)
-    with pytest.raises(StaleToken):
+    with pytest.raises(BelowMark):
         await store.get(key, resource=key, token=2)
 
 
 async def test_delete_is_fenced(store: SqlObjectStore, names: Names) -> None:
     key = names("f")
     await store.put(key, b"v", resource=key, token=3)
-    with pytest.raises(StaleToken):
+    with pytest.raises(BelowMark):
         await store.delete(key, resource=key, token=2)
     assert (await store.get(key, resource=key, token=None)).data == b"v"
     meta = await store.delete(key, resource=key, token=4)
@@ -113,7 +113,7 @@ async def test_concurrent_tokens_commit_in_non_decreasing_order(store: SqlObject
     async def write(token: int) -> tuple[int, int] | None:
         try:
             meta = await store.put(key, str(token).encode(), resource=key, token=token)
-        except StaleToken:
+        except BelowMark:
             return None
         assert meta.version is not None
         return meta.version, token

@@ -18,7 +18,7 @@ from fencegate.cli import main
 from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.cluster.certs import Authority
 from gateway.storage_tls import open_storage
-from storage import BadStorageURL, SqlObjectStore, StaleToken, StorageUnavailable, migrate, open_engine
+from storage import BadStorageURL, BelowMark, SqlObjectStore, StorageUnavailable, migrate, open_engine
 from storage.postgresql.group_commit import PgGroupCommitStore
 from tests.databases import client_connections_tls
 from tests.urls import POSTGRES_TLS_MISTAKES, broken_postgres_tls, edit_query
@@ -132,7 +132,7 @@ async def test_postgres_group_commit_writer_connects_over_tls_and_keeps_the_fenc
     passed = [t for t, r in zip(tokens, results, strict=True) if not isinstance(r, BaseException)]
     assert passed == [9, 9], results
     refused = [r for r in results if isinstance(r, BaseException)]
-    assert all(isinstance(r, StaleToken) and r.highest == 9 for r in refused), refused
+    assert all(isinstance(r, BelowMark) and r.highest == 9 for r in refused), refused
     assert connections == {(True, "/CN=postgres")}  # the writer's lanes among them, open while it runs
 
 

@@ -34,7 +34,7 @@ from fencegate.lab.cluster import LocalCluster
 from gateway import Settings, create_app
 from storage import (
     SCHEMA_VERSION,
-    ResourceMismatch,
+    BoundElsewhere,
     SchemaError,
     SqlObjectStore,
     migrate,
@@ -105,7 +105,7 @@ async def test_an_upgraded_database_binds_every_key_it_knows_and_keeps_its_data(
             "application/octet-stream",
         )
         for key, named in (("invoices/1", "invoices/1"), ("notes/7", "invoices"), ("gone/1", "other")):
-            with pytest.raises(ResourceMismatch):
+            with pytest.raises(BoundElsewhere):
                 await store.put(key, b"stale", resource=named, token=10**6)
         assert (await store.mark("invoices/1"), await store.mark("other")) == (0, 0)
         # The old idempotency record still answers its retry.
