@@ -105,7 +105,7 @@ def _failing_commit(store: GroupCommitStore, release: threading.Event) -> Iterat
     writer: Any = store._writer  # the test stands in for a disk failing the commit
     reached = threading.Event()
 
-    def commit() -> None:
+    def commit(*, expiry: object = None) -> None:  # the writer's signature: a batch may carry an expiry
         reached.set()
         release.wait(10)
         writer.rollback()
