@@ -24,6 +24,7 @@ cannot be written stops the run at step 2, before anything is deleted.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import sys
@@ -136,30 +137,27 @@ def _chain_holds(
     return previous
 
 
-async def _stored(engine: AsyncEngine, first: int, last: int) -> AsyncIterator[Mapping[Any, Any]]:
-    """Each entry's id and hash, all the check compares: the other columns' decoding is spared."""
-    async for page in _pages(engine, first, last, (AuditEntry.id, AuditEntry.chain)):
-        for row in page:
-            yield row
-
-
 async def _check(engine: AsyncEngine, info: ArchiveInfo, live_first: int, progress: Progress) -> None:
     """The file is whole, its chain holds within it, and each entry still in the database (from
     `live_first` to its end) is the file's; `BadArchive` otherwise. The file is read, and its
-    hashes computed, in a worker thread a page at a time."""
-    stored = _stored(engine, live_first, info.last_id)
+    hashes computed, in a worker thread a page at a time; each page is compared with the database's
+    ids and hashes (all the check needs of it: the other columns' decoding is spared) as one list."""
+    stored = _pages(engine, live_first, info.last_id, (AuditEntry.id, AuditEntry.chain))
+    waiting: list[tuple[int, str]] = []  # the database's entries read but not yet compared
     previous = GENESIS if info.first_id == 1 else None
     count = 0
     pages = read_pages(info.path, READ_BATCH)
     while (page := await asyncio.to_thread(next, pages, None)) is not None:
         count += len(page)
         previous = await asyncio.to_thread(_chain_holds, info, page, previous, progress, count)
-        for entry in page:
-            if entry["id"] >= live_first:
-                row = await anext(stored, None)
-                if row is None or (row["id"], row["chain"]) != (entry["id"], entry["chain"]):
-                    differs = f"entry {entry['id']} differs from the database's"
-                    raise BadArchive(f"archive {info.path}: {differs}; nothing deleted")
+        filed = [(entry["id"], entry["chain"]) for entry in page if entry["id"] >= live_first]
+        while len(waiting) < len(filed) and (more := await anext(stored, None)) is not None:
+            waiting += [(row["id"], row["chain"]) for row in more]
+        live, waiting = waiting[: len(filed)], waiting[len(filed) :]
+        if live != filed:
+            first = next(mine for mine, theirs in itertools.zip_longest(filed, live) if mine != theirs)
+            differs = f"entry {first[0]} differs from the database's"
+            raise BadArchive(f"archive {info.path}: {differs}; nothing deleted")
     if count != info.last_id - info.first_id + 1:
         raise BadArchive(f"archive {info.path} holds {count} entries, not its range's; nothing deleted")
 

@@ -304,3 +304,18 @@ async def test_on_sqlite_the_deletes_ride_in_the_group_commits_and_the_chain_sti
         await engine.dispose()
     assert report.ok, report.violations
     assert report.rows == ENTRIES + len(puts)
+
+
+def test_a_rerun_on_a_file_that_differs_from_the_database_deletes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "a.jsonl.gz"
+    first, second = f"sqlite:///{tmp_path / 'one.db'}", f"sqlite:///{tmp_path / 'two.db'}"
+    fill(first, count=100)
+    fill(second, count=100)  # the same writes at other times: every hash differs
+    assert main(["audit", "archive", "--storage", first, "--before", "51", "--to", str(target)]) == 0
+    capsys.readouterr()
+    assert main(["audit", "archive", "--storage", second, "--before", "51", "--to", str(target)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert f"archive {target}: entry 1 differs from the database's; nothing deleted" in err, err
+    assert ids(second) == (1, 100)
