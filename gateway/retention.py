@@ -16,7 +16,8 @@ With `--audit-retention`, a second task archives the entries older than it
 every `ARCHIVE_EVERY` (or every retention, if shorter) into
 `--audit-archive-dir` (`storage.archive.archive_into`: a run cut short is
 finished first, so archives never overlap). On PostgreSQL one replica at a
-time runs it, under a session advisory lock held for the run.
+time runs it, under a session advisory lock held for the run; on SQLite its
+deletes ride in the group commits, as the expiry's do.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from gateway.app_keys import AppKeys
 from gateway.metrics import Metrics
 from gateway.storage_tls import open_storage
 from storage import StorageError
-from storage.archive import archive_into
+from storage.archive import Chore, archive_into
 from storage.expiry import Step, expire_idempotency
 from storage.sqlite.group_commit import GroupCommitStore
 from storage.sqlite.vacuum import INCREMENTAL, auto_vacuum_mode, migrate_to_incremental, reclaim
@@ -93,7 +94,7 @@ async def _sweep_forever(engine: AsyncEngine, ttl: float, metrics: Metrics, step
             log.warning("retention sweep failed, tried again in %g s: %s", sweep_pause(ttl), exc)
 
 
-async def _archive_once(engine: AsyncEngine, retention: float, directory: Path) -> None:
+async def _archive_once(engine: AsyncEngine, retention: float, directory: Path, chore: Chore | None) -> None:
     cutoff = datetime.now(UTC) - timedelta(seconds=retention)
     async with engine.connect() as lock:
         if engine.dialect.name == "postgresql":
@@ -101,7 +102,7 @@ async def _archive_once(engine: AsyncEngine, retention: float, directory: Path) 
             if not held.scalar_one():
                 return
         try:
-            result = await archive_into(engine, directory, before_time=cutoff)
+            result = await archive_into(engine, directory, before_time=cutoff, chore=chore)
         finally:
             if engine.dialect.name == "postgresql":
                 await lock.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ARCHIVE_LOCK})
@@ -116,12 +117,14 @@ async def _archive_once(engine: AsyncEngine, retention: float, directory: Path) 
         )
 
 
-async def _archive_forever(engine: AsyncEngine, retention: float, directory: Path) -> None:
+async def _archive_forever(
+    engine: AsyncEngine, retention: float, directory: Path, chore: Chore | None
+) -> None:
     pause = min(ARCHIVE_EVERY, retention)
     while True:
         await asyncio.sleep(pause)
         try:
-            await _archive_once(engine, retention, directory)
+            await _archive_once(engine, retention, directory, chore)
         except StorageError as exc:
             log.error(
                 "audit archive run failed, nothing unarchived was deleted; tried again in %g s: %s",
@@ -197,8 +200,9 @@ async def retention_ctx(app: web.Application) -> AsyncIterator[None]:
     log.info("idempotency records expire %s after their write (--idempotency-ttl)", ttl)
     await _migrate_auto_vacuum(engine)
     store = app.get(AppKeys.store)
-    # on SQLite each expiry batch rides in a group commit, so it never takes the write lock of its own
+    # on SQLite each expiry or archive deletion batch rides in a group commit: no write lock of its own
     step = store.expire if isinstance(store, GroupCommitStore) else None
+    chore = store.chore if isinstance(store, GroupCommitStore) else None
     sweeping = _sweep_forever(engine, ttl, app[AppKeys.metrics], step)
     tasks = [asyncio.create_task(sweeping, name="fencegate-retention")]
     tasks.append(asyncio.create_task(_measure_forever(engine, app[AppKeys.metrics]), name="fencegate-sizes"))
@@ -208,7 +212,7 @@ async def retention_ctx(app: web.Application) -> AsyncIterator[None]:
             settings.audit_retention,
             settings.audit_archive_dir,
         )
-        archiving = _archive_forever(engine, settings.audit_retention, settings.audit_archive_dir)
+        archiving = _archive_forever(engine, settings.audit_retention, settings.audit_archive_dir, chore)
         tasks.append(asyncio.create_task(archiving, name="fencegate-audit-archive"))
     try:
         yield

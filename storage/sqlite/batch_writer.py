@@ -12,8 +12,9 @@ The writer is the only one writing, and it holds the write lock for the
 whole batch: the unit's reads see every earlier request of the batch, so a
 refusal wrote nothing and never needs a savepoint, and the unit's `Retry`
 (a concurrent claim) cannot happen; if it did, the batch fails (503).
-A batch may also carry one step of the idempotency expiry (`storage/expiry.py`),
-deleted just before its `COMMIT`: no commit, fsync or lock hand-off of its own.
+A batch may also carry one step of a background deletion (the idempotency expiry,
+`storage/expiry.py`, or the audit archive's, `storage/archive.py`), run under a
+savepoint just before its `COMMIT`: no commit, fsync or lock hand-off of its own.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from lockclient.sqlite_wal import enter_wal
 from storage.chain import Head, announce, head_of, link
 from storage.errors import StorageError, StorageUnavailable
-from storage.expiry import EXPIRY_DELETE
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply, run_now
 from storage.models import Fence
 from storage.queued import Op
@@ -36,8 +36,8 @@ from storage.records import refused_params
 from storage.statements import Statements
 
 _TIME_COLUMNS = ("updated_at", "at", "created_at")
-Expiry = tuple[datetime, int]  # idempotency records written before this time, at most this many
-Expired = int | sqlite3.Error  # the records an expiry deleted, or why it deleted none (the batch stands)
+Expiry = tuple[str, Mapping[str, Any]]  # one step of a background deletion: its DELETE and parameters
+Expired = int | sqlite3.Error  # the rows that step deleted, or why it deleted none (the batch stands)
 INLINE_BYTES = 1024 * 1024  # body bytes a batch may carry and still have its statements run on the loop
 
 
@@ -174,12 +174,16 @@ class BatchWriter:
             raise StorageUnavailable("another process wrote to the SQLite file during a batch; retry")
         return not isinstance(outcome, StorageError), outcome
 
+    def bind_time(self, value: datetime) -> str:
+        """`value` as the SQLite text of a time parameter (a background deletion's cutoff)."""
+        return self._sql.bind_time(value)
+
     def commit(self, *, expiry: Expiry | None = None) -> Expired:
-        """`COMMIT`, after deleting `expiry`'s batch of idempotency records in the same transaction:
+        """`COMMIT`, after running `expiry`'s deletion in the same transaction:
         returns once the batch is on disk (what the deletion did); rolls back and raises if it is not."""
         try:
             db = self._connect()
-            expired = 0 if expiry is None else _expire(db, expiry, self._sql.bind_time)
+            expired = 0 if expiry is None else _expire(db, expiry)
             db.execute("COMMIT")
         except BaseException:
             self.rollback()
@@ -209,12 +213,11 @@ class BatchWriter:
             self._db = None
 
 
-def _expire(db: sqlite3.Connection, expiry: Expiry, bind_time: Callable[[datetime], str]) -> Expired:
-    """The expiry's records deleted under a savepoint: a failure there is the sweep's, not the batch's."""
-    before, limit = expiry
+def _expire(db: sqlite3.Connection, expiry: Expiry) -> Expired:
+    """The step's rows deleted under a savepoint: a failure there is the sweep's, not the batch's."""
     db.execute("SAVEPOINT fencegate_expiry")
     try:
-        deleted: int = db.execute(EXPIRY_DELETE, {"before": bind_time(before), "limit": limit}).rowcount
+        deleted: int = db.execute(*expiry).rowcount
     except sqlite3.Error as exc:
         db.execute("ROLLBACK TO fencegate_expiry")
         return exc

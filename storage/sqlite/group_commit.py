@@ -32,8 +32,9 @@ A refused request needs no savepoint: the unit refuses before it writes
 and its neighbours go on. No request is answered before the COMMIT that holds it
 returned; if any statement or the commit fails, the batch rolls back and every
 request in it gets `StorageUnavailable` (outcome unknown: 503), never 2xx.
-A step of the idempotency expiry (`expire`) rides in the next batch the
-same way, deleted in the writer thread just before the `COMMIT`.
+A step of the idempotency expiry (`expire`) or of the audit archive's deletion
+(`chore`) rides in the next batch the same way, deleted in the writer thread
+just before the `COMMIT`.
 Reads without a token do not queue: they run beside the writer, on a
 thread and connection of their own (`reader.py`, WAL).
 """
@@ -47,12 +48,13 @@ import queue
 import sqlite3
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from storage.engine import SQLITE_BUSY_TIMEOUT
 from storage.errors import StorageError, StorageUnavailable
+from storage.expiry import EXPIRY_DELETE
 from storage.fenced import FENCED, Policy
 from storage.protocols import ObjectData
 from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
@@ -85,7 +87,7 @@ class GroupCommitStore(QueuedStore):
         self._idle = asyncio.Event()  # nothing pending, no batch in flight
         self._idle.set()
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        # steps of the idempotency expiry, each deleted inside the next batch's transaction
+        # steps of background deletions, each run inside the next batch's transaction
         self._expiring: deque[tuple[Expiry, asyncio.Future[int]]] = deque()
         self._thread: threading.Thread | None = None
 
@@ -147,10 +149,15 @@ class GroupCommitStore(QueuedStore):
     async def expire(self, before: datetime, limit: int) -> int:
         """Delete up to `limit` idempotency records written before `before` inside the next batch's
         transaction (one without requests if none come); the records deleted (`storage.expiry.Step`)."""
+        return await self.chore(EXPIRY_DELETE, {"before": self._writer.bind_time(before), "limit": limit})
+
+    async def chore(self, delete: str, params: Mapping[str, Any]) -> int:
+        """Run one step of a background deletion (a `DELETE` in SQLite SQL) under a savepoint inside the
+        next batch's transaction (one without requests if none come); the rows it deleted."""
         if not self._running:
-            raise StorageUnavailable("the store is shutting down; the expiry goes on at the next start")
+            raise StorageUnavailable("the store is shutting down; the deletion goes on at the next start")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._expiring.append(((before, limit), future))
+        self._expiring.append(((delete, params), future))
         self._wake_writer()
         return await future
 
@@ -234,10 +241,10 @@ class GroupCommitStore(QueuedStore):
 
 
 def _expired(future: asyncio.Future[int], outcome: int | BaseException) -> None:
-    """Answer an expiry step: the records it deleted, or `StorageUnavailable` (none deleted)."""
+    """Answer a deletion step: the rows it deleted, or `StorageUnavailable` (none deleted)."""
     if isinstance(outcome, int):
         settle(future, True, outcome)
         return
-    failure = StorageUnavailable("the idempotency expiry's batch was not deleted; tried again later")
+    failure = StorageUnavailable("a background deletion's batch was not deleted; tried again later")
     failure.__cause__ = outcome
     settle(future, False, failure)

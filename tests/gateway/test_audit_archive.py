@@ -19,9 +19,10 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -30,8 +31,9 @@ from fencegate.cli import main
 from gateway.durations import Duration
 from gateway.storage_tls import open_storage
 from storage import Refused, SqlObjectStore, migrate, verify_audit
-from storage.archive import PAUSE_AT, STEPS, archive_into
+from storage.archive import PAUSE_AT, STEPS, archive_audit, archive_into
 from storage.models import AuditEntry
+from storage.sqlite.group_commit import GroupCommitStore
 from tests.databases import ENGINES, engine_url
 from tests.gateway.conftest import MakeClient
 from tests.waiting import eventually, eventually_sync
@@ -265,3 +267,55 @@ async def test_requests_are_answered_while_an_archive_is_being_written_and_read_
     assert result.archive is not None
     assert result.deleted == result.archive.last_id >= ENTRIES
     assert report.ok, report.violations
+
+
+async def test_on_sqlite_the_deletes_ride_in_the_group_commits_and_the_chain_still_verifies(
+    tmp_path: Path,
+) -> None:
+    """With fenced PUTs in flight: every archived entry is deleted, each batch inside one of the
+    writer's transactions (a group commit per step), every PUT lands, and the archive and the live
+    trail, the PUTs' entries too, verify as one chain."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    await _fill(url, 1, ENTRIES)
+    engine = open_storage(url)
+    store = GroupCommitStore(SqlObjectStore(engine), path=str(tmp_path / "store.db"))
+    await store.start()
+    steps: list[tuple[int, int]] = []  # per step: rows deleted, group commits so far
+
+    async def chore(delete: str, params: Mapping[str, Any]) -> int:
+        steps.append((await store.chore(delete, params), store.batches))
+        return steps[-1][0]
+
+    try:
+        puts = [store.put(f"p/{n}", b"x", resource=f"p/{n}", token=1) for n in range(200)]
+        target = tmp_path / "a.jsonl.gz"
+        archiving = archive_audit(engine, to=target, before_id=ENTRIES + 1, batch=50, chore=chore)
+        result, written = await asyncio.gather(archiving, asyncio.gather(*puts))
+        assert result.deleted == ENTRIES
+        assert [meta.version for meta in written] == [1] * len(puts)
+        assert [deleted for deleted, _ in steps] == [50] * 6 + [0]  # oldest first, the last found none
+        commits = [batches for _, batches in steps]
+        assert commits == sorted(set(commits))  # each step in a group commit of its own
+    finally:
+        await store.aclose()
+    try:
+        report = await verify_audit(engine, archives=[target])
+    finally:
+        await engine.dispose()
+    assert report.ok, report.violations
+    assert report.rows == ENTRIES + len(puts)
+
+
+def test_a_rerun_on_a_file_that_differs_from_the_database_deletes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "a.jsonl.gz"
+    first, second = f"sqlite:///{tmp_path / 'one.db'}", f"sqlite:///{tmp_path / 'two.db'}"
+    fill(first, count=100)
+    fill(second, count=100)  # the same writes at other times: every hash differs
+    assert main(["audit", "archive", "--storage", first, "--before", "51", "--to", str(target)]) == 0
+    capsys.readouterr()
+    assert main(["audit", "archive", "--storage", second, "--before", "51", "--to", str(target)]) != 0
+    err = capsys.readouterr().err.strip()
+    assert f"archive {target}: entry 1 differs from the database's; nothing deleted" in err, err
+    assert ids(second) == (1, 100)
