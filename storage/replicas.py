@@ -41,7 +41,9 @@ class _DatabaseNow(FunctionElement[float]):
 
 @compiles(_DatabaseNow, "postgresql")
 def _postgres_now(element: _DatabaseNow, compiler: Any, **kw: Any) -> str:
-    return "CAST(EXTRACT(EPOCH FROM now()) AS DOUBLE PRECISION)"
+    # statement_timestamp(), not now(): now() is the transaction's start, which a claim that waited
+    # on the winner's row lock would place before the winner's own heartbeat.
+    return "CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS DOUBLE PRECISION)"
 
 
 @compiles(_DatabaseNow, "sqlite")
