@@ -23,6 +23,7 @@ from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.cluster.gateway import GatewayProcess
 from gateway import Settings, create_app
 from lockclient.protocols import TokenSource
+from tests.gateway.s3_support import fresh_prefix, use_store
 
 AppClient = TestClient[web.Request, web.Application]
 MakeClient = Callable[..., Awaitable[AppClient]]
@@ -34,6 +35,18 @@ class Lease:
 
     token: int
     resource: str
+
+
+@pytest.fixture
+def s3_store(s3_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
+    """The session's SeaweedFS (bucket, endpoint, keys), with this test's AWS environment pointed at it."""
+    use_store(monkeypatch, s3_cluster.s3, tmp_path)
+    return s3_cluster.s3
+
+
+@pytest.fixture
+def s3_prefix() -> str:
+    return fresh_prefix()
 
 
 @pytest.fixture

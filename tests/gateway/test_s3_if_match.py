@@ -14,58 +14,48 @@ from pathlib import Path
 
 import pytest
 
-from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.faults.proxy import DelayProxy
 from lockclient import SQLiteTokens
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.gateway.ifmatch_support import increments, increments_schedule
-from tests.gateway.s3_support import delayed_path, direct_client, fresh_prefix, held, use_store
+from tests.gateway.s3_support import delayed_path, direct_client, held
 
 
 @pytest.fixture
-def store(s3_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
-    use_store(monkeypatch, s3_cluster.s3, tmp_path)
-    return s3_cluster.s3
-
-
-@pytest.fixture
-def prefix() -> str:
-    return fresh_prefix()
-
-
-@pytest.fixture
-async def proxy(store: dict[str, str]) -> AsyncIterator[DelayProxy]:
-    async with delayed_path(store) as path:
+async def proxy(s3_store: dict[str, str]) -> AsyncIterator[DelayProxy]:
+    async with delayed_path(s3_store) as path:
         yield path
 
 
 async def _replica(
-    make_client: MakeClient, store: dict[str, str], prefix: str, data_dir: Path, *,
+    make_client: MakeClient, s3_store: dict[str, str], s3_prefix: str, data_dir: Path, *,
     endpoint: str | None = None, **settings: object,
 ) -> AppClient:  # fmt: skip
     return await make_client(
-        upstream=f"s3://{store['bucket']}/{prefix}", upstream_endpoint=endpoint or store["endpoint"],
+        upstream=f"s3://{s3_store['bucket']}/{s3_prefix}", upstream_endpoint=endpoint or s3_store["endpoint"],
         data_dir=data_dir, **settings,
     )  # fmt: skip
 
 
 async def _pair(
-    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path, proxy: DelayProxy
+    make_client: MakeClient, s3_store: dict[str, str], s3_prefix: str, tmp_path: Path, proxy: DelayProxy
 ) -> tuple[AppClient, AppClient]:
-    a = await _replica(make_client, store, prefix, tmp_path / "a", endpoint=f"http://127.0.0.1:{proxy.port}")
-    return a, await _replica(make_client, store, prefix, tmp_path / "b")
+    a = await _replica(
+        make_client, s3_store, s3_prefix, tmp_path / "a", endpoint=f"http://127.0.0.1:{proxy.port}"
+    )
+    return a, await _replica(make_client, s3_store, s3_prefix, tmp_path / "b")
 
 
-async def _holds(store: dict[str, str], key: str) -> bytes | None:
-    async with direct_client(store) as s3:
-        found = await held(s3, store["bucket"], key)
+async def _holds(s3_store: dict[str, str], key: str) -> bytes | None:
+    async with direct_client(s3_store) as s3:
+        found = await held(s3, s3_store["bucket"], key)
     return None if found is None else found.data
 
 
 async def test_a_write_landing_between_a_newer_read_and_its_if_match_write_is_not_lost(
-    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path, proxy: DelayProxy
+    make_client: MakeClient, s3_store: dict[str, str], s3_prefix: str, tmp_path: Path, proxy: DelayProxy
 ) -> None:
-    a, b = await _pair(make_client, store, prefix, tmp_path, proxy)
+    a, b = await _pair(make_client, s3_store, s3_prefix, tmp_path, proxy)
     control = await increments_schedule(a, b, proxy, "plain", if_match=False)
     assert control == (200, 200, b"1")  # the gap: both acknowledged, one increment lost
     fixed = await increments_schedule(a, b, proxy, "counter", if_match=True)
@@ -76,23 +66,23 @@ async def test_a_write_landing_between_a_newer_read_and_its_if_match_write_is_no
         headers={"Fencing-Token": "6", "If-Match": again.headers["ETag"]},
     )  # fmt: skip
     assert retried.status == 200
-    assert await _holds(store, prefix + "counter") == b"2"
+    assert await _holds(s3_store, s3_prefix + "counter") == b"2"
 
 
 async def test_hundreds_of_if_match_increments_over_a_held_path_lose_none(
-    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path, proxy: DelayProxy
+    make_client: MakeClient, s3_store: dict[str, str], s3_prefix: str, tmp_path: Path, proxy: DelayProxy
 ) -> None:
-    a, b = await _pair(make_client, store, prefix, tmp_path, proxy)
+    a, b = await _pair(make_client, s3_store, s3_prefix, tmp_path, proxy)
     tally = await increments([a, b], "n", clients=3, each=70, proxy=proxy)
     assert tally.acknowledged == 210
     assert tally.final == tally.acknowledged
-    assert await _holds(store, prefix + "n") == b"210"
+    assert await _holds(s3_store, s3_prefix + "n") == b"210"
 
 
 async def test_a_stale_etag_and_a_tombstone_s_etag_are_412_and_change_nothing(
-    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+    make_client: MakeClient, s3_store: dict[str, str], s3_prefix: str, tmp_path: Path
 ) -> None:
-    gateway = await _replica(make_client, store, prefix, tmp_path / "a")
+    gateway = await _replica(make_client, s3_store, s3_prefix, tmp_path / "a")
     first = await gateway.put("/v1/objects/k", data=b"one", headers={"Fencing-Token": "5"})
     old = first.headers["ETag"]
     second = await gateway.put("/v1/objects/k", data=b"two", headers={"Fencing-Token": "5", "If-Match": old})
@@ -103,7 +93,7 @@ async def test_a_stale_etag_and_a_tombstone_s_etag_are_412_and_change_nothing(
     assert (stale.status, (await stale.json())["error"]) == (412, "precondition_failed")
     gone = await gateway.delete("/v1/objects/k", headers={"Fencing-Token": "6", "If-Match": old})
     assert gone.status == 412
-    assert await _holds(store, prefix + "k") == b"two"
+    assert await _holds(s3_store, s3_prefix + "k") == b"two"
     # a token below what the store holds is 409 first, even with the current ETag
     below = await gateway.put(
         "/v1/objects/k", data=b"x", headers={"Fencing-Token": "4", "If-Match": second.headers["ETag"]}
@@ -112,8 +102,8 @@ async def test_a_stale_etag_and_a_tombstone_s_etag_are_412_and_change_nothing(
     assert (
         await gateway.delete("/v1/objects/k", headers={"Fencing-Token": "7", "If-Match": "*"})
     ).status == 200
-    async with direct_client(store) as s3:
-        stone = await held(s3, store["bucket"], prefix + "k")
+    async with direct_client(s3_store) as s3:
+        stone = await held(s3, s3_store["bucket"], s3_prefix + "k")
     assert stone is not None
     for condition in (stone.etag, "*"):  # a deleted key is no object, whatever its tombstone's tag
         put = await gateway.put(
@@ -130,15 +120,15 @@ async def test_a_stale_etag_and_a_tombstone_s_etag_are_412_and_change_nothing(
         "/v1/objects/k", data=b"dup", headers={"Fencing-Token": "8", "If-None-Match": "*"}
     )
     assert again.status == 412
-    assert await _holds(store, prefix + "k") == b"new"
+    assert await _holds(s3_store, s3_prefix + "k") == b"new"
 
 
 async def test_malformed_preconditions_are_400_and_a_future_token_422_before_any_precondition(
-    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+    make_client: MakeClient, s3_store: dict[str, str], s3_prefix: str, tmp_path: Path
 ) -> None:
     tokens = SQLiteTokens(tmp_path / "tokens.db")
     issued = await tokens.next_token("k")
-    gateway = await _replica(make_client, store, prefix, tmp_path / "a", tokens=tokens)
+    gateway = await _replica(make_client, s3_store, s3_prefix, tmp_path / "a", tokens=tokens)
     put = await gateway.put("/v1/objects/k", data=b"v", headers={"Fencing-Token": str(issued)})
     etag = put.headers["ETag"]
     for bad in (
@@ -157,14 +147,14 @@ async def test_malformed_preconditions_are_400_and_a_future_token_422_before_any
         "/v1/objects/k", data=b"future", headers={"Fencing-Token": str(2**62), "If-Match": etag}
     )
     assert (future.status, (await future.json())["error"]) == (422, "token_from_the_future")
-    assert await _holds(store, prefix + "k") == b"v"
+    assert await _holds(s3_store, s3_prefix + "k") == b"v"
     assert (await (await gateway.get("/v1/fences/k")).json())["highest"] == issued
 
 
 async def test_an_if_match_write_with_an_idempotency_key_is_replayed_as_first_answered(
-    make_client: MakeClient, store: dict[str, str], prefix: str, tmp_path: Path
+    make_client: MakeClient, s3_store: dict[str, str], s3_prefix: str, tmp_path: Path
 ) -> None:
-    gateway = await _replica(make_client, store, prefix, tmp_path / "a")
+    gateway = await _replica(make_client, s3_store, s3_prefix, tmp_path / "a")
     put = await gateway.put("/v1/objects/k", data=b"one", headers={"Fencing-Token": "5"})
     headers = {"Fencing-Token": "5", "If-Match": put.headers["ETag"], "Idempotency-Key": "rmw-1"}
     first = await gateway.put("/v1/objects/k", data=b"two", headers=headers)
@@ -173,9 +163,9 @@ async def test_an_if_match_write_with_an_idempotency_key_is_replayed_as_first_an
     assert other.status == 200
     replay = await gateway.put("/v1/objects/k", data=b"two", headers=headers)
     assert (replay.status, await replay.json()) == (200, await first.json())  # not 412: the first outcome
-    assert await _holds(store, prefix + "k") == b"three"  # applied once
+    assert await _holds(s3_store, s3_prefix + "k") == b"three"  # applied once
     failed = {**headers, "Idempotency-Key": "rmw-2"}  # the same stale tag: 412, then 412 again
     for _ in range(2):
         refused = await gateway.put("/v1/objects/k", data=b"two", headers=failed)
         assert refused.status == 412
-    assert await _holds(store, prefix + "k") == b"three"
+    assert await _holds(s3_store, s3_prefix + "k") == b"three"
