@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from fencegate.cli import build_parser, main
-from gateway.config import Settings, add_arguments, options_of, settings_from
+from gateway.config import Settings
 from gateway.errors import BadSetting
+from gateway.settings_cli import add_arguments, options_of, settings_from
 
 
 def parse(*argv: str) -> argparse.Namespace:
