@@ -26,6 +26,7 @@ from gateway.settings_checks import (
     short,
     too_big,
 )
+from storage.limits import DEFAULT_LANES, DEFAULT_MAX_BATCH
 
 ENV_PREFIX = "FENCEGATE_"
 DEFAULT_DATA_DIR = Path(".state/gateway")
@@ -37,13 +38,6 @@ DEFAULT_IDLE_TIMEOUT = 15.0
 # many requests in flight; more are answered 429 at once instead of queueing,
 # so one client cannot take every connection slot or the write queue.
 DEFAULT_MAX_CLIENT_REQUESTS = 256
-# Most fenced requests committed in one transaction (one fsync); it bounds how long a batch holds its
-# locks. Equal to storage.queued.DEFAULT_MAX_BATCH (a test holds them equal); not imported, so
-# --help stays light.
-DEFAULT_GROUP_COMMIT = 256
-# PostgreSQL group-commit batches in flight at once per replica, each on a connection of its own. Equal to
-# storage.postgresql.group_commit.DEFAULT_LANES (a test holds them equal); not imported, for the same reason.
-DEFAULT_COMMIT_LANES = 2
 # The most each whole-number setting takes, shown in --help; more is refused, not clamped. A body is
 # held in memory whole (1 GiB: objects are values, not files); a batch holds its row locks until it
 # commits (past 10,000 one slow batch stalls every request in it); each commit lane keeps one of the
@@ -162,14 +156,14 @@ class Settings:
         default="uvloop", metadata={"help": "event loop: uvloop (faster under load) or asyncio"}
     )
     group_commit: int = field(
-        default=DEFAULT_GROUP_COMMIT,
+        default=DEFAULT_MAX_BATCH,
         metadata={
             "help": "most fenced requests committed in one transaction (0: a transaction per request)",
             "most": MAX_GROUP_COMMIT,
         },
     )
     commit_lanes: int = field(
-        default=DEFAULT_COMMIT_LANES,
+        default=DEFAULT_LANES,
         metadata={
             "help": "PostgreSQL: group-commit batches in flight at once, each on its own connection; "
             "1 when several replicas share one PostgreSQL (less CPU per request there)",
