@@ -29,8 +29,9 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from gateway.config import check_storage_url, env_name
 from gateway.errors import BadSetting
+from gateway.settings_checks import check_storage_url
+from gateway.settings_cli import env_name
 from gateway.storage_tls import open_storage
 from storage.archive import ArchiveResult, archive_audit
 from storage.chain import Head

@@ -12,7 +12,7 @@ import argparse
 import os
 from pathlib import Path
 
-from gateway.config import add_arguments, env_name
+from gateway.settings_cli import add_arguments, env_name
 
 __all__ = ["audit", "keys", "serve", "upstream"]
 

@@ -1,28 +1,32 @@
-"""Frozen gateway settings, read from flags and from environment variables of the same names.
+"""Frozen gateway settings: every value the gateway takes, its default, its limit and its help.
 
-`--max-body` is also `FENCEGATE_MAX_BODY`, and so on; a flag given on the
-command line wins over the environment (compose sets the environment). A
-setting is one field of `Settings` (its type, default and help); its flag,
-its variable and the conversion of their text (`PARSERS`, by the field's
-type) follow from that, so a bad value gets the same message from either.
-Every value is checked here, once, with a message that says the fix, before
-the gateway opens or logs anything.
+A setting is one field of `Settings`; its flag and its environment variable
+follow from that (`gateway.settings_cli`). Every value is checked here, once,
+with a message that says the fix, before the gateway opens or logs anything;
+the checks that read other modules are `gateway.settings_checks`'.
 """
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import math
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_args, get_type_hints
 
-from gateway.durations import Duration, parse_duration
+from gateway.durations import Duration
 from gateway.errors import BadSetting
 from gateway.eventloop import EVENT_LOOPS
-from gateway.s3url import is_s3_url, parse_s3_url
+from gateway.s3url import is_s3_url
+from gateway.settings_checks import (
+    check_s3_upstream,
+    check_storage_url,
+    check_upstream_ordering,
+    check_upstream_tls,
+    check_upstream_url,
+    short,
+    too_big,
+)
+from storage.limits import DEFAULT_LANES, DEFAULT_MAX_BATCH
 
 ENV_PREFIX = "FENCEGATE_"
 DEFAULT_DATA_DIR = Path(".state/gateway")
@@ -34,13 +38,6 @@ DEFAULT_IDLE_TIMEOUT = 15.0
 # many requests in flight; more are answered 429 at once instead of queueing,
 # so one client cannot take every connection slot or the write queue.
 DEFAULT_MAX_CLIENT_REQUESTS = 256
-# Most fenced requests committed in one transaction (one fsync); it bounds how long a batch holds its
-# locks. Equal to storage.queued.DEFAULT_MAX_BATCH (a test holds them equal); not imported, so
-# --help stays light.
-DEFAULT_GROUP_COMMIT = 256
-# PostgreSQL group-commit batches in flight at once per replica, each on a connection of its own. Equal to
-# storage.postgresql.group_commit.DEFAULT_LANES (a test holds them equal); not imported, for the same reason.
-DEFAULT_COMMIT_LANES = 2
 # The most each whole-number setting takes, shown in --help; more is refused, not clamped. A body is
 # held in memory whole (1 GiB: objects are values, not files); a batch holds its row locks until it
 # commits (past 10,000 one slow batch stalls every request in it); each commit lane keeps one of the
@@ -52,14 +49,7 @@ MAX_COMMIT_LANES = 16
 # A retry may come this long after its request and still get the first outcome: a client retries for
 # minutes or hours after an outage, not days (Stripe keeps its keys as long); then the key is forgotten.
 DEFAULT_IDEMPOTENCY_TTL = Duration(24 * 3600)
-SHOWN = 40  # characters of a bad value an error message repeats
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 SQLITE_FILE = "fencegate.db"
-# What an http(s) upstream's mode relies on for the order of the writes it applies. `conditional`: the
-# upstream's own compare-and-swap on its strong ETags (RFC 9110 If-Match / If-None-Match: *), probed at
-# start; `trust-path`: the upstream applies whatever arrives, so the order is the path's to keep.
-CONDITIONAL = "conditional"
-UPSTREAM_ORDERINGS = (CONDITIONAL, "trust-path")
 # trust-path: the one replica's claim on its database is renewed this often, and runs out after
 # STALE_BEATS periods without a beat (a crashed replica blocks the next one that long, 10 s).
 DEFAULT_UPSTREAM_HEARTBEAT = 2.0
@@ -166,14 +156,14 @@ class Settings:
         default="uvloop", metadata={"help": "event loop: uvloop (faster under load) or asyncio"}
     )
     group_commit: int = field(
-        default=DEFAULT_GROUP_COMMIT,
+        default=DEFAULT_MAX_BATCH,
         metadata={
             "help": "most fenced requests committed in one transaction (0: a transaction per request)",
             "most": MAX_GROUP_COMMIT,
         },
     )
     commit_lanes: int = field(
-        default=DEFAULT_COMMIT_LANES,
+        default=DEFAULT_LANES,
         metadata={
             "help": "PostgreSQL: group-commit batches in flight at once, each on its own connection; "
             "1 when several replicas share one PostgreSQL (less CPU per request there)",
@@ -212,22 +202,22 @@ class Settings:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= MAX_PORT:
             raise BadSetting(
-                f"port {_short(self.port)} is out of range; give 0..{MAX_PORT} (0 picks a free port)"
+                f"port {short(self.port)} is out of range; give 0..{MAX_PORT} (0 picks a free port)"
             )
         if self.event_loop not in EVENT_LOOPS:
             raise BadSetting(f"event_loop {self.event_loop!r} is not one of {', '.join(EVENT_LOOPS)}")
         if self.group_commit < 0:
             raise BadSetting(
-                f"group_commit {_short(self.group_commit)} is negative; give 0 (off) or a batch size"
+                f"group_commit {short(self.group_commit)} is negative; give 0 (off) or a batch size"
             )
         if self.commit_lanes < 1:
-            raise BadSetting(f"commit_lanes {_short(self.commit_lanes)} must be at least 1")
+            raise BadSetting(f"commit_lanes {short(self.commit_lanes)} must be at least 1")
         if self.max_body < 0:
-            raise BadSetting(f"max_body {_short(self.max_body)} is negative; give a size in bytes")
+            raise BadSetting(f"max_body {short(self.max_body)} is negative; give a size in bytes")
         for f in fields(self):
             most = f.metadata.get("most")
             if most is not None and getattr(self, f.name) > most:
-                raise BadSetting(f"{f.name} {_short(getattr(self, f.name))} {_too_big(most)}")
+                raise BadSetting(f"{f.name} {short(getattr(self, f.name))} {too_big(most)}")
         if self.max_client_requests < 1:
             raise BadSetting(f"max_client_requests {self.max_client_requests} must be at least 1")
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -302,241 +292,3 @@ class Settings:
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False
-
-
-def check_storage_url(url: str) -> None:
-    """Refuse a storage URL the storage cannot open, before anything starts or is logged."""
-    from lockclient.transport.endpoint import redact
-    from storage.engine import normalize_url  # loads SQLAlchemy: only once there is a URL to check
-    from storage.errors import BadStorageURL
-
-    try:
-        normalize_url(url)
-    except BadStorageURL as exc:
-        raise BadSetting(f"storage {redact(url)!r}: {exc}") from None
-
-
-def check_upstream_url(url: str) -> None:
-    """Refuse an upstream the proxy could never reach: not http(s), no host, a port that cannot be."""
-    from lockclient.transport.endpoint import is_http_url, redact  # one check, one mask for URLs
-
-    if not is_http_url(url):
-        raise BadSetting(
-            f"upstream {redact(url)!r} is not an http(s) URL with a host (and a port from 1 to 65535); "
-            "e.g. http://10.0.0.5:9000/store"
-        )
-
-
-def check_s3_upstream(upstream: str | None, endpoint: str | None) -> None:
-    """Refuse a malformed s3:// upstream, or `--upstream-endpoint` without one or not http(s)."""
-    from lockclient.transport.endpoint import is_http_url, redact
-
-    if upstream is not None and is_s3_url(upstream):
-        parse_s3_url(upstream)
-    if endpoint is None:
-        return
-    if upstream is None or not is_s3_url(upstream):
-        raise BadSetting(
-            "--upstream-endpoint names the store of an s3:// upstream: give --upstream s3://BUCKET too, or "
-            "drop --upstream-endpoint"
-        )
-    if not is_http_url(endpoint):
-        raise BadSetting(
-            f"upstream endpoint {_short(redact(endpoint))!r} is not an http(s) URL with a host (and a port "
-            "from 1 to 65535); e.g. http://127.0.0.1:8333"
-        )
-
-
-def check_upstream_ordering(upstream: str | None, ordering: str | None) -> None:
-    """Refuse an http(s) upstream without `--upstream-ordering` (the unconditional mode is taken only by
-    its name), a value that is not one, and the setting without an upstream."""
-    from urllib.parse import urlsplit
-
-    from lockclient.transport.endpoint import redact
-
-    if ordering is not None and ordering not in UPSTREAM_ORDERINGS:
-        raise BadSetting(
-            f"--upstream-ordering {_short(ordering)!r} is not one of {', '.join(UPSTREAM_ORDERINGS)}"
-        )
-    if upstream is None:
-        if ordering is not None:
-            raise BadSetting(
-                f"--upstream-ordering {ordering} needs proxy mode: give --upstream URL too, or drop it"
-            )
-        return
-    if ordering is not None and is_s3_url(upstream):
-        raise BadSetting(
-            f"--upstream-ordering {ordering} is for an http(s) upstream; an s3:// upstream is "
-            "always fenced by the store's conditional writes: drop --upstream-ordering"
-        )
-    if ordering is None and urlsplit(upstream).scheme in ("http", "https"):
-        raise BadSetting(
-            f"upstream {redact(upstream)!r} applies whatever the gateway forwards, unconditionally: safe "
-            "only while the path to it never delays or reorders a request (one that timed out may land "
-            "after a newer token's) and one gateway forwards to it; give --upstream-ordering trust-path "
-            "to run it so (one replica per database), or --upstream-ordering conditional if the upstream "
-            "does conditional PUTs on strong ETags (RFC 9110), so it refuses a stale write itself"
-        )
-
-
-def check_upstream_tls(ca: Path | None, cert: Path | None, key: Path | None, *, upstream: str | None) -> None:
-    """Refuse `--upstream-ca` or `--upstream-cert`/`--upstream-key` without an https upstream, or files
-    that do not load. They are read here, as `--tls-client-ca` is before serving, so a bad file is one
-    line before anything is logged; the proxy reads them again when it opens its session."""
-    from urllib.parse import urlsplit
-
-    if upstream is None or urlsplit(upstream).scheme != "https":
-        flags = [
-            flag
-            for flag, path in (("--upstream-ca", ca), ("--upstream-cert", cert), ("--upstream-key", key))
-            if path is not None
-        ]
-        given = " and ".join([", ".join(flags[:-1]), flags[-1]] if len(flags) > 1 else flags)
-        need = "needs" if len(flags) == 1 else "need"
-        raise BadSetting(
-            f"{given} {need} an https upstream: give --upstream https://HOST/... too (a plain http "
-            f"upstream has no certificate to check and takes none), or drop {given}"
-        )
-    from gateway.tls import upstream_context  # loads aiohttp: only once there is a file to check
-
-    upstream_context(ca, cert, key)
-
-
-def _short(value: object) -> str:
-    """`value` as a message repeats it: masked (a URL given to a number's flag may hold a password), at
-    most SHOWN characters, so a pasted megabyte stays one line."""
-    from lockclient.transport.endpoint import redact
-
-    text = str(value)
-    text = redact(text) if "@" in text else text
-    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
-
-
-def _too_big(most: int) -> str:
-    return f"is out of range; give at most {most}"
-
-
-class _OutOfRange(ValueError):
-    """A whole number too long for `int()` to read (Python stops at 4,300 digits): no setting takes it."""
-
-
-Parse = Callable[[str], object]
-
-
-def _whole_number(raw: str) -> int:
-    try:
-        return int(raw)
-    except ValueError:
-        if raw.strip().lstrip("+-").isdigit():
-            raise _OutOfRange("is out of range") from None
-        raise ValueError("is not a whole number") from None
-
-
-def _number(raw: str) -> float:
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError("is not a number") from None
-
-
-def _yes_no(raw: str) -> bool:
-    if raw.lower() not in _TRUE + _FALSE:
-        raise ValueError("is not a yes/no value; give 1 or 0")
-    return raw.lower() in _TRUE
-
-
-# How a flag's or a variable's text becomes a setting, by the setting's type: the one table for both.
-PARSERS: dict[type, Parse] = {
-    int: _whole_number,
-    float: _number,
-    bool: _yes_no,
-    Path: Path,
-    str: str,
-    Duration: parse_duration,
-}
-# a str setting's flag shows its own name
-METAVARS = {int: "N", float: "SECONDS", Path: "PATH", Duration: "DURATION"}
-
-
-@dataclass(frozen=True)
-class _Option:
-    """One setting as the command line and the environment see it."""
-
-    name: str
-    kind: type
-    default: object
-    help: str
-    most: int | None = None  # the largest value taken, for a whole number
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    def parse(self, raw: str, source: str) -> object:
-        """`raw` as the setting; a bad value is repeated in the message cut to SHOWN characters."""
-        try:
-            value = PARSERS[self.kind](raw)
-        except _OutOfRange as exc:
-            fix = f"; give at most {self.most}" if self.most is not None else ""
-            raise BadSetting(f"{source} {_short(raw.strip())!r} {exc}{fix}") from None
-        except ValueError as exc:
-            raise BadSetting(f"{source} {_short(raw)!r} {exc}") from None
-        if self.most is not None and isinstance(value, int) and value > self.most:
-            raise BadSetting(f"{source} {_short(raw.strip())!r} {_too_big(self.most)}")
-        return value
-
-
-def options_of(settings: type[Any]) -> tuple[_Option, ...]:
-    """Every field of a settings dataclass with its type resolved (`Path | None`: a Path that may be unset);
-    a type without a parser fails here, at import, not when a user first sets it."""
-    hints = get_type_hints(settings)
-    options = []
-    for f in fields(settings):
-        kinds = [kind for kind in get_args(hints[f.name]) or (hints[f.name],) if kind is not type(None)]
-        if len(kinds) != 1 or kinds[0] not in PARSERS:
-            raise TypeError(
-                f"{settings.__name__}.{f.name}: no parser for {hints[f.name]}; add one to PARSERS"
-            )
-        options.append(_Option(f.name, kinds[0], f.default, f.metadata["help"], f.metadata.get("most")))
-    return tuple(options)
-
-
-OPTIONS = options_of(Settings)
-
-
-def env_name(name: str) -> str:
-    """The environment variable of a setting: `max_body` is `FENCEGATE_MAX_BODY`."""
-    return ENV_PREFIX + name.upper()
-
-
-def _shown(default: object) -> str:
-    if default is None:
-        return "unset"
-    if isinstance(default, bool):
-        return "on" if default else "off"
-    return str(default)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per setting (`--max-body`), each also read from `FENCEGATE_MAX_BODY`."""
-    for option in OPTIONS:
-        most = "" if option.most is None else f", at most {option.most}"
-        text = f"{option.help}{most} (default: {_shown(option.default)}; env {env_name(option.name)})"
-        text = text.replace("%", "%%")  # argparse formats help with %
-        if option.kind is bool:
-            parser.add_argument(option.flag, dest=option.name, action="store_const", const="1", help=text)
-        else:
-            metavar = METAVARS.get(option.kind, option.name.upper())
-            parser.add_argument(option.flag, dest=option.name, metavar=metavar, help=text)
-
-
-def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
-    """Settings from parsed flags, falling back to the environment, then the defaults."""
-    values: dict[str, object] = {}
-    for option in OPTIONS:
-        raw, source = getattr(args, option.name, None), option.flag
-        if raw is None:
-            raw, source = environ.get(env_name(option.name)) or None, env_name(option.name)
-        if raw is not None:
-            values[option.name] = option.parse(raw, source)
-    return Settings(**values)  # type: ignore[arg-type]

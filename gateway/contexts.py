@@ -22,13 +22,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.app_keys import AppKeys
 from gateway.audit import AuditLog
 from gateway.auth import ApiKeys
-from gateway.config import CONDITIONAL
 from gateway.errors import BadSetting, Unavailable
 from gateway.fencing import Fencer, FutureGuard
 from gateway.http_transport import conditional_http_store
 from gateway.readiness import check_token_source
 from gateway.replica import TRUST_PATH, OneReplica
 from gateway.s3url import is_s3_url
+from gateway.settings_checks import CONDITIONAL
 from gateway.storage_tls import open_storage
 from gateway.tls import upstream_context
 from gateway.upstream import PROXY_LIMIT, UpstreamStore

@@ -23,8 +23,8 @@ from gateway.auth import (
     read_keys,
     write_keys,
 )
-from gateway.config import env_name
 from gateway.errors import BadSetting
+from gateway.settings_cli import env_name
 
 ENV_FILE = env_name("api_keys")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from gateway.config import UPSTREAM_ORDERINGS
 from gateway.parsing import MAX_HTTP_KEY_LENGTH, MAX_LIST_LIMIT, PRINTABLE_PATTERN
+from gateway.settings_checks import UPSTREAM_ORDERINGS
 from lockclient.wire import (
     HEADER_RESOURCE_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,

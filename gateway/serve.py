@@ -24,10 +24,11 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.app_keys import AppKeys
-from gateway.config import Settings, settings_from
+from gateway.config import Settings
 from gateway.contexts import make_data_dir
 from gateway.errors import CannotListen
 from gateway.eventloop import runner
+from gateway.settings_cli import settings_from
 from gateway.tls import server_context
 from lockclient import open_token_source
 from storage.fenced import FENCED, Policy

@@ -14,9 +14,11 @@ import json
 import tempfile
 from pathlib import Path
 
-from gateway.config import CONDITIONAL, Settings, settings_from
+from gateway.config import Settings
 from gateway.probe import Check, probe
 from gateway.s3url import is_s3_url, parse_s3_url
+from gateway.settings_checks import CONDITIONAL
+from gateway.settings_cli import settings_from
 
 
 async def _http_checks(settings: Settings) -> tuple[str, list[Check]]:

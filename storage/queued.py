@@ -27,8 +27,6 @@ from storage.sql import SqlObjectStore
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BATCH = 256  # requests per transaction; bounds how long one batch holds its locks
-
 
 @dataclass(slots=True, eq=False)  # by identity: two identical retries are two requests
 class Op:

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from gateway import serve
-from gateway.config import add_arguments
+from gateway.settings_cli import add_arguments
 from storage.fenced import Policy
 
 UNFENCED = Policy(fence=False)

@@ -51,11 +51,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from storage.chain import HASHED, Head, announce, entry_tail, head_of
 from storage.errors import StorageError, StorageUnavailable
 from storage.fenced import FENCED, Outcome, Policy, Retry, apply
+from storage.limits import DEFAULT_LANES, DEFAULT_MAX_BATCH
 from storage.models import AuditEntry, AuditHead
 from storage.postgresql.connections import Lane, PgStatements
 from storage.postgresql.reader import PgReader
 from storage.protocols import FencedRequest, ObjectData
-from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
+from storage.queued import Op, QueuedStore, settle
 from storage.records import refused_params
 from storage.sql import SqlObjectStore
 from storage.statements import HEAD_ROW, Statements
@@ -63,9 +64,6 @@ from storage.statements import HEAD_ROW, Statements
 log = logging.getLogger(__name__)
 
 MAX_RUNS = 3  # a batch that met a deadlock runs this often before its requests are answered 503
-# Batches in flight at once, each on a connection of its own: while one waits for its commit's WAL
-# flush, the next runs its statements. Batches that touch one resource serialize on its fence row.
-DEFAULT_LANES = 2
 _Row = Mapping[str, Any]
 _AUDITED = HASHED[1:]  # an entry's columns besides its id and hash, in $2..$10 order
 # Chain a batch's entries onto the trail in the server (`chain.py`): lock the head, number the entries

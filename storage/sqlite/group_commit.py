@@ -56,8 +56,9 @@ from storage.engine import SQLITE_BUSY_TIMEOUT
 from storage.errors import StorageError, StorageUnavailable
 from storage.expiry import EXPIRY_DELETE
 from storage.fenced import FENCED, Policy
+from storage.limits import DEFAULT_MAX_BATCH
 from storage.protocols import ObjectData
-from storage.queued import DEFAULT_MAX_BATCH, Op, QueuedStore, settle
+from storage.queued import Op, QueuedStore, settle
 from storage.sql import SqlObjectStore
 from storage.sqlite.batch_writer import BatchWriter, Expired, Expiry, inline
 from storage.sqlite.reader import SqliteReader

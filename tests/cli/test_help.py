@@ -16,6 +16,8 @@ from fencegate.cli import COMMANDS, Tool, build_parser, main
 # Modules a help screen must not load: the server, the drivers, the tools.
 HEAVY = ("aiohttp", "sqlalchemy", "redis", "kazoo", "asyncpg", "lockclient", "storage", "gateway.app",
          "fencegate.lab", "fencegate.bench", "fencegate.model", "fencegate.soak")  # fmt: skip
+# ...but for the store's defaults that `serve --help` shows, in modules that import nothing.
+LIGHT = ("storage", "storage.limits")
 
 
 def loaded_by(argv: list[str]) -> set[str]:
@@ -34,7 +36,7 @@ def loaded_by(argv: list[str]) -> set[str]:
 @pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["keys", "add", "--help"]])
 def test_help_loads_no_server_driver_or_tool(argv: list[str]) -> None:
     modules = loaded_by(argv)
-    heavy = sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    heavy = sorted(m for m in modules - set(LIGHT) if any(m == h or m.startswith(h + ".") for h in HEAVY))
     assert heavy == []
 
 

@@ -143,7 +143,7 @@ def test_gateway_environment_names_only_real_settings() -> None:
 
 def test_gateway_environment_values_are_accepted_by_settings() -> None:
     """The values themselves pass the gateway's own checks (the password is interpolated by compose)."""
-    from gateway.config import settings_from
+    from gateway.settings_cli import settings_from
 
     env = {
         k: re.sub(r"\$\{[^}]*\}", "secret", str(v))

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from fencegate.cli import build_parser, main
-from gateway.config import Settings, add_arguments, options_of, settings_from
+from gateway.config import Settings
 from gateway.errors import BadSetting
+from gateway.settings_cli import add_arguments, options_of, settings_from
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -114,17 +115,7 @@ def test_a_setting_of_a_type_without_a_parser_fails_at_once() -> None:
         options_of(Odd)
 
 
-def test_the_group_commit_default_is_the_stores_batch_size() -> None:
-    """The flag's default is written out so `--help` loads no storage code; it must stay the store's."""
-    from storage.queued import DEFAULT_MAX_BATCH
-
-    assert settings_from(parse(), {}).group_commit == DEFAULT_MAX_BATCH
-
-
-def test_the_commit_lanes_default_is_the_postgresql_writers() -> None:
-    from storage.postgresql.group_commit import DEFAULT_LANES
-
-    assert settings_from(parse(), {}).commit_lanes == DEFAULT_LANES
+def test_commit_lanes_come_from_the_environment_too() -> None:
     assert settings_from(parse(), {"FENCEGATE_COMMIT_LANES": "1"}).commit_lanes == 1
 
 

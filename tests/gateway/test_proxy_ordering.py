@@ -18,9 +18,10 @@ from aiohttp.test_utils import TestServer
 from sqlalchemy import update
 
 from fencegate.cli import main
-from gateway.config import SQLITE_FILE, Settings, settings_from
+from gateway.config import SQLITE_FILE, Settings
 from gateway.errors import BadSetting, Unavailable
 from gateway.replica import OneReplica
+from gateway.settings_cli import settings_from
 from storage import migrate, open_engine
 from storage.models import ReplicaClaim
 from tests.gateway.conftest import MakeClient

@@ -125,7 +125,7 @@ async def test_an_upstream_certificate_upstream_ca_does_not_vouch_for_is_503_and
 
 
 def test_upstream_ca_is_a_setting_from_the_flag_and_the_environment(private_ca: Authority) -> None:
-    from gateway.config import settings_from
+    from gateway.settings_cli import settings_from
 
     env = {
         "FENCEGATE_UPSTREAM": "https://store.test/objects",
@@ -289,7 +289,7 @@ async def test_a_client_certificate_the_upstream_does_not_accept_is_503_and_noth
 def test_upstream_cert_and_key_are_settings_from_the_flags_and_the_environment(
     gateway_pair: KeyPair, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gateway.config import settings_from
+    from gateway.settings_cli import settings_from
 
     cert, key = str(gateway_pair.cert), str(gateway_pair.key)
     env = {"FENCEGATE_UPSTREAM": "https://store.test/objects", "FENCEGATE_UPSTREAM_ORDERING": "trust-path"}
