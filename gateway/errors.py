@@ -16,19 +16,17 @@ GatewayServerError
       ├── RequestTimeout           408 body_timeout: the client sent its body too slowly
       ├── TokenRequired            428 token_required: a write without Fencing-Token
       ├── OverClientLimit          429 too_many_requests: the client has too many requests in flight
-      ├── NotSupported             501 not_supported: not available in this mode (and
-      │                            precondition_not_supported: If-Match on a store that cannot check it)
+      ├── NotSupported             501 not_supported: not available in this mode
+      │    └── PreconditionNotSupported 501 precondition_not_supported: If-Match on a store that
+      │                                 cannot check it
       ├── UpstreamFailed           502 upstream_failed: the upstream answered an error, or a token
       │                            the gateway would not accept from a client
       ├── Unavailable              503: storage, token source or upstream unreachable, or the
       │                            source went back below a mark (token_source_regressed)
       └── UpstreamTimeout          504 upstream_timeout: the upstream did not answer in time
 
-A stale token is `storage.StaleToken`, answered 409 by the middleware; a reused
-Idempotency-Key is `storage.IdempotencyKeyReused`, answered 422 `idempotency_key_reused`.
-The client's exceptions (`lockclient.errors`) are another family, named for
-what the caller sees; the server's are named for what it refuses, so the
-two trees share as few names as the older modules allow.
+A token below the mark (`storage.errors.BelowMark`) and a reused Idempotency-Key
+(`storage.errors.IdempotencyKeyConflict`) are storage's errors, answered 409 and 422 by the middleware.
 """
 
 from __future__ import annotations
@@ -131,6 +129,12 @@ class OverClientLimit(Refusal):
 
 class NotSupported(Refusal):
     status, default_code = 501, "not_supported"
+
+
+class PreconditionNotSupported(NotSupported):
+    """If-Match / If-None-Match on a write to a store that would not check it."""
+
+    default_code = "precondition_not_supported"
 
 
 class UpstreamFailed(Refusal):

@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from gateway.errors import NotSupported, TokenAboveBound, Unavailable
+from gateway.errors import PreconditionNotSupported, TokenAboveBound, Unavailable
 from gateway.metrics import Metrics
 from lockclient.errors import LockClientError
 from lockclient.protocols import TokenSource
@@ -214,11 +214,10 @@ class Fencer:
     def _check(self, precondition: Precondition | None) -> None:
         """501 before anything is asked or written when the store would not check the precondition."""
         if precondition is not None and not self._store.preconditions:
-            raise NotSupported(
+            raise PreconditionNotSupported(
                 "If-Match / If-None-Match on a write is honoured in front of an s3:// upstream or a "
                 "conditional http(s) upstream only; this store would not check it, so nothing was written: "
-                "send the write without it (the fence alone orders this store's writes)",
-                code="precondition_not_supported",
+                "send the write without it (the fence alone orders this store's writes)"
             )
 
     @asynccontextmanager

@@ -40,7 +40,8 @@ a certificate, key or CA named without `use_ssl` is refused rather than
 ignored, and a failed handshake is reported with its reason (kazoo itself
 only retries it until the deadline). Never a plaintext retry.
 
-This is the only module that imports kazoo. Kazoo blocks on its own threads,
+This is the only module that imports kazoo (its settings are checked in
+`_zookeeper_settings`, before kazoo sees them). Kazoo blocks on its own threads,
 so every call runs on this source's own small thread pool; the event loop never
 waits on it, and a ZooKeeper outage (calls blocked in retries until their
 deadline) cannot starve the loop's default executor that the rest of the
@@ -59,19 +60,21 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
-from urllib.parse import quote, urlsplit
 
 from lockclient.errors import ConfigurationError, TLSError, TokenSourceError
-from lockclient.tls import client_context, explain
-from lockclient.tokens._base import (
-    ClosingSource,
-    check_resource,
-    check_seconds,
-    map_errors,
-    missing_extra,
-    query_options,
-)
+from lockclient.tls import explain
+from lockclient.tokens._base import ClosingSource, check_resource, check_seconds, map_errors, missing_extra
 from lockclient.tokens._batch import Batcher
+from lockclient.tokens._zookeeper_settings import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_ROOT,
+    DEFAULT_TIMEOUT,
+    check_hosts,
+    check_paths,
+    tls_context,
+    url_options,
+    znode_name,
+)
 
 try:
     from kazoo.client import KazooClient
@@ -94,67 +97,18 @@ __all__ = [
 
 T = TypeVar("T")
 
-DEFAULT_ROOT = "/fencegate/tokens"
-DEFAULT_CONNECT_TIMEOUT = 3.0  # seconds for the first connection to the ensemble
-DEFAULT_TIMEOUT = 10.0  # seconds for one token across reconnects; also the session timeout
 WORKERS = 16  # kazoo calls in flight at once; each holds a thread until its answer or deadline
 IN_FLIGHT = 4  # token requests out at once; the rest of the draws wait to share the next ones
 MAX_BATCH = 64  # resources in one multi at most
 # how long aclose() lets the requests already sent finish before it closes the client under them
 CLOSE_GRACE = 1.0
-MAX_SHOWN = 40  # characters of a bad host an error message repeats
 FIX = "check that ZooKeeper is running and reachable at the given hosts (a secure client port needs use_ssl)"
 TLS_FIX = "check ca, certfile and keyfile against the server's secure client port"
-# URL query parameters: kazoo's names for its TLS settings
-FLAGS = ("use_ssl", "verify_certs", "check_hostname")
-FILES = ("ca", "certfile", "keyfile", "keyfile_password")
 
 log = logging.getLogger(__name__)
 KAZOO_LOG = logging.getLogger(__name__ + ".kazoo")
 if KAZOO_LOG.level == logging.NOTSET:  # an application that set a level keeps it
     KAZOO_LOG.setLevel(logging.ERROR)
-
-
-def znode_name(resource: str) -> str:
-    """Any resource name as one znode name ('/' and '%' escaped; '.' and '..' are reserved)."""
-    name = quote(resource, safe="")
-    return name.replace(".", "%2E") if name in (".", "..") else name
-
-
-def url_options(query: str) -> dict[str, Any]:
-    """The TLS keywords of `ZooKeeperTokens` from a `zookeeper://` URL's query."""
-    return query_options(query, scheme="zookeeper", flags=FLAGS, files=FILES)
-
-
-def check_hosts(hosts: str) -> None:
-    """`hosts` as kazoo will read them, `host[:port][,host[:port]...]`, or a `ConfigurationError` saying
-    which one is wrong: kazoo itself raises a bare ValueError on its first connect, or connects to a
-    host it read differently (a login before `@` is dropped without a word)."""
-    if "@" in hosts:  # never shown: it may hold a password
-        raise ConfigurationError(
-            "ZooKeeper hosts take no user or password: drop 'user:password@', give 'host:port[,host:port...]'"
-        )
-    if not hosts:
-        raise ConfigurationError("no ZooKeeper hosts given: give 'host:port[,host:port...]', e.g. zk1:2181")
-    if "/" in hosts:
-        raise ConfigurationError(
-            f"hosts must be 'host:port[,host:port...]' without a path, got {hosts!r}: pass chroot="
-        )
-    for host_port in hosts.split(","):
-        shown = host_port[:MAX_SHOWN]
-        try:
-            parts = urlsplit("zookeeper://" + host_port)  # as kazoo's collect_hosts reads it
-            port = parts.port
-        except ValueError as exc:  # a port that is no number or out of range, an unclosed [IPv6
-            raise ConfigurationError(
-                f"ZooKeeper host {shown!r} is not host[:port] ({exc}): give a port from 1 to 65535, "
-                "and an IPv6 address in brackets ([::1]:2181)"
-            ) from None
-        if not parts.hostname or not parts.hostname.strip() or port == 0:
-            raise ConfigurationError(
-                f"ZooKeeper host {shown!r} is not host[:port]: give e.g. zk1:2181 (a port from 1 to 65535; "
-                "hosts comma-separated, none empty)"
-            )
 
 
 class _Handler(SequentialThreadingHandler):  # type: ignore[misc] # kazoo is untyped
@@ -232,12 +186,7 @@ class ZooKeeperTokens(ClosingSource):
     ) -> None:
         """`use_ssl` and the rest are kazoo's TLS settings; see the module docstring."""
         check_hosts(hosts)
-        if chroot and not chroot.startswith("/"):
-            raise ConfigurationError(f"chroot must start with '/', got {chroot!r}")
-        if not root.startswith("/") or root.endswith("/"):
-            raise ConfigurationError(
-                f"root must be an absolute znode path like /fencegate/tokens, got {root!r}"
-            )
+        check_paths(chroot, root)
         self.hosts = hosts
         self.chroot = chroot
         self.root = root
@@ -245,21 +194,10 @@ class ZooKeeperTokens(ClosingSource):
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.use_ssl = use_ssl
-        context: Callable[[], ssl.SSLContext] | None = None
-        if use_ssl:
-            context = functools.partial(
-                client_context, ca=ca, cert=certfile, key=keyfile, password=keyfile_password,
-                verify=verify_certs, check_hostname=check_hostname,
-            )  # fmt: skip
-            if (certfile is None) != (keyfile is None):
-                raise ConfigurationError("certfile and keyfile go together: give the certificate and its key")
-            context()  # the files are readable and fit, or the error says which one is not
-        else:
-            given = [n for n, v in zip(FILES, (ca, certfile, keyfile, keyfile_password), strict=True) if v]
-            if given:
-                raise ConfigurationError(
-                    f"{', '.join(given)} given but use_ssl is off: add use_ssl=true, or drop them"
-                )
+        context = tls_context(
+            use_ssl, ca=ca, certfile=certfile, keyfile=keyfile, keyfile_password=keyfile_password,
+            verify_certs=verify_certs, check_hostname=check_hostname,
+        )  # fmt: skip
         self._handler = _Handler(connect_timeout, context)
         self._batch = Batcher(self._issue, max_batch=MAX_BATCH, in_flight=IN_FLIGHT, distinct=True)
         self._client: Any = None  # KazooClient once started (kazoo is untyped)
