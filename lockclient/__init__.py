@@ -37,7 +37,7 @@ from lockclient.errors import (
     Unauthorized,
 )
 from lockclient.gateway_retry import DEFAULT_GATEWAY_RETRY, GatewayRetry
-from lockclient.gateway_types import FetchedObject, ObjectInfo
+from lockclient.gateway_types import FetchedObject, ObjectInfo, Send
 from lockclient.http import GatewayClient
 from lockclient.lease import Lease, token_of
 from lockclient.multi import MultiLease
@@ -90,6 +90,7 @@ __all__ = [
     "ResourceMismatch",
     "RetryPolicy",
     "SQLiteTokens",
+    "Send",
     "StaleToken",
     "TLSError",
     "TLSSettings",

@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 import uuid
 from collections.abc import Mapping
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, Unpack
 
 import aiohttp
@@ -48,7 +50,16 @@ from lockclient.config import require_positive
 from lockclient.errors import ConfigurationError, GatewayError, LockLost, OutcomeUnknown
 from lockclient.gateway_retry import DEFAULT_GATEWAY_RETRY, GatewayRetry, gave_up
 from lockclient.gateway_tls import TLSPath, tls_context, tls_failure
-from lockclient.gateway_types import Fencing, FetchedObject, ObjectInfo, WriteOptions, check_fenced, info_from
+from lockclient.gateway_types import (
+    Fencing,
+    FetchedObject,
+    ObjectInfo,
+    OnSend,
+    Send,
+    WriteOptions,
+    check_fenced,
+    info_from,
+)
 from lockclient.http_errors import error_for
 from lockclient.options import check_options
 from lockclient.protocols import Fenced
@@ -68,6 +79,7 @@ from lockclient.wire import (
 )
 
 DEFAULT_TIMEOUT = 30.0  # seconds for one request, connect included
+log = logging.getLogger(__name__)
 
 
 class GatewayClient:
@@ -86,6 +98,9 @@ class GatewayClient:
     `idempotency_key` gets a fresh one (a UUID) for all its sends.
     `retry=None` sends each request once and makes no keys: for a gateway
     in proxy mode, which refuses `Idempotency-Key` (501).
+
+    `on_send(Send)` is called after every send (each retry too), answered or not; what
+    it raises is logged and ignored, so the call's outcome stays the gateway's.
     """
 
     def __init__(
@@ -99,6 +114,7 @@ class GatewayClient:
         ssl_certfile: TLSPath | None = None,
         ssl_keyfile: TLSPath | None = None,
         retry: GatewayRetry | None = DEFAULT_GATEWAY_RETRY,
+        on_send: OnSend | None = None,
     ) -> None:
         _check_base_url(base_url)
         # aiohttp reads a total of 0 (or less) as "no timeout": a hung gateway would hang every call
@@ -119,6 +135,7 @@ class GatewayClient:
         self._owns_session = session is None
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._retry = retry
+        self._on_send = on_send
 
     async def __aenter__(self) -> GatewayClient:
         return self
@@ -155,8 +172,36 @@ class GatewayClient:
     async def _send(
         self, method: str, path: str, *, headers: Mapping[str, str] | None = None, **kwargs: Any
     ) -> tuple[int, Mapping[str, str], bytes]:
+        """One request, reported to `on_send`; an answer of 400 or more raises the API's typed error."""
+        sent, started = dict(headers or {}), time.monotonic()
+        try:
+            status, resp_headers, body = await self._exchange(method, path, sent, **kwargs)
+        except GatewayError as exc:
+            self._report(method, path, sent, started, failure=exc.code)
+            raise
+        self._report(
+            method, path, sent, started, status=status, response_headers=resp_headers, response_body=body
+        )
+        if status >= 400:
+            raise error_for(f"{method} {path}", status, resp_headers, body)
+        return status, resp_headers, body
+
+    def _report(self, method: str, path: str, sent: dict[str, str], started: float, **answer: Any) -> None:
+        """Hand the send to `on_send` as a `Send`; what the hook raises is logged, and the call goes on."""
+        if self._on_send is None:
+            return
+        send = Send(method=method, path=path, gateway=self._shown, headers=MappingProxyType(sent),
+                    started=started, ended=time.monotonic(), **answer)  # fmt: skip
+        try:
+            self._on_send(send)
+        except Exception:
+            log.exception("on_send hook raised for %s %s; ignored", method, path)
+
+    async def _exchange(
+        self, method: str, path: str, headers: Mapping[str, str], **kwargs: Any
+    ) -> tuple[int, Mapping[str, str], bytes]:
         """One request, its failures translated: nothing sent (`code` "unreachable", "tls"), or
-        `OutcomeUnknown` (a timeout, a dropped connection, a 5xx), or the API's typed error."""
+        `OutcomeUnknown` (a timeout, a dropped connection); any answer is returned as it came."""
         if self._session is None:
             connector = aiohttp.TCPConnector(ssl=self._tls) if self._tls is not None else None
             self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
@@ -165,7 +210,7 @@ class GatewayClient:
             # requote it and resolve dot segments, sending a request for another name than the caller's
             url = URL(self._origin + path, encoded=True)
             async with self._session.request(
-                method, url, headers={**self._headers, **(headers or {})}, **kwargs
+                method, url, headers={**self._headers, **headers}, **kwargs
             ) as resp:
                 body = await resp.read()
                 status, resp_headers = resp.status, resp.headers
@@ -198,8 +243,6 @@ class GatewayClient:
                 status=None,
                 code="disconnected",
             ) from exc
-        if status >= 400:
-            raise error_for(f"{method} {path}", status, resp_headers, body)
         return status, resp_headers, body
 
     async def _request(

@@ -3,7 +3,9 @@
 As `lockclient.sync.Redlock` does for the lock: one implementation, the async
 `lockclient.http.GatewayClient`, driven from a daemon thread that owns its
 event loop and its connections. Calls block the caller; errors, retries and
-`Idempotency-Key`s are the async client's.
+`Idempotency-Key`s are the async client's. An `on_send` hook is called on
+that private loop thread, not the caller's: it must not block, and what it
+shares with the caller needs a lock (a `list.append` is safe).
 
     with GatewayClient("http://127.0.0.1:8080") as gateway:
         gateway.put("reports/q1", b"v3", lease=lease)
@@ -18,7 +20,7 @@ from lockclient import http
 from lockclient._loop import LoopThread
 from lockclient.gateway_retry import GatewayRetry
 from lockclient.gateway_tls import TLSPath
-from lockclient.gateway_types import Fencing, FetchedObject, ObjectInfo, WriteOptions
+from lockclient.gateway_types import Fencing, FetchedObject, ObjectInfo, OnSend, WriteOptions
 
 __all__ = ["GatewayClient", "GatewayOptions"]
 
@@ -32,6 +34,7 @@ class GatewayOptions(TypedDict, total=False):
     ssl_certfile: TLSPath | None
     ssl_keyfile: TLSPath | None
     retry: GatewayRetry | None
+    on_send: OnSend | None  # called on the private loop thread, once per send
 
 
 class GatewayClient:

@@ -20,9 +20,9 @@ version. The checker turns that and DESIGN.md's invariants into counts:
   one, or that the audit trail (written in the same transaction) lacks.
 
 Every PUT carries an `Idempotency-Key` and is retried with it (same token,
-same body) while its answer is a 503 or nothing. So, per write: the audit
-trail holds at most one accepted row for its (key, token), exactly one if it
-was acknowledged, and every 2xx its attempts got is the same answer.
+same body) while its answer is a 5xx (but 501) or nothing. So, per write:
+the audit trail holds at most one accepted row for its (key, token), exactly
+one if it was acknowledged, and every 2xx its attempts got is the same answer.
 
 The unleased writers (writers.py) write each key once: an acknowledged key
 must hold the acknowledged bytes and version after the run, and a key whose
