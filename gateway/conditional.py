@@ -52,9 +52,11 @@ database around the store's write, and carries the request's id as metadata
 landed (`gateway.proxyidem`). A re-read after a 412 that finds the
 request's own id means a twin of this request got there first: its success.
 
-A transport (S3 today, see `gateway.s3`) is four calls and a listing; it
-maps its driver's errors to the gateway's (502 garbage, 503 unreachable,
-504 no answer in time: outcome unknown, so the cache entry is dropped).
+A transport (`gateway.transport`, which also holds the metadata names; S3
+in `gateway.s3`, http(s) in `gateway.http_transport`) is four calls and a
+listing; it maps its driver's errors to the gateway's (502 garbage, 503
+unreachable, 504 no answer in time: outcome unknown, so the cache entry is
+dropped).
 """
 
 from __future__ import annotations
@@ -63,105 +65,49 @@ import asyncio
 import dataclasses
 import secrets
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gateway.errors import NotSupported, PreconditionNotMet, Unavailable, UpstreamFailed, UpstreamTimeout
-from gateway.parsing import MAX_TOKEN, token_or_none
 from gateway.proxyidem import ProxyRecords, request_id
+from gateway.transport import (
+    REQUEST,
+    RESOURCE,
+    SCRATCH_PREFIX,
+    TOKEN,
+    TOMBSTONE,
+    TOMBSTONE_PREFIX,
+    Listed,
+    PreconditionFailed,
+    Transport,
+    Version,
+)
 from gateway.upstream import ResourceLocks
 from storage.errors import BelowMark, BoundElsewhere, ObjectNotFound
 from storage.fenced import digest_of
-from storage.models import DEFAULT_CONTENT_TYPE
 from storage.protocols import FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
 from storage.sql import SqlObjectStore
 
-# The user metadata every object written through the gateway carries (x-amz-meta-* on S3).
-TOKEN, RESOURCE, TOMBSTONE = "fencing-token", "fencing-resource", "fencing-tombstone"
-REQUEST = "fencing-request"  # the id of the Idempotency-Key request that wrote the version
-TOMBSTONE_PREFIX = b"fencegate tombstone "
-TOMBSTONE_SIZE = len(TOMBSTONE_PREFIX) + 32  # the prefix and 16 random bytes in hex
+# the store and its knobs, and the transport's names other modules still import from here
+__all__ = [
+    "MAX_ATTEMPTS",
+    "REQUEST",
+    "RESOURCE",
+    "SCRATCH_PREFIX",
+    "TOKEN",
+    "TOMBSTONE",
+    "TOMBSTONE_PREFIX",
+    "ConditionalStore",
+    "PreconditionFailed",
+    "ProxyMetrics",
+]
+
 MAX_ATTEMPTS = 4  # conditional sends per request before 503 upstream_contended
 CLAIM_WINDOW = 30.0  # seconds a retry waits for its claimant's answer before deciding at the store
 CACHE_SIZE = 10_000  # keys whose last known version is kept (least recently used goes first)
 ROUND_TRIP_BUCKETS = (1, 2, 3, 4, 6, 8, 12)
 LIST_HEADS = 16  # HEADs a listing sends at once for keys whose version is not cached
-SCRATCH_PREFIX = ".fencegate-probe/"  # the probe's scratch keys (gateway.probe), never listed
-
-
-class PreconditionFailed(Exception):
-    """The store refused a conditional write: the version it was conditional on is no longer there."""
-
-
-@dataclass(frozen=True, slots=True)
-class Version:
-    """One version of a key at the store, as a HEAD or a write's answer tells it.
-
-    `token` and `resource` are None for an object the gateway never wrote
-    (no fencing metadata): any fenced write may replace it, conditionally.
-    """
-
-    etag: str
-    token: int | None
-    resource: str | None
-    tombstone: bool
-    size: int
-    content_type: str = DEFAULT_CONTENT_TYPE
-    request: str | None = None  # `REQUEST`: set by a write sent with an Idempotency-Key
-
-
-@dataclass(frozen=True, slots=True)
-class Listed:
-    """One key of a listing page: what the store's listing says without reading the object."""
-
-    key: str
-    etag: str
-    size: int
-
-
-class Transport(Protocol):
-    """What the algorithm needs from a store that does conditional writes; keys are the gateway's."""
-
-    where: str  # the store as logs name it (s3://bucket/prefix/): never a credential
-    # True if a write's metadata comes back on a read (the `REQUEST` id an Idempotency-Key retry looks for)
-    keeps_metadata: bool
-
-    async def head(self, key: str) -> Version | None:
-        """The current version, None if the key holds nothing."""
-
-    async def get(self, key: str) -> tuple[Version, bytes] | None:
-        """The current version and its bytes, None if the key holds nothing."""
-
-    async def put_if(
-        self, key: str, data: bytes, *, content_type: str, metadata: Mapping[str, str], match: str | None
-    ) -> str:
-        """Write if the current ETag is `match` (None: only if the key holds nothing); the new ETag.
-        PreconditionFailed if not."""
-
-    async def delete_if(self, key: str, *, match: str) -> None:
-        """Remove the key if its current ETag is `match` (the probe's check); PreconditionFailed if not."""
-
-    async def list(self, prefix: str, *, after: str, limit: int) -> list[Listed]:
-        """Up to `limit` keys under `prefix` after `after`, in order."""
-
-
-def version_of(
-    etag: str, metadata: Mapping[str, str], *, size: int, content_type: str, key: str, where: str
-) -> Version:
-    """A version from the store's ETag and metadata; 502 if the stored token is not one the gateway
-    would accept from a client (it would otherwise pass it on, or compare against it)."""
-    raw = metadata.get(TOKEN)
-    token = None if raw is None else token_or_none(raw)
-    if raw is not None and token is None:
-        raise UpstreamFailed(
-            f"the store holds {key!r} with {TOKEN} {raw[:40]!r}: not a decimal integer in 1..{MAX_TOKEN}",
-            fields={"upstream": where, "key": key},
-        )
-    tombstone = metadata.get(TOMBSTONE) == "1"
-    return Version(etag, token, metadata.get(RESOURCE), tombstone, size, content_type, metadata.get(REQUEST))
 
 
 class ProxyMetrics:

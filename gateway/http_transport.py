@@ -37,22 +37,21 @@ import aiohttp
 from multidict import CIMultiDictProxy
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.conditional import (
+from gateway.conditional import ConditionalStore, ProxyMetrics
+from gateway.config import Settings
+from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
+from gateway.metrics import Metrics
+from gateway.probe import check_upstream
+from gateway.transport import (
     RESOURCE,
     TOKEN,
     TOMBSTONE,
     TOMBSTONE_PREFIX,
     TOMBSTONE_SIZE,
-    ConditionalStore,
     Listed,
     PreconditionFailed,
-    ProxyMetrics,
     Version,
 )
-from gateway.config import Settings
-from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
-from gateway.metrics import Metrics
-from gateway.probe import check_upstream
 from storage.models import DEFAULT_CONTENT_TYPE, MAX_ETAG_LENGTH
 from storage.sql import SqlObjectStore
 from storage.upstream_versions import forget, intend, lookup, record
@@ -61,7 +60,7 @@ log = logging.getLogger("gateway.upstream")
 
 
 class HttpTransport:
-    """`gateway.conditional.Transport` over one http(s) base URL, its versions recorded in `engine`.
+    """`gateway.transport.Transport` over one http(s) base URL, its versions recorded in `engine`.
 
     `conditional=False` drops the preconditions from every write: the control
     the tests run to show their check catches an unfenced upstream.

@@ -31,8 +31,8 @@ import secrets
 from collections.abc import Awaitable
 from dataclasses import asdict, dataclass
 
-from gateway.conditional import RESOURCE, SCRATCH_PREFIX, TOKEN, PreconditionFailed, Transport
 from gateway.errors import BadSetting, Refusal, UpstreamTimeout
+from gateway.transport import RESOURCE, SCRATCH_PREFIX, TOKEN, PreconditionFailed, Transport
 
 CONCURRENT = 32  # PUTs sent at once on one ETag
 PROBE_TOKEN, PROBE_RESOURCE = 1, "fencegate-probe"

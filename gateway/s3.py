@@ -39,9 +39,9 @@ from botocore.exceptions import (
 )
 from botocore.handlers import add_expect_header
 
-from gateway.conditional import Listed, PreconditionFailed, Version, version_of
 from gateway.errors import BadSetting, Refusal, Unavailable, UpstreamFailed, UpstreamTimeout
 from gateway.s3url import S3Location
+from gateway.transport import Listed, PreconditionFailed, Version, version_of
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client
@@ -54,7 +54,7 @@ _RACE_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 
 
 class S3Transport:
-    """`gateway.conditional.Transport` over one bucket and prefix.
+    """`gateway.transport.Transport` over one bucket and prefix.
 
     `conditional=False` drops the preconditions from every write: the control
     the tests run to show their check catches an unfenced store. No flag or
