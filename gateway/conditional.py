@@ -89,20 +89,6 @@ from storage.fenced import digest_of
 from storage.protocols import FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused
 from storage.sql import SqlObjectStore
 
-# the store and its knobs, and the transport's names other modules still import from here
-__all__ = [
-    "MAX_ATTEMPTS",
-    "REQUEST",
-    "RESOURCE",
-    "SCRATCH_PREFIX",
-    "TOKEN",
-    "TOMBSTONE",
-    "TOMBSTONE_PREFIX",
-    "ConditionalStore",
-    "PreconditionFailed",
-    "ProxyMetrics",
-]
-
 MAX_ATTEMPTS = 4  # conditional sends per request before 503 upstream_contended
 CLAIM_WINDOW = 30.0  # seconds a retry waits for its claimant's answer before deciding at the store
 CACHE_SIZE = 10_000  # keys whose last known version is kept (least recently used goes first)

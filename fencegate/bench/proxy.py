@@ -58,9 +58,9 @@ from fencegate.bench.pinning import can_pin, pinned, split_cpus
 from fencegate.bench.runner import Result, paired_ratio
 from fencegate.bench.section import Goal, Section
 from fencegate.bench.servers import cpu_seconds, cpu_used, http_server
-from gateway.conditional import RESOURCE, TOKEN
 from gateway.config import Settings
 from gateway.s3 import client_config, send_bodies_at_once
+from gateway.transport import RESOURCE, TOKEN
 
 WRITERS = 16
 KEYS_PER_WRITER = 16

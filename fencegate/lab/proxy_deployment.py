@@ -41,7 +41,7 @@ from fencegate.lab.gateway_store import TIMEOUT
 from fencegate.lab.predictions import PROXY_STORES, UNCONDITIONAL
 from fencegate.lab.protocols import Component
 from fencegate.lab.scenarios.stage import HOLDER
-from gateway.conditional import TOKEN
+from gateway.transport import TOKEN
 from lockclient import GatewayClient
 
 if TYPE_CHECKING:

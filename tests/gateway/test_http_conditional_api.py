@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.conditional import TOMBSTONE_PREFIX
+from gateway.transport import TOMBSTONE_PREFIX
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.gateway.etag_upstream import EtagUpstream
 

@@ -29,7 +29,7 @@ import pytest
 
 from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.faults.proxy import DelayProxy
-from gateway.conditional import TOMBSTONE_PREFIX
+from gateway.transport import TOMBSTONE_PREFIX
 from tests.gateway.conftest import create_database
 from tests.gateway.etag_upstream import started
 from tests.gateway.race_support import KEYS, SAFE_OR_CONTROL, UPSTREAM_TIMEOUT, Replica, race, replica_pair

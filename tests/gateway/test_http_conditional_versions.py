@@ -17,10 +17,10 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.conditional import RESOURCE, TOKEN, PreconditionFailed
 from gateway.contexts import migrate_storage
 from gateway.http_transport import HttpTransport
 from gateway.storage_tls import open_storage
+from gateway.transport import RESOURCE, TOKEN, PreconditionFailed
 from storage.models import UpstreamVersion
 from storage.upstream_versions import Recorded, forget, intend, lookup, record
 from tests.gateway.etag_upstream import started

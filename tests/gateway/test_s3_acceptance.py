@@ -29,7 +29,7 @@ from botocore.exceptions import ClientError
 
 from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.faults.proxy import DelayProxy
-from gateway.conditional import TOMBSTONE
+from gateway.transport import TOMBSTONE
 from tests.gateway.conftest import create_database
 from tests.gateway.race_support import KEYS, SAFE_OR_CONTROL, UPSTREAM_TIMEOUT, Replica, race, replica_pair
 from tests.gateway.s3_support import aws_environment, delayed_path, direct_client, fresh_prefix, held

@@ -30,7 +30,8 @@ import pytest_asyncio
 from fencegate.lab.cluster import LocalCluster
 from gateway import Settings, create_app
 from gateway.app_keys import AppKeys
-from gateway.conditional import REQUEST, TOMBSTONE, ConditionalStore
+from gateway.conditional import ConditionalStore
+from gateway.transport import REQUEST, TOMBSTONE
 from storage.protocols import FencedRequest, ObjectMeta
 from tests.gateway.conftest import AppClient, create_database
 from tests.gateway.race_support import Replica, replica_pair

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from fencegate.lab.cluster import LocalCluster
-from gateway.conditional import SCRATCH_PREFIX
 from gateway.probe import CHECKS, probe
 from gateway.s3 import open_s3
 from gateway.s3url import parse_s3_url
+from gateway.transport import SCRATCH_PREFIX
 from tests.gateway.careless_s3 import CarelessS3, Fault
 from tests.gateway.s3_support import aws_environment, direct_client, fresh_prefix, use_store
 

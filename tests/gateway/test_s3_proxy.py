@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gateway.app_keys import AppKeys
-from gateway.conditional import TOMBSTONE, PreconditionFailed
+from gateway.transport import TOMBSTONE, PreconditionFailed
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.gateway.s3_support import direct_client, held
 

@@ -21,7 +21,7 @@ import pytest
 from fencegate.lab.cluster import LocalCluster
 from gateway import create_app
 from gateway.app_keys import AppKeys
-from gateway.conditional import PreconditionFailed
+from gateway.transport import PreconditionFailed
 from tests.gateway.conftest import AppClient
 from tests.gateway.s3_support import (
     delayed_path,
