@@ -27,7 +27,8 @@ import pytest
 
 from fencegate.lab.faults.proxy import DelayProxy
 from gateway.app_keys import AppKeys
-from gateway.conditional import REQUEST, ConditionalStore, PreconditionFailed, Transport
+from gateway.conditional import ConditionalStore
+from gateway.transport import REQUEST, PreconditionFailed, Transport
 from lockclient import SQLiteTokens
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.gateway.ifmatch_support import increments, increments_schedule
