@@ -132,6 +132,11 @@ def name_schema(pattern: str, limit: int) -> dict[str, Any]:
     return {"type": "string", "minLength": 1, "maxLength": limit, "pattern": f"^(?:{pattern})$"}
 
 
+def optional_header(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """A request header an operation may send."""
+    return {"name": name, "in": "header", "required": False, "description": description, "schema": schema}
+
+
 _TOKEN_SCHEMA = {"type": "string", "pattern": f"^(?:{TOKEN_PATTERN})$"}
 TOKEN_PARAM = {
     "name": "Fencing-Token",
@@ -140,40 +145,31 @@ TOKEN_PARAM = {
     "or leading zeros; one header, one value",
     "schema": _TOKEN_SCHEMA,
 }
-RESOURCE_PARAM = {
-    "name": "Fencing-Resource",
-    "in": "header",
-    "required": False,
-    "description": "the lock the token belongs to (default: the object key); one header, one value, so no "
-    "comma",
-    "schema": name_schema(HEADER_RESOURCE_PATTERN, MAX_RESOURCE_LENGTH),
-}
-IDEMPOTENCY_PARAM = {
-    "name": "Idempotency-Key",
-    "in": "header",
-    "required": False,
-    "description": "a retry with the same key and the same request (method, key, resource, token, body, "
+RESOURCE_PARAM = optional_header(
+    "Fencing-Resource",
+    "the lock the token belongs to (default: the object key); one header, one value, so no comma",
+    name_schema(HEADER_RESOURCE_PATTERN, MAX_RESOURCE_LENGTH),
+)
+IDEMPOTENCY_PARAM = optional_header(
+    "Idempotency-Key",
+    "a retry with the same key and the same request (method, key, resource, token, body, "
     "Content-Type, precondition) returns the first accepted outcome; another request under the key is 422",
-    "schema": {"type": "string", "pattern": f"^{IDEMPOTENCY_KEY_PATTERN}$"},
-}
-IF_MATCH_PARAM = {
-    "name": "If-Match",
-    "in": "header",
-    "required": False,
-    "description": "proxy mode: write only over the version with this strong ETag (the one a read "
+    {"type": "string", "pattern": f"^{IDEMPOTENCY_KEY_PATTERN}$"},
+)
+IF_MATCH_PARAM = optional_header(
+    "If-Match",
+    "proxy mode: write only over the version with this strong ETag (the one a read "
     "answered), or over any object (*); another version, or a deleted key, is 412 precondition_failed. "
     "One tag, one header; not with If-None-Match. The built-in store answers 501 "
     "precondition_not_supported",
-    "schema": {"type": "string", "pattern": f"^(\\*|{STRONG_TAG_PATTERN})$"},
-}
-IF_NONE_MATCH_PARAM = {
-    "name": "If-None-Match",
-    "in": "header",
-    "required": False,
-    "description": "proxy mode: create only (*): 412 precondition_failed if the key holds an object "
+    {"type": "string", "pattern": f"^(\\*|{STRONG_TAG_PATTERN})$"},
+)
+IF_NONE_MATCH_PARAM = optional_header(
+    "If-None-Match",
+    "proxy mode: create only (*): 412 precondition_failed if the key holds an object "
     "(a deleted key counts as absent)",
-    "schema": {"type": "string", "enum": ["*"]},
-}
+    {"type": "string", "enum": ["*"]},
+)
 KEY_PARAM = {
     "name": "key",
     "in": "path",

@@ -56,11 +56,14 @@ async def _replica(
 
 
 async def _pair(
-    make_client: MakeClient, s3_store: dict[str, str], s3_prefix: str, tmp_path: Path, proxy: DelayProxy
-) -> tuple[AppClient, AppClient]:
+    make_client: MakeClient, s3_store: dict[str, str], s3_prefix: str, tmp_path: Path, proxy: DelayProxy,
+    **settings: object,
+) -> tuple[AppClient, AppClient]:  # fmt: skip
+    """Replica A reaches the store through `proxy` (with `settings`), replica B straight."""
     a = await _replica(
-        make_client, s3_store, s3_prefix, tmp_path / "a", endpoint=f"http://127.0.0.1:{proxy.port}"
-    )
+        make_client, s3_store, s3_prefix, tmp_path / "a", endpoint=f"http://127.0.0.1:{proxy.port}",
+        **settings,
+    )  # fmt: skip
     return a, await _replica(make_client, s3_store, s3_prefix, tmp_path / "b")
 
 
@@ -260,11 +263,7 @@ async def test_a_stale_if_match_write_answered_504_and_landing_after_a_newer_one
     """Token 5 read the key and wrote on its ETag through A: 504, held. Token 6 read the same version
     through B and wrote on the same ETag: 200. Token 5's write then reaches the store: refused, the
     store keeps token 6's bytes; its retry, on either replica, is 409 (a higher token is stored)."""
-    a = await _replica(
-        make_client, s3_store, s3_prefix, tmp_path / "a", endpoint=f"http://127.0.0.1:{proxy.port}",
-        upstream_timeout=TIMEOUT,
-    )  # fmt: skip
-    b = await _replica(make_client, s3_store, s3_prefix, tmp_path / "b")
+    a, b = await _pair(make_client, s3_store, s3_prefix, tmp_path, proxy, upstream_timeout=TIMEOUT)
     assert (await a.put("/v1/objects/x", data=b"v4", headers={"Fencing-Token": "4"})).status == 201
     read = await a.get("/v1/objects/x", headers={"Fencing-Token": "5"})
     stale = {"Fencing-Token": "5", "If-Match": read.headers["ETag"]}
@@ -298,11 +297,7 @@ async def test_the_retries_of_an_if_match_increment_answered_504_that_landed_app
     (the same PUT, the same If-Match) send nothing: without a key they are 412 (the tag moved: the
     increment is there, read it); with its Idempotency-Key they are its one success. The next
     increment, read afresh, makes 2: none lost, none applied twice."""
-    a = await _replica(
-        make_client, s3_store, s3_prefix, tmp_path / "a", endpoint=f"http://127.0.0.1:{proxy.port}",
-        upstream_timeout=TIMEOUT,
-    )  # fmt: skip
-    b = await _replica(make_client, s3_store, s3_prefix, tmp_path / "b")
+    a, b = await _pair(make_client, s3_store, s3_prefix, tmp_path, proxy, upstream_timeout=TIMEOUT)
     assert (await a.put("/v1/objects/n", data=b"0", headers={"Fencing-Token": "4"})).status == 201
     read = await a.get("/v1/objects/n", headers={"Fencing-Token": "5"})
     headers = {"Fencing-Token": "5", "If-Match": read.headers["ETag"]}
