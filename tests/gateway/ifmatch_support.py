@@ -231,8 +231,7 @@ async def overtaken(
 async def stale_everywhere(
     replicas: Sequence[AppClient], path: str, late: Late, headers: Mapping[str, str]
 ) -> None:
-    """The overtaken write's retry is 409 on each replica: where the mark never saw token 6, the
-    store's token refuses it."""
+    """The overtaken write's retry is 409 `stale_token` (highest 6) on each of `replicas`."""
     for replica in replicas:
         retry = await replica.put(path, data=late.data, headers=headers)
         body = await retry.json()

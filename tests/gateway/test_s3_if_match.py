@@ -221,7 +221,7 @@ async def test_a_stale_if_match_write_answered_504_and_landing_after_a_newer_one
     with pytest.raises(PreconditionFailed):
         await _again(a, late)
     assert await _holds(s3_store, s3_prefix + "x") == b"v6"
-    await stale_everywhere((a, b), "/v1/objects/x", late, stale)
+    await stale_everywhere((a, b), "/v1/objects/x", late, stale)  # A's mark never saw 6: the store's token
     async with direct_client(s3_store) as s3:
         found = await held(s3, s3_store["bucket"], s3_prefix + "x")
     assert found is not None
