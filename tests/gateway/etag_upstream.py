@@ -4,7 +4,9 @@ Each write makes a new version with a strong ETag of its own (a counter and
 the body's digest). `PUT` honours `If-Match` (the current ETag, or 412) and
 `If-None-Match: *` (nothing there, or 412); `DELETE` honours `If-Match`. The
 check and the write happen under one asyncio lock, after the body arrived,
-so concurrent conditional PUTs on one ETag give exactly one 2xx.
+so concurrent conditional PUTs on one ETag give exactly one 2xx. `writes`
+keeps what each PUT and DELETE was answered, in order: a test reads there
+the fate of a write whose answer its connection lost.
 
 The faults are what the probe exists to refuse: `ignores-if-match` writes
 whatever arrives; `weak-etags` answers with `W/` ETags.
@@ -35,6 +37,7 @@ class EtagUpstream:
     def __init__(self, fault: Fault = "none") -> None:
         self.fault = fault
         self.objects: dict[str, tuple[str, bytes, str]] = {}
+        self.writes: list[tuple[str, str, int]] = []  # method, key, the status it was answered
         self._versions = itertools.count(1)
         self._lock = asyncio.Lock()
         self.app = web.Application()
@@ -44,25 +47,32 @@ class EtagUpstream:
         key = request.match_info["key"]
         body = await request.read()
         async with self._lock:
-            found = self.objects.get(key)
-            if request.method in ("GET", "HEAD"):
-                if found is None:
-                    return web.Response(status=404)
-                etag, data, content_type = found
-                return web.Response(body=data, headers={"ETag": etag, "Content-Type": content_type})
-            if not self._matches(request, found):
-                return web.Response(status=412)
-            if request.method == "DELETE":
-                if found is None:
-                    return web.Response(status=404)
-                del self.objects[key]
-                return web.Response(status=204)
-            if request.method != "PUT":
-                return web.Response(status=405)
-            digest = hashlib.sha256(body).hexdigest()[:16]
-            etag = f'{"W/" if self.fault == "weak-etags" else ""}"{next(self._versions)}-{digest}"'
-            self.objects[key] = (etag, body, request.headers.get("Content-Type", "application/octet-stream"))
-            return web.Response(status=201 if found is None else 200, headers={"ETag": etag})
+            answer = self._answer(request, key, body)
+            if request.method in ("PUT", "DELETE"):
+                self.writes.append((request.method, key, answer.status))
+            return answer
+
+    def _answer(self, request: web.Request, key: str, body: bytes) -> web.Response:
+        """The answer to `request`, decided and applied under the store's lock."""
+        found = self.objects.get(key)
+        if request.method in ("GET", "HEAD"):
+            if found is None:
+                return web.Response(status=404)
+            etag, data, content_type = found
+            return web.Response(body=data, headers={"ETag": etag, "Content-Type": content_type})
+        if not self._matches(request, found):
+            return web.Response(status=412)
+        if request.method == "DELETE":
+            if found is None:
+                return web.Response(status=404)
+            del self.objects[key]
+            return web.Response(status=204)
+        if request.method != "PUT":
+            return web.Response(status=405)
+        digest = hashlib.sha256(body).hexdigest()[:16]
+        etag = f'{"W/" if self.fault == "weak-etags" else ""}"{next(self._versions)}-{digest}"'
+        self.objects[key] = (etag, body, request.headers.get("Content-Type", "application/octet-stream"))
+        return web.Response(status=201 if found is None else 200, headers={"ETag": etag})
 
     def _matches(self, request: web.Request, found: tuple[str, bytes, str] | None) -> bool:
         if self.fault == "ignores-if-match" and "If-Match" in request.headers:

@@ -4,11 +4,21 @@ Two gateways (`--upstream-ordering conditional`) on one real PostgreSQL in
 front of the real HTTP store (`tests.gateway.etag_upstream`); replica A
 reaches it through the lab's `DelayProxy`. What the store holds is read
 straight from it. The client is `lockclient.GatewayClient`, as a user runs it.
+
+The late cases are tests/gateway/test_s3_if_match.py's: A's write held past
+A's `--upstream-timeout` (504), then let through. The store decides it, but
+the gateway closed that connection at its timeout, so the store's answer is
+lost with it: the tests read the store's record of what it answered
+(`EtagUpstream.writes`). This upstream keeps no metadata, so an
+`Idempotency-Key` is 501 and the token of a version whose answer never came
+is the highest the gateway's database recorded for the key.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,14 +29,20 @@ from fencegate.lab.cluster import LocalCluster
 from fencegate.lab.faults.proxy import DelayProxy
 from lockclient import GatewayClient, PreconditionFailed
 from lockclient.errors import BadRequest
+from tests.gateway import ifmatch_support as support
 from tests.gateway.conftest import AppClient, MakeClient, create_database
 from tests.gateway.etag_upstream import EtagUpstream
 from tests.gateway.ifmatch_support import increments, increments_schedule
 
 
 @pytest.fixture
-async def upstream(aiohttp_server: Any) -> str:
-    server = await aiohttp_server(EtagUpstream().app)
+def store() -> EtagUpstream:
+    return EtagUpstream()
+
+
+@pytest.fixture
+async def upstream(aiohttp_server: Any, store: EtagUpstream) -> str:
+    server = await aiohttp_server(store.app)
     return str(server.make_url("")).rstrip("/")
 
 
@@ -39,14 +55,34 @@ async def proxy(upstream: str) -> AsyncIterator[DelayProxy]:
         yield path
 
 
+async def _pair(
+    make_client: MakeClient, postgres_cluster: LocalCluster, upstream: str, proxy: DelayProxy, wait: float
+) -> tuple[AppClient, AppClient]:
+    """Replica A reaches the store through `proxy`, replica B straight; both wait `wait` s for it."""
+    dsn = await create_database(postgres_cluster.postgres_dsn)
+    common = {"storage": dsn, "upstream_ordering": "conditional", "upstream_timeout": wait}
+    a = await make_client(upstream=f"http://127.0.0.1:{proxy.port}/o", **common)
+    return a, await make_client(upstream=f"{upstream}/o", **common)
+
+
 @pytest.fixture
 async def pair(
     make_client: MakeClient, postgres_cluster: LocalCluster, upstream: str, proxy: DelayProxy
 ) -> tuple[AppClient, AppClient]:
-    dsn = await create_database(postgres_cluster.postgres_dsn)
-    common = {"storage": dsn, "upstream_ordering": "conditional", "upstream_timeout": 5.0}
-    a = await make_client(upstream=f"http://127.0.0.1:{proxy.port}/o", **common)
-    return a, await make_client(upstream=f"{upstream}/o", **common)
+    return await _pair(make_client, postgres_cluster, upstream, proxy, 5.0)
+
+
+@pytest.fixture
+async def late_pair(
+    make_client: MakeClient, postgres_cluster: LocalCluster, upstream: str, proxy: DelayProxy
+) -> tuple[AppClient, AppClient]:
+    """The pair of the late cases: A answers 504 once its write waited `TIMEOUT` for the store."""
+    return await _pair(make_client, postgres_cluster, upstream, proxy, support.TIMEOUT)
+
+
+def _decided(store: EtagUpstream) -> Callable[[], int]:
+    """What grows once the store decided a write: its record of the writes it answered."""
+    return lambda: len(store.writes)
 
 
 async def _held(upstream: str, key: str) -> bytes | None:
@@ -119,3 +155,52 @@ async def test_the_built_in_store_answers_if_match_501_and_writes_nothing(client
     async with GatewayClient(str(client.make_url("")).rstrip("/")) as gateway:
         with pytest.raises(BadRequest):
             await gateway.put("k", b"two", token=6, if_match=put.headers["ETag"])
+
+
+async def test_a_stale_if_match_write_answered_504_and_landing_after_a_newer_one_changes_nothing(
+    late_pair: tuple[AppClient, AppClient], proxy: DelayProxy, store: EtagUpstream, upstream: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Token 5's write on the ETag it read, answered 504 and held, reaches the store after token 6's
+    write on the same ETag: the store refuses it 412 and keeps token 6's bytes; its retry, on either
+    replica, is 409 (they share one database: its mark saw token 6)."""
+    a, b = late_pair
+    late, stale = await support.overtaken(a, b, proxy, monkeypatch, "/v1/objects/x")
+    await support.release(proxy, late, _decided(store), "the store deciding the held write")
+    assert store.writes[-1] == ("PUT", "o/x", 412)
+    await support.stale_everywhere((a, b), "/v1/objects/x", late, stale)
+    current = await b.get("/v1/objects/x")
+    assert (await current.read(), current.headers["Fencing-Token"]) == (b"v6", "6")
+    assert await _held(upstream, "x") == b"v6"
+
+
+async def test_the_retries_of_an_if_match_increment_answered_504_that_landed_apply_it_once(
+    late_pair: tuple[AppClient, AppClient], proxy: DelayProxy, store: EtagUpstream, upstream: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """An increment of 0 on its ETag answered 504 lands late, nothing written in between; the
+    version it made carries token 5, the bound the 504's row keeps. Its retries (the same PUT, the
+    same If-Match) send nothing and are 412 (the tag moved: the increment is there, read it); with
+    an Idempotency-Key, which this upstream cannot honour, 501. The next increment, read afresh,
+    makes 2: none lost, none applied twice."""
+    a, b = late_pair
+    late, headers = await support.late_increment(a, proxy, monkeypatch, "/v1/objects/n", {})
+    await support.release(proxy, late, _decided(store), "the store deciding the held write")
+    assert store.writes[-1] == ("PUT", "o/n", 200)  # applied; its answer was lost with the connection
+    assert await _held(upstream, "n") == b"1"
+    landed = await b.get("/v1/objects/n")
+    assert (await landed.read(), landed.headers["Fencing-Token"]) == (b"1", "5")
+    before, writes = await support.applied(a), len(store.writes)
+    assert before >= 1  # the count sees writes: the first one went through A
+    answers = await support.retried(a, "/v1/objects/n", late, headers)
+    refusals = {(status, json.loads(body).get("error")) for status, body in answers}
+    assert refusals == {(412, "precondition_failed")}, answers
+    keyed = await a.put(
+        "/v1/objects/n", data=late.data, headers={**headers, "Idempotency-Key": uuid.uuid4().hex}
+    )
+    assert (keyed.status, (await keyed.json())["error"]) == (501, "not_supported")
+    assert (await support.applied(a), len(store.writes)) == (before, writes)  # no retry reached the store
+    assert await _held(upstream, "n") == b"1"
+    # the 504's increment is there, once
+    assert await support.increment_afresh(b, "/v1/objects/n", token=6) == 1
+    assert await _held(upstream, "n") == b"2"

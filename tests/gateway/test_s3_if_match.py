@@ -17,26 +17,31 @@ it already): a path that delivers it while the connection still lives.
 from __future__ import annotations
 
 import json
-import re
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import pytest
 
 from fencegate.lab.faults.proxy import DelayProxy
-from gateway.app_keys import AppKeys
-from gateway.conditional import ConditionalStore
-from gateway.transport import REQUEST, PreconditionFailed, Transport
+from gateway.transport import REQUEST, PreconditionFailed
 from lockclient import SQLiteTokens
 from tests.gateway.conftest import AppClient, MakeClient
-from tests.gateway.ifmatch_support import increments, increments_schedule
+from tests.gateway.ifmatch_support import (
+    TIMEOUT,
+    Late,
+    applied,
+    increment_afresh,
+    increments,
+    increments_schedule,
+    late_increment,
+    overtaken,
+    release,
+    retried,
+    stale_everywhere,
+    transport_of,
+)
 from tests.gateway.s3_support import delayed_path, direct_client, held
-from tests.waiting import eventually
-
-TIMEOUT, HOLD = 2.0, 30.0  # the late cases: seconds A waits for the store; its held write, until released
-_APPLIED = re.compile(r"^fencegate_upstream_round_trips_count (\S+)$", re.MULTILINE)
 
 
 @pytest.fixture
@@ -192,68 +197,15 @@ async def test_an_if_match_write_with_an_idempotency_key_is_replayed_as_first_an
     assert await _holds(s3_store, s3_prefix + "k") == b"three"
 
 
-class Late(NamedTuple):
-    """A write answered 504 and still held on its own connection of the proxy, as A sent it."""
-
-    connection: int
-    key: str
-    data: bytes
-    options: Mapping[str, Any]  # content_type, metadata, match: the client's ETag
-
-
-def _transport(replica: AppClient) -> Transport:
-    store = replica.app[AppKeys.store]
-    assert isinstance(store, ConditionalStore)
-    return store.transport
-
-
-async def _answered_504(
-    a: AppClient, proxy: DelayProxy, monkeypatch: pytest.MonkeyPatch, path: str, data: bytes,
-    headers: Mapping[str, str],
-) -> Late:  # fmt: skip
-    """A's PUT held past A's timeout (504); its connection stays held, new ones pass at once."""
-    transport = _transport(a)
-    put_if, sent = transport.put_if, []
-
-    async def recording(key: str, data: bytes, **options: Any) -> str:
-        sent.append((key, data, options))
-        return await put_if(key, data, **options)
-
-    monkeypatch.setattr(transport, "put_if", recording)
-    await proxy.drop()  # the pool's idle connections are cut: the write opens a connection of its own
-    proxy.hold(HOLD)
-    late = await a.put(path, data=data, headers=headers)
-    assert (late.status, (await late.json())["error"]) == (504, "upstream_timeout")
-    connection = proxy.connections - 1
-    proxy.hold(HOLD, connection=connection)
-    proxy.hold(1e-6)
-    monkeypatch.setattr(transport, "put_if", put_if)
-    assert len(sent) == 1, sent
-    key, body, options = sent[0]
-    assert options["match"] is not None  # sent on the client's ETag
-    return Late(connection, key, body, options)
-
-
-async def _release(proxy: DelayProxy, late: Late) -> None:
-    """Let the held write reach the store, and wait for the store's answer on its connection."""
-    answered = proxy.forwarded["down"]
-    proxy.hold(0, connection=late.connection)
-    await eventually(
-        lambda: proxy.forwarded["down"] > answered, within=10.0, what="the store answering the held write"
-    )
-
-
 async def _again(a: AppClient, late: Late) -> None:
     """The held write delivered once more as A sent it (module docstring); PreconditionFailed if the
     store refuses it."""
-    await _transport(a).put_if(late.key, late.data, **late.options)
+    await transport_of(a).put_if(late.key, late.data, **late.options)
 
 
-async def _applied(replica: AppClient) -> int:
-    """Writes the store accepted from `replica` since it started."""
-    found = _APPLIED.search(await (await replica.get("/metrics")).text())
-    assert found is not None, "no fencegate_upstream_round_trips_count in /metrics"
-    return int(float(found.group(1)))
+def _answered(proxy: DelayProxy) -> Callable[[], int]:
+    """What grows once the store answered the held connection: the bytes the proxy sent down."""
+    return lambda: proxy.forwarded["down"]
 
 
 async def test_a_stale_if_match_write_answered_504_and_landing_after_a_newer_one_changes_nothing(
@@ -264,24 +216,12 @@ async def test_a_stale_if_match_write_answered_504_and_landing_after_a_newer_one
     through B and wrote on the same ETag: 200. Token 5's write then reaches the store: refused, the
     store keeps token 6's bytes; its retry, on either replica, is 409 (a higher token is stored)."""
     a, b = await _pair(make_client, s3_store, s3_prefix, tmp_path, proxy, upstream_timeout=TIMEOUT)
-    assert (await a.put("/v1/objects/x", data=b"v4", headers={"Fencing-Token": "4"})).status == 201
-    read = await a.get("/v1/objects/x", headers={"Fencing-Token": "5"})
-    stale = {"Fencing-Token": "5", "If-Match": read.headers["ETag"]}
-    late = await _answered_504(a, proxy, monkeypatch, "/v1/objects/x", b"v5-stale", stale)
-    newer = await b.get("/v1/objects/x", headers={"Fencing-Token": "6"})
-    assert (await newer.read(), newer.headers["ETag"]) == (b"v4", read.headers["ETag"])  # 5's is held
-    wrote = await b.put(
-        "/v1/objects/x", data=b"v6", headers={"Fencing-Token": "6", "If-Match": newer.headers["ETag"]}
-    )
-    assert wrote.status == 200, await wrote.text()
-    await _release(proxy, late)
+    late, stale = await overtaken(a, b, proxy, monkeypatch, "/v1/objects/x")
+    await release(proxy, late, _answered(proxy), "the store answering the held write")
     with pytest.raises(PreconditionFailed):
         await _again(a, late)
     assert await _holds(s3_store, s3_prefix + "x") == b"v6"
-    for replica in (a, b):  # A's mark never saw token 6: the store's token refuses it there
-        retry = await replica.put("/v1/objects/x", data=b"v5-stale", headers=stale)
-        body = await retry.json()
-        assert (retry.status, body["error"], body.get("highest")) == (409, "stale_token", 6), body
+    await stale_everywhere((a, b), "/v1/objects/x", late, stale)  # A's mark never saw 6: the store's token
     async with direct_client(s3_store) as s3:
         found = await held(s3, s3_store["bucket"], s3_prefix + "x")
     assert found is not None
@@ -298,42 +238,25 @@ async def test_the_retries_of_an_if_match_increment_answered_504_that_landed_app
     increment is there, read it); with its Idempotency-Key they are its one success. The next
     increment, read afresh, makes 2: none lost, none applied twice."""
     a, b = await _pair(make_client, s3_store, s3_prefix, tmp_path, proxy, upstream_timeout=TIMEOUT)
-    assert (await a.put("/v1/objects/n", data=b"0", headers={"Fencing-Token": "4"})).status == 201
-    read = await a.get("/v1/objects/n", headers={"Fencing-Token": "5"})
-    headers = {"Fencing-Token": "5", "If-Match": read.headers["ETag"]}
-    if keyed:
-        headers["Idempotency-Key"] = uuid.uuid4().hex
-    late = await _answered_504(
-        a, proxy, monkeypatch, "/v1/objects/n", b"%d" % (int(await read.read()) + 1), headers
-    )
-    await _release(proxy, late)
+    extra = {"Idempotency-Key": uuid.uuid4().hex} if keyed else {}
+    late, headers = await late_increment(a, proxy, monkeypatch, "/v1/objects/n", extra)
+    await release(proxy, late, _answered(proxy), "the store answering the held write")
     if await _holds(s3_store, s3_prefix + "n") != late.data:  # the store dropped it: deliver it again
         await _again(a, late)
     async with direct_client(s3_store) as s3:
         landed = await held(s3, s3_store["bucket"], s3_prefix + "n")
     assert landed is not None
     assert (landed.data, landed.token, REQUEST in landed.metadata) == (b"1", 5, keyed)
-    before = await _applied(a)
+    before = await applied(a)
     assert before >= 1  # the count sees writes: the first one went through A
-    answers = []
-    for _ in range(3):
-        retry = await a.put("/v1/objects/n", data=late.data, headers=headers)
-        answers.append((retry.status, await retry.read()))
+    answers = await retried(a, "/v1/objects/n", late, headers)
     if keyed:  # the first attempt's success, the same answer each time
         assert {status for status, _ in answers} == {200}, answers
         assert len(set(answers)) == 1, answers
     else:
         refusals = {(status, json.loads(body).get("error")) for status, body in answers}
         assert refusals == {(412, "precondition_failed")}, answers
-    assert await _applied(a) == before  # no retry was applied at the store
+    assert await applied(a) == before  # no retry was applied at the store
     assert await _holds(s3_store, s3_prefix + "n") == b"1"
-    again = await b.get("/v1/objects/n", headers={"Fencing-Token": "6"})
-    value = int(await again.read())
-    assert value == 1  # the 504's increment is there, once
-    nxt = await b.put(
-        "/v1/objects/n",
-        data=b"%d" % (value + 1),
-        headers={"Fencing-Token": "6", "If-Match": again.headers["ETag"]},
-    )
-    assert nxt.status == 200
+    assert await increment_afresh(b, "/v1/objects/n", token=6) == 1  # the 504's increment is there, once
     assert await _holds(s3_store, s3_prefix + "n") == b"2"
