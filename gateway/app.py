@@ -1,9 +1,10 @@
-"""`create_app(settings)`: the one place the gateway's parts are connected."""
+"""`create_app(settings)`: the one place the gateway's parts are connected, the URL table included."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from gateway import views
 from gateway.admission import ClientLimiter, Drain
 from gateway.app_keys import AppKeys
 from gateway.clients import client_middleware
@@ -13,7 +14,6 @@ from gateway.metrics import Metrics
 from gateway.middlewares import deadline_middleware, error_middleware
 from gateway.readiness import Readiness
 from gateway.retention import retention_ctx
-from gateway.routes import setup_routes
 from lockclient.protocols import TokenSource
 from storage.fenced import FENCED, Policy
 
@@ -21,6 +21,10 @@ from storage.fenced import FENCED, Policy
 # answer 413 before our limit, so the body limit is passed through here.
 HEADER_LIMIT = 8190  # bytes per header line (aiohttp's default); Fencing-* values are short
 MAX_HEADERS = 64  # header lines per request; a client needs a handful
+# Any characters, line breaks included, so a malformed name reaches the view and is 400 with the
+# reason, not 404 "no route".
+ANY = r"[\s\S]+"
+KEY = f"{{key:{ANY}}}"
 
 
 def create_app(
@@ -58,3 +62,17 @@ def create_app(
     app.cleanup_ctx.append(fencer_ctx)
     setup_routes(app)
     return app
+
+
+def setup_routes(app: web.Application) -> None:
+    """The URL table, in one place (the OpenAPI document is checked against it by a test)."""
+    app.router.add_put(f"/v1/objects/{KEY}", views.put_object, name="put_object")
+    # HEAD is GET without the body (RFC 9110): with a Fencing-Token it is a fenced read too.
+    app.router.add_get(f"/v1/objects/{KEY}", views.get_object, name="get_object")
+    app.router.add_delete(f"/v1/objects/{KEY}", views.delete_object, name="delete_object")
+    app.router.add_get("/v1/objects", views.list_objects, name="list_objects", allow_head=False)
+    app.router.add_get(f"/v1/fences/{{resource:{ANY}}}", views.get_fence, name="get_fence", allow_head=False)
+    app.router.add_get("/healthz", views.healthz, name="healthz", allow_head=False)
+    app.router.add_get("/readyz", views.readyz, name="readyz", allow_head=False)
+    app.router.add_get("/metrics", views.metrics, name="metrics", allow_head=False)
+    app.router.add_get("/v1/openapi.json", views.openapi, name="openapi", allow_head=False)
