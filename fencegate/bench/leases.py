@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import functools
 import uuid
+from dataclasses import dataclass
+from typing import Any
 
-from fencegate.bench import fencegate_ops, floor, peers
+from fencegate.bench import floor, peers
 from fencegate.bench.env import BenchEnv
-from fencegate.bench.runner import Case, Result, paired_ratio, ratio, run_alternating
+from fencegate.bench.runner import Case, Result, UnitOfWork, paired_ratio, ratio, run_alternating
 from fencegate.bench.section import Goal, Section
+from lockclient import Redlock
+from lockclient.protocols import TokenSource
 
 
 def _key(name: str) -> str:
@@ -24,6 +28,28 @@ def _key(name: str) -> str:
 
 TLS = "fencegate over TLS (no tokens)"
 
+TTL_S = 10.0
+
+
+@dataclass
+class LeaseOp:
+    """One uncontended acquire+release through fencegate's Redlock (which owns its token source)."""
+
+    locker: Redlock[Any]
+    key: str
+
+    async def __call__(self) -> None:
+        lease = await self.locker.acquire(self.key, ttl=TTL_S, timeout=5.0)
+        await self.locker.release(lease)
+
+    async def aclose(self) -> None:
+        await self.locker.aclose()
+
+
+async def fencegate_lease(urls: list[str], key: str, tokens: TokenSource | None = None) -> UnitOfWork:
+    """fencegate's side of the lease cases, as a `UnitOfWork` like each peer's."""
+    return LeaseOp(Redlock(urls, tokens=tokens), key)
+
 
 async def leases(env: BenchEnv) -> Section:
     five = env.redis_urls[:5]
@@ -31,22 +57,22 @@ async def leases(env: BenchEnv) -> Section:
     tls_five = await env.tls_redis_urls(5)
     f = functools.partial
     cases = [
-        Case("leases N=5", "fencegate (no tokens)", f(fencegate_ops.fencegate_lease, five, _key("f5"))),
-        Case("leases N=5", TLS, f(fencegate_ops.fencegate_lease, tls_five, _key("t5"))),
+        Case("leases N=5", "fencegate (no tokens)", f(fencegate_lease, five, _key("f5"))),
+        Case("leases N=5", TLS, f(fencegate_lease, tls_five, _key("t5"))),
         Case("leases N=5", "fencegate + sqlite tokens",
-             f(fencegate_ops.fencegate_lease, five, _key("fs"), env.tokens("sqlite"))),
+             f(fencegate_lease, five, _key("fs"), env.tokens("sqlite"))),
         Case("leases N=5", "fencegate + postgres tokens",
-             f(fencegate_ops.fencegate_lease, five, _key("fp"), env.tokens("postgres"))),
+             f(fencegate_lease, five, _key("fp"), env.tokens("postgres"))),
         Case("leases N=5", "fencegate + zookeeper tokens",
-             f(fencegate_ops.fencegate_lease, five, _key("fz"), env.tokens("zookeeper"))),
+             f(fencegate_lease, five, _key("fz"), env.tokens("zookeeper"))),
         Case("leases N=5", "fencegate + etcd tokens",
-             f(fencegate_ops.fencegate_lease, five, _key("fe"), env.tokens("etcd"))),
+             f(fencegate_lease, five, _key("fe"), env.tokens("etcd"))),
         Case("leases N=5", "minimal asyncio Redlock", f(peers.minimal_redlock, five, _key("m5"))),
         Case("leases N=5", "aioredlock", f(peers.aioredlock, five, _key("a5"))),
         Case("leases N=5", "pottery AIORedlock", f(peers.pottery_aioredlock, five, _key("pa5"))),
         Case("leases N=5", "pottery Redlock (sync)", f(peers.pottery_redlock, five, _key("p5"))),
-        Case("leases N=1", "fencegate (no tokens)", f(fencegate_ops.fencegate_lease, one, _key("f1"))),
-        Case("leases N=1", TLS, f(fencegate_ops.fencegate_lease, tls_five[:1], _key("t1"))),
+        Case("leases N=1", "fencegate (no tokens)", f(fencegate_lease, one, _key("f1"))),
+        Case("leases N=1", TLS, f(fencegate_lease, tls_five[:1], _key("t1"))),
         Case("leases N=1", "redis-py Lock (sync)", f(peers.redis_py_lock, one, _key("r1"))),
         Case("leases N=1", "python-redis-lock (sync)", f(peers.python_redis_lock, one, _key("l1"))),
     ]  # fmt: skip
@@ -73,7 +99,7 @@ async def scaling(env: BenchEnv) -> Section:
     sizes = [n for n in (1, 3, 5, 7) if n <= len(env.redis_urls)]
     cases = [
         Case("scaling", f"fencegate N={n}",
-             functools.partial(fencegate_ops.fencegate_lease, env.redis_urls[:n], _key(f"n{n}")))
+             functools.partial(fencegate_lease, env.redis_urls[:n], _key(f"n{n}")))
         for n in sizes
     ]  # fmt: skip
     top = sizes[-1]
