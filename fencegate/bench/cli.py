@@ -7,7 +7,9 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+import textwrap
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 from fencegate.bench.env import BenchEnv, bench_env
 from fencegate.bench.section import Section
@@ -101,6 +103,31 @@ async def run_all(names: list[str], *, quick: bool, quiet: bool, smoke: bool = F
     return sections
 
 
+def plot_sections(sections: Sequence[Section], directory: Path) -> list[Path]:
+    """`--plot`: a PNG bar chart of each benchmark's medians (matplotlib, headless, loaded only here)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for section in sections:
+        names = [f"{r.group}\n{r.name}" if r.group != section.name else r.name for r in section.results]
+        rates = [r.median_rate for r in section.results]
+        fig, ax = plt.subplots(figsize=(10, 0.5 + 0.45 * len(names)))
+        ax.barh(names, rates, color="#3b6ea5")
+        ax.invert_yaxis()
+        ax.set_xlabel("median per second (higher is better)")
+        ax.set_title(textwrap.fill(section.title, 100), fontsize=9)  # long titles say which workload is which
+        fig.tight_layout()
+        path = directory / f"{section.name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
 def run(args: argparse.Namespace) -> int:
     names = args.only or list(NAMES)
     for chatty in ("redis_lock", "kazoo", "pottery"):  # they log every acquire or script load at INFO
@@ -114,8 +141,6 @@ def run(args: argparse.Namespace) -> int:
         print("fencegate bench: stopped by SIGTERM; its servers were stopped", file=sys.stderr)
         return TERMINATED
     if args.plot is not None:
-        from fencegate.bench.plot import plot_sections
-
         for path in plot_sections(sections, args.plot):
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
