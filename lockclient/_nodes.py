@@ -16,16 +16,44 @@ from __future__ import annotations
 import functools
 from typing import TypeVar
 
-from lockclient._scripts import EXTEND, RELEASE
 from lockclient.config import TLSSettings
 from lockclient.errors import ConfigurationError
 from lockclient.transport.codec import Command, Script, pack
 from lockclient.transport.connection import Connection, Link, Push, Reply
 from lockclient.transport.endpoint import Endpoint, redact
 
-__all__ = ["PING", "Master", "extend", "release", "release_channel", "set_nx"]
+__all__ = ["EXTEND", "PING", "RELEASE", "Master", "extend", "release", "release_channel", "set_nx"]
 
 T = TypeVar("T")
+
+# The Lua scripts Redlock runs on every master. Release and extend must compare the owner's value and
+# act in one step on the server: a client-side GET followed by DEL could delete a key that expired and
+# was taken by someone else in between. Each one's header names its keys, arguments and reply; they
+# are sent with EVALSHA, and as EVAL on NOSCRIPT.
+
+# KEYS[1] lock key / ARGV[1] owner value / ARGV[2] release channel
+# returns 1 if the owner's key was deleted (waiters on ARGV[2] are told), 0 if absent or another owner's
+RELEASE = """\
+-- KEYS[1] lock key / ARGV[1] owner value / ARGV[2] release channel
+-- returns 1 if the owner's key was deleted (waiters are told), 0 if absent or another owner's
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+    redis.call("DEL", KEYS[1])
+    redis.call("PUBLISH", ARGV[2], ARGV[1])
+    return 1
+end
+return 0
+"""
+
+# KEYS[1] lock key / ARGV[1] owner value / ARGV[2] new time to live in ms
+# returns 1 if the owner's key now expires in ARGV[2] ms, 0 if absent or another owner's
+EXTEND = """\
+-- KEYS[1] lock key / ARGV[1] owner value / ARGV[2] new time to live in ms
+-- returns 1 if the owner's key now expires in ARGV[2] ms, 0 if absent or another owner's
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+    return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+return 0
+"""
 
 RELEASE_SCRIPT = Script(RELEASE)
 EXTEND_SCRIPT = Script(EXTEND)

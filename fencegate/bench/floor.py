@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import hiredis
 
 from fencegate.bench.runner import UnitOfWork
-from lockclient._scripts import RELEASE
+from lockclient._nodes import RELEASE
 from lockclient.transport.codec import Script, pack
 
 PING = b"*1\r\n$4\r\nPING\r\n"
