@@ -50,7 +50,7 @@ from fencegate.cli.errors import (
     report,
 )
 from fencegate.cli.parser import ENV_LOG_LEVEL, LOG_LEVELS, Parser, Version
-from fencegate.cli.termination import Terminated, terminated, termination_held
+from fencegate.cli.termination import Terminated, terminated, termination_held, until_terminated
 
 __all__ = [
     "COMMANDS",
@@ -78,6 +78,7 @@ __all__ = [
     "seconds_up_to",
     "settings_from",
     "termination_held",
+    "until_terminated",
 ]
 
 

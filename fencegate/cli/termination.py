@@ -5,12 +5,21 @@ every `finally` and `with` on the way out runs, and the servers the command
 started are stopped by PID. `termination_held` defers it over a step that
 must not be cut in half. One state for the whole process: `python -m
 fencegate.cli` imports this module as every command does.
+
+Inside an event loop, `until_terminated` makes SIGTERM cancel the run's task
+instead, so each cluster's `async with` unwinds and stops what it started.
+SIGINT cannot stand in for SIGTERM: a job started in the background by a
+non-interactive shell (CI, nohup) ignores SIGINT.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import signal
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class Terminated(BaseException):
@@ -45,3 +54,17 @@ def termination_held() -> Iterator[None]:
         if not _held and _pending:
             _pending = False
             raise Terminated
+
+
+async def until_terminated(main: Coroutine[Any, Any, T]) -> T:
+    """Run `main` in this task; SIGTERM cancels it (`asyncio.CancelledError` once its cleanup ran)."""
+    import asyncio  # here: `fencegate --help` loads no event loop
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await main
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
