@@ -11,7 +11,7 @@ from lockclient.protocols import TokenSource
 if TYPE_CHECKING:
     from gateway.admission import ClientLimiter, Drain
     from gateway.audit import AuditLog
-    from gateway.auth import ApiKey, ApiKeys
+    from gateway.auth import ApiKeys, Credentials
     from gateway.config import Settings
     from gateway.fencing import Fencer
     from gateway.metrics import Metrics
@@ -44,4 +44,4 @@ class RequestKeys:
     """The keys of per-request state, set by `client_middleware`."""
 
     client: web.RequestKey[str] = web.RequestKey("client")
-    api_key: web.RequestKey[ApiKey | None] = web.RequestKey("api_key")
+    credentials: web.RequestKey[Credentials] = web.RequestKey("credentials")

@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
+from gateway.fencing_token import token_or_none
 from gateway.metrics import Metrics
-from gateway.parsing import token_or_none
 from storage.errors import StorageError
 from storage.models import MAX_CLIENT_LENGTH, MAX_KEY_LENGTH, MAX_RESOURCE_LENGTH
 from storage.protocols import ObjectStore, Refused

@@ -28,8 +28,14 @@ wildcard it is not.
 "write" is needed by everything that can move a mark: PUT, DELETE and a
 fenced GET. "read" covers plain reads, listing and `/v1/fences`.
 
+`client_middleware` (`gateway.clients`) turns a request's credentials into
+`Credentials`: the key they name, or why they name none. The view asks it
+(`Credentials.authorize`) once it has read what the request names, so a
+malformed request is 400 whatever its credentials, and nothing costly (the
+body, the store) is touched for a caller without access.
+
 The prefixes also bound what a key sees: an answer names a resource only if
-`ApiKey.allows` it (`gateway.views`), so the resource a key in scope belongs
+`Credentials.shown` lets it (`gateway.views`, `gateway.middlewares`), so the resource a key in scope belongs
 to stays unnamed when it lies outside (docs/security.md, "What a key sees").
 """
 
@@ -46,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gateway.errors import BadSetting, MalformedRequest, NotAuthenticated, OutOfScope
+from gateway.errors import BadSetting, MalformedRequest, NotAuthenticated, OutOfScope, Refusal
 from lockclient.wire import KEY_PATTERN
 from storage.models import MAX_CLIENT_LENGTH
 
@@ -306,3 +312,37 @@ class ApiKeys:
                     f"API key {key.name!r} is not allowed on {name!r}; its prefixes are {list(key.prefixes)}",
                     fields={"name": name},
                 )
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What a request's credentials came to: the key they name, or the refusal that says why none.
+
+    `open`: the gateway has no keys, and every request may do anything. A request with two
+    `Authorization` headers carries its refusal (400) even when the first names a key.
+    """
+
+    key: ApiKey | None = None
+    refusal: Refusal | None = None
+    open: bool = False
+
+    def authorize(self, *names: str, access: Access) -> None:
+        """Nothing on an open gateway; else the refusal, or 403 unless the key has `access` on every
+        name (resource, key, prefix)."""
+        if self.open:
+            return
+        if self.refusal is not None:
+            raise self.refusal
+        if self.key is None:  # no refusal was found for it: still no access
+            raise NotAuthenticated("send the API key as `Authorization: Bearer <key>`")
+        ApiKeys.require(self.key, *names, access=access)
+
+    def shown(self, name: str) -> str | None:
+        """`name` if the caller may see it: its key's scope covers it (as if the caller had named it
+        itself), or the gateway is open; else None."""
+        if self.open or (self.key is not None and self.key.allows(name)):
+            return name
+        return None
+
+
+OPEN = Credentials(open=True)

@@ -4,7 +4,8 @@ A client is its API key's name when keys are configured and the request
 presents a valid one (or, with mutual TLS and no bearer key, its client
 certificate names one), otherwise its certificate's name (`cert:<CN>`) or
 its peer address. The identity is computed
-once per request by `client_middleware` (the views reuse the key it found),
+once per request by `client_middleware` (the views authorize with the
+`Credentials` it found),
 names the client in the audit trail and in idempotency records, and is what
 the per-client cap (`admission.ClientLimiter`) counts. Probes (`/healthz`,
 `/readyz`, `/metrics`) are not counted: a load balancer behind one address
@@ -28,8 +29,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.app_keys import AppKeys, RequestKeys
-from gateway.auth import ApiKey
+from gateway.auth import OPEN, ApiKey, Credentials
 from gateway.errors import MalformedRequest, NotAuthenticated
+from gateway.parsing import one_value
 from gateway.tls import peer_name
 from storage.models import MAX_CLIENT_LENGTH
 
@@ -42,7 +44,8 @@ def _identify(request: web.Request) -> tuple[str, ApiKey | None]:
     api_keys = request.app[AppKeys.api_keys]
     header = request.headers.get("Authorization")
     if api_keys is not None and header is not None:
-        # A wrong or listed key is refused by the view (`_authorize`), which knows what the route needs.
+        # A wrong or listed key is refused by the view (`Credentials.authorize`), which knows what the
+        # route needs.
         with contextlib.suppress(NotAuthenticated, MalformedRequest):
             key = api_keys.identify(header)
             return f"key:{key.name}", key
@@ -55,6 +58,26 @@ def _identify(request: web.Request) -> tuple[str, ApiKey | None]:
     if request.path not in PROBES:  # a probe is answered whoever asks, and names no client anywhere
         _check_subject(subject)
     return f"{CERT}{subject}", None
+
+
+def _credentials(request: web.Request, client: str, key: ApiKey | None) -> Credentials:
+    """The key `_identify` found, or why the credentials name none: the view raises that only where its
+    route needs a key, after the request's own 400s."""
+    api_keys = request.app[AppKeys.api_keys]
+    if api_keys is None:
+        return OPEN
+    try:
+        header = one_value(request.headers, "Authorization")  # a proxy must not check another one
+        if key is None:  # identify again for the precise 401 message
+            if header is None and client.startswith(CERT):
+                raise NotAuthenticated(
+                    f"the client certificate's subject CN {client[len(CERT) :]!r} names no API key; add one "
+                    "with `fencegate keys add NAME` named after it, or send `Authorization: Bearer <key>`"
+                )
+            key = api_keys.identify(header)
+    except (NotAuthenticated, MalformedRequest) as exc:
+        return Credentials(key=key, refusal=exc)
+    return Credentials(key=key)
 
 
 def _check_subject(subject: str) -> None:
@@ -71,10 +94,10 @@ def _check_subject(subject: str) -> None:
 
 @web.middleware
 async def client_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Name the client (`RequestKeys.client`, `RequestKeys.api_key`) and hold one of its slots."""
+    """Name the client (`RequestKeys.client`, `RequestKeys.credentials`) and hold one of its slots."""
     client, key = _identify(request)
     request[RequestKeys.client] = client
-    request[RequestKeys.api_key] = key
+    request[RequestKeys.credentials] = _credentials(request, client, key)
     if request.path in PROBES:
         return await handler(request)
     # Plain calls rather than context managers: this runs on every request.

@@ -23,7 +23,7 @@ One write, decided here for every transport:
    was applied: each send failed its precondition).
 
 A client that read the object may pass its own precondition (`If-Match` on
-the ETag its read answered, `*`, or `If-None-Match: *`; gateway.preconditions):
+the ETag its read answered, `*`, or `If-None-Match: *`; gateway.parsing):
 after step 2 it must hold for the version, or the answer is 412
 `precondition_failed` with nothing sent (a version from the cache is read
 again first). The send is then on the client's ETag, and after a store 412

@@ -10,7 +10,8 @@ outcome is 503 (never 2xx), and each refusal is logged as one JSON object
 (resource, token, highest, client) for operators. An unknown route or a
 method a path does not take is answered like every other error, with a
 `detail` that says what exists (and, for 405, the `Allow` header of RFC
-9110).
+9110). A key bound to a resource outside the caller's scope is refused
+without that resource's name (`HiddenBinding`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.app_keys import AppKeys, RequestKeys
-from gateway.errors import Refusal
+from gateway.errors import HiddenBinding, Refusal
 from lockclient.wire import IDEMPOTENCY_KEY_REUSED, RESOURCE_MISMATCH, STALE_TOKEN
 from storage.errors import (
     BelowMark,
@@ -82,6 +83,8 @@ RETRY_AFTER = "1"  # seconds a client told 429 should wait
 
 def _refused(request: web.Request, exc: BaseException) -> web.Response:
     """The JSON answer to `exc`, logged, and queued for the audit trail unless already in it."""
+    if isinstance(exc, BoundElsewhere):
+        exc = _in_scope(request, exc)
     status, body = _answer(request, exc)
     headers: dict[str, str] = {}
     if status >= 500:
@@ -98,6 +101,25 @@ def _refused(request: web.Request, exc: BaseException) -> web.Response:
         client = request.get(RequestKeys.client) or f"ip:{request.remote}"
         request.app[AppKeys.audit].refused(request, client, status, body)
     return web.json_response(body, status=status, headers=headers)
+
+
+def _in_scope(request: web.Request, exc: BoundElsewhere) -> BoundElsewhere | HiddenBinding:
+    """`exc` as it is if the caller may see the resource the key belongs to; else `HiddenBinding`: the
+    same answer without that resource's name."""
+    credentials = request.get(RequestKeys.credentials)
+    if credentials is not None and credentials.shown(exc.bound) is not None:
+        return exc
+    name = "" if credentials is None or credentials.key is None else credentials.key.name
+    hidden = HiddenBinding(
+        f"key {exc.key!r} belongs to another resource than {exc.resource!r}, one outside the prefixes of "
+        f"API key {name!r}, so it is not named here: a key is fenced by the mark of its "
+        "own resource only and never moves to another one (not even after a delete); write it with a "
+        "key whose scope covers its resource, sending that resource's name and a token of its lock, or "
+        "ask the operator which resource it belongs to",
+        fields={"key": exc.key, "resource": exc.resource, "object_resource": None},
+    )
+    hidden.__cause__ = exc
+    return hidden
 
 
 def _server_error_body(body: dict[str, object]) -> dict[str, object]:

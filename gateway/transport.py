@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.errors import UpstreamFailed
-from gateway.parsing import MAX_TOKEN, token_or_none
+from gateway.fencing_token import token_or_none
+from lockclient.wire import MAX_TOKEN
 from storage.models import DEFAULT_CONTENT_TYPE
 
 # The user metadata every object written through the gateway carries (x-amz-meta-* on S3).

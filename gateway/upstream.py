@@ -23,7 +23,7 @@ down.
 
 A GET's `Fencing-Token` (the writer's token, as the upstream states it) is
 passed on only if the gateway would accept it from a client: one header, a
-decimal integer in 1..2**63-1 (`gateway.parsing.token_or_none`). Anything
+decimal integer in 1..2**63-1 (`gateway.fencing_token.token_or_none`). Anything
 else is 502 `upstream_failed`, the value in the log only: a client must not
 take a token the gateway itself would refuse for one it vouches for.
 
@@ -49,7 +49,8 @@ import aiohttp
 from multidict import CIMultiDict
 
 from gateway.errors import NotSupported, Unavailable, UpstreamFailed, UpstreamTimeout
-from gateway.parsing import MAX_TOKEN, token_or_none
+from gateway.fencing_token import token_or_none
+from lockclient.wire import MAX_TOKEN
 from storage.errors import ObjectNotFound
 from storage.fenced import digest_of
 from storage.protocols import Caller, FencedRequest, ObjectData, ObjectMeta, ObjectStore, Refused

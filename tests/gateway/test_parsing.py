@@ -7,16 +7,9 @@ import re
 import pytest
 
 from gateway.errors import MalformedRequest, TokenRequired
-from gateway.parsing import (
-    MAX_LIST_LIMIT,
-    parse_decimal,
-    parse_key,
-    parse_limit,
-    parse_resource,
-    parse_token,
-    token_or_none,
-)
-from lockclient.wire import MAX_TOKEN, TOKEN_PATTERN
+from gateway.fencing_token import parse_token, token_or_none
+from gateway.parsing import MAX_LIST_LIMIT, parse_key, parse_limit, parse_resource
+from lockclient.wire import MAX_TOKEN, TOKEN_PATTERN, parse_decimal
 
 
 @pytest.mark.parametrize("key", ["a/../b", "./a", "..", ".", "/a", "a\\b", "a\x00b", "a\nb"])
