@@ -79,9 +79,9 @@ from gateway.transport import (
     TOMBSTONE,
     TOMBSTONE_PREFIX,
     Listed,
-    PreconditionFailed,
     Transport,
     Version,
+    VersionChanged,
 )
 from gateway.upstream import ResourceLocks
 from storage.errors import BelowMark, BoundElsewhere, ObjectNotFound
@@ -210,7 +210,7 @@ class ConditionalStore(ObjectStore):
                     key, data, content_type=content_type, metadata=metadata,
                     match=None if current is None else current.etag,
                 )  # fmt: skip
-            except PreconditionFailed:
+            except VersionChanged:
                 self._metrics.precondition_failures.inc()
                 self._cache.pop(key, None)
                 current, trips = await self._head(key), trips + 1

@@ -4,7 +4,7 @@
 algorithm as the S3 mode (`gateway.conditional.ConditionalStore`) over this
 transport. A write is `PUT` with `If-Match: <strong ETag>` of the version the
 gateway compared against, or `If-None-Match: *` for a key that holds
-nothing; the upstream's 412 is `PreconditionFailed`. The upstream must give
+nothing; the upstream's 412 is `VersionChanged`. The upstream must give
 a strong ETag in the answer to every PUT, HEAD and GET (RFC 9110 8.8.3): a
 weak one (`W/"..."`) names a class of representations, not one version, so
 it is never sent as `If-Match` on a write, and the probe refuses an upstream
@@ -49,8 +49,8 @@ from gateway.transport import (
     TOMBSTONE_PREFIX,
     TOMBSTONE_SIZE,
     Listed,
-    PreconditionFailed,
     Version,
+    VersionChanged,
 )
 from storage.models import DEFAULT_CONTENT_TYPE, MAX_ETAG_LENGTH
 from storage.sql import SqlObjectStore
@@ -179,7 +179,7 @@ class HttpTransport:
             raise
         if status == 412:
             await forget(self._engine, row)
-            raise PreconditionFailed(key)
+            raise VersionChanged(key)
         if not 200 <= status < 300:
             raise self._failed("PUT", key, status)  # the row stays: what the upstream did is unknown
         etag = self._etag("PUT", key, answer)
@@ -191,7 +191,7 @@ class HttpTransport:
             "DELETE", key, headers={"If-Match": match} if self._conditional else {}
         )
         if status == 412:
-            raise PreconditionFailed(key)
+            raise VersionChanged(key)
         if not (200 <= status < 300 or status == 404):
             raise self._failed("DELETE", key, status)
 

@@ -32,7 +32,7 @@ from collections.abc import Awaitable
 from dataclasses import asdict, dataclass
 
 from gateway.errors import BadSetting, Refusal, UpstreamTimeout
-from gateway.transport import RESOURCE, SCRATCH_PREFIX, TOKEN, PreconditionFailed, Transport
+from gateway.transport import RESOURCE, SCRATCH_PREFIX, TOKEN, Transport, VersionChanged
 
 CONCURRENT = 32  # PUTs sent at once on one ETag
 PROBE_TOKEN, PROBE_RESOURCE = 1, "fencegate-probe"
@@ -88,7 +88,7 @@ def _metadata(n: int) -> dict[str, str]:
 async def _refused(write: Awaitable[object]) -> bool:
     try:
         await write
-    except PreconditionFailed:
+    except VersionChanged:
         return True
     return False
 
@@ -136,7 +136,7 @@ async def _run(transport: Transport, key: str, checks: list[Check]) -> None:
         )
         won = [r for r in results if isinstance(r, str)]
         unknown = [r for r in results if isinstance(r, UpstreamTimeout)]
-        errors = [r for r in results if not isinstance(r, str | PreconditionFailed | UpstreamTimeout)]
+        errors = [r for r in results if not isinstance(r, str | VersionChanged | UpstreamTimeout)]
         if errors:
             raise errors[0]
         now = await transport.head(key)
@@ -157,7 +157,7 @@ async def _run(transport: Transport, key: str, checks: list[Check]) -> None:
         )  # fmt: skip
     except Refusal as exc:
         add(_next_check(checks), False, f"the store's answer: {exc.code} ({exc.status})")
-    except PreconditionFailed:
+    except VersionChanged:
         add(_next_check(checks), False, "a write the store had no reason to refuse was refused (412)")
 
 
@@ -179,5 +179,5 @@ async def _clean(transport: Transport, key: str) -> None:
         found = await transport.head(key)
         if found is not None:
             await transport.delete_if(key, match=found.etag)
-    except (Refusal, PreconditionFailed):
+    except (Refusal, VersionChanged):
         pass

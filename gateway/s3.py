@@ -8,7 +8,7 @@ No region anywhere means us-east-1, which S3-compatible stores accept.
 
 Every driver error is mapped once, in `_mapped`, to the gateway's: 412 (and
 409 ConditionalRequestConflict, AWS's answer to a race) is
-`PreconditionFailed`; 503 or a connection that could not be made is 503
+`VersionChanged`; 503 or a connection that could not be made is 503
 `upstream_unavailable` (nothing was applied); no answer in `timeout`, or a
 connection that failed once made, is 504 `upstream_timeout` (the outcome
 is unknown: SeaweedFS, for one, leaves some of many concurrent conditional
@@ -41,7 +41,7 @@ from botocore.handlers import add_expect_header
 
 from gateway.errors import BadSetting, Refusal, Unavailable, UpstreamFailed, UpstreamTimeout
 from gateway.s3url import S3Location
-from gateway.transport import Listed, PreconditionFailed, Version, version_of
+from gateway.transport import Listed, Version, VersionChanged, version_of
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client
@@ -172,7 +172,7 @@ class S3Transport:
             if code == "NoSuchBucket" or (status == 404 and method == "HEAD" and not key):
                 raise _Missing from None
             if status == 412 or code in _RACE_CODES:
-                raise PreconditionFailed(f"{method} {key!r}: {code or status}") from None
+                raise VersionChanged(f"{method} {key!r}: {code or status}") from None
             fields["upstream_status"] = str(status)
             if status == 503:
                 raise Unavailable(

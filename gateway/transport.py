@@ -4,7 +4,7 @@ Kept apart from the algorithm (`gateway.conditional`) so a driver
 (`gateway.s3`, `gateway.http_transport`) and the probe that checks one
 (`gateway.probe`) depend only on this contract: four calls and a listing,
 the `Version` they answer, the metadata every object written through the
-gateway carries, and `PreconditionFailed` for a write the store refused.
+gateway carries, and `VersionChanged` for a write the store refused.
 
 A transport maps its driver's errors to the gateway's: 502 garbage, 503
 unreachable, 504 no answer in time (outcome unknown, so the algorithm drops
@@ -30,7 +30,7 @@ TOMBSTONE_SIZE = len(TOMBSTONE_PREFIX) + 32  # the prefix and 16 random bytes in
 SCRATCH_PREFIX = ".fencegate-probe/"  # the probe's scratch keys (gateway.probe), never listed
 
 
-class PreconditionFailed(Exception):
+class VersionChanged(Exception):
     """The store refused a conditional write: the version it was conditional on is no longer there."""
 
 
@@ -77,10 +77,10 @@ class Transport(Protocol):
         self, key: str, data: bytes, *, content_type: str, metadata: Mapping[str, str], match: str | None
     ) -> str:
         """Write if the current ETag is `match` (None: only if the key holds nothing); the new ETag.
-        PreconditionFailed if not."""
+        VersionChanged if not."""
 
     async def delete_if(self, key: str, *, match: str) -> None:
-        """Remove the key if its current ETag is `match` (the probe's check); PreconditionFailed if not."""
+        """Remove the key if its current ETag is `match` (the probe's check); VersionChanged if not."""
 
     async def list(self, prefix: str, *, after: str, limit: int) -> list[Listed]:
         """Up to `limit` keys under `prefix` after `after`, in order."""

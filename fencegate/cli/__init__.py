@@ -49,7 +49,7 @@ from fencegate.cli.errors import (
     masked,
     report,
 )
-from fencegate.cli.parser import ENV_LOG_LEVEL, LOG_LEVELS, Parser, Version
+from fencegate.cli.parser import ENV_LOG_LEVEL, LOG_LEVELS, Parser, PrintVersion
 from fencegate.cli.termination import Terminated, terminated, termination_held, until_terminated
 
 __all__ = [
@@ -118,7 +118,7 @@ def build_parser(load: Sequence[str] | None = None) -> Parser:
         "  fencegate serve --help\n\nexit codes (every command): 0 yes, 1 no (a check failed), 2 the "
         "request is wrong, 3 the machine or a service is in the way, 4 not finished; see docs/cli.md",
     )
-    parser.add_argument("--version", action=Version, help="print the installed version and exit")
+    parser.add_argument("--version", action=PrintVersion, help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         child = sub.add_parser(command.name, help=command.summary, description=command.summary)

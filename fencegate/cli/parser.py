@@ -92,7 +92,7 @@ class Parser(argparse.ArgumentParser):
         )
 
 
-class Version(argparse.Action):
+class PrintVersion(argparse.Action):
     """`--version`: read from the installed distribution only when asked."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:

@@ -317,3 +317,23 @@ async def test_credentials_are_checked_before_the_token(make_client: MakeClient,
     client = await make_client(api_keys=keys_file)
     status, body = await put(client, "bill/1", b"x", None)
     assert (status, body["error"]) == (401, "unauthorized")
+    status, body = await put(client, "bill/1", b"x", "007", Authorization="Bearer wrong")
+    assert (status, body["error"]) == (401, "unauthorized")
+    status, body = await put(client, "payroll/1", b"x", "x", Authorization="Bearer s3cret")
+    assert (status, body["error"]) == (403, "forbidden")
+
+
+@pytest.mark.parametrize(
+    "header",
+    [{"Content-Type": "text"}, {"If-Match": 'W/"1"'}, {"Idempotency-Key": "a b"}],
+    ids=["content-type", "if-match", "idempotency-key"],
+)
+async def test_a_malformed_write_header_is_400_whatever_the_credentials(
+    make_client: MakeClient, keys_file: Path, header: dict[str, str]
+) -> None:
+    client = await make_client(api_keys=keys_file)
+    for credentials in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer s3cret"}):
+        status, body = await put(client, "bill/1", b"x", 1, **header, **credentials)
+        assert (status, body["error"]) == (400, "bad_request"), credentials
+    status, body = await put(client, "bill/1", b"x", 1, Authorization="Bearer s3cret")
+    assert status == 201  # the key was never refused: only the header

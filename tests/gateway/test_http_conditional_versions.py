@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.contexts import migrate_storage
 from gateway.http_transport import HttpTransport
 from gateway.storage_tls import open_storage
-from gateway.transport import RESOURCE, TOKEN, PreconditionFailed
+from gateway.transport import RESOURCE, TOKEN, VersionChanged
 from storage.models import UpstreamVersion
 from storage.upstream_versions import Recorded, forget, intend, lookup, record
 from tests.gateway.etag_upstream import started
@@ -78,7 +78,7 @@ async def test_a_write_around_the_gateway_is_taken_to_carry_the_highest_recorded
         written = await transport.head("k")
         assert written is not None
         assert (written.etag, written.token, written.resource) == (etag, 5, "r")
-        with pytest.raises(PreconditionFailed):
+        with pytest.raises(VersionChanged):
             await transport.put_if("k", b"again", content_type="text/plain", metadata=meta, match=None)
         async with session.put(f"{url}/k", data=b"around the gateway") as answer:
             assert answer.status == 200

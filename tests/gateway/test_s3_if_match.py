@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from fencegate.lab.faults.proxy import DelayProxy
-from gateway.transport import REQUEST, PreconditionFailed
+from gateway.transport import REQUEST, VersionChanged
 from lockclient import SQLiteTokens
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.gateway.ifmatch_support import (
@@ -198,7 +198,7 @@ async def test_an_if_match_write_with_an_idempotency_key_is_replayed_as_first_an
 
 
 async def _again(a: AppClient, late: Late) -> None:
-    """The held write delivered once more as A sent it (module docstring); PreconditionFailed if the
+    """The held write delivered once more as A sent it (module docstring); VersionChanged if the
     store refuses it."""
     await transport_of(a).put_if(late.key, late.data, **late.options)
 
@@ -218,7 +218,7 @@ async def test_a_stale_if_match_write_answered_504_and_landing_after_a_newer_one
     a, b = await _pair(make_client, s3_store, s3_prefix, tmp_path, proxy, upstream_timeout=TIMEOUT)
     late, stale = await overtaken(a, b, proxy, monkeypatch, "/v1/objects/x")
     await release(proxy, late, _answered(proxy), "the store answering the held write")
-    with pytest.raises(PreconditionFailed):
+    with pytest.raises(VersionChanged):
         await _again(a, late)
     assert await _holds(s3_store, s3_prefix + "x") == b"v6"
     await stale_everywhere((a, b), "/v1/objects/x", late, stale)  # A's mark never saw 6: the store's token

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gateway.app_keys import AppKeys
-from gateway.transport import TOMBSTONE, PreconditionFailed
+from gateway.transport import TOMBSTONE, VersionChanged
 from tests.gateway.conftest import AppClient, MakeClient
 from tests.gateway.s3_support import direct_client, held
 
@@ -110,9 +110,9 @@ async def test_a_delete_leaves_a_tombstone_that_a_held_older_write_cannot_get_pa
     assert (stone.metadata[TOMBSTONE], stone.token) == ("1", 6)
     # writes sent before the delete and held on the path: a create, and one on the old version
     meta = {"fencing-token": "5", "fencing-resource": "k"}
-    with pytest.raises(PreconditionFailed):
+    with pytest.raises(VersionChanged):
         await transport.put_if("k", b"held", content_type="text/plain", metadata=meta, match=None)
-    with pytest.raises(PreconditionFailed):
+    with pytest.raises(VersionChanged):
         await transport.put_if("k", b"held", content_type="text/plain", metadata=meta, match=before.etag)
     stale = await gateway.put("/v1/objects/k", data=b"v5", headers={"Fencing-Token": "5"})
     assert stale.status == 409

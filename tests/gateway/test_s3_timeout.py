@@ -21,7 +21,7 @@ import pytest
 from fencegate.lab.cluster import LocalCluster
 from gateway import create_app
 from gateway.app_keys import AppKeys
-from gateway.transport import PreconditionFailed
+from gateway.transport import VersionChanged
 from tests.gateway.conftest import AppClient
 from tests.gateway.s3_support import (
     delayed_path,
@@ -78,7 +78,7 @@ async def test_a_write_answered_504_that_lands_late_does_not_overwrite_the_newer
             "doc", b"v5-stale", content_type="application/octet-stream", metadata=metadata, match=checked.etag
         )
         if conditional:
-            with pytest.raises(PreconditionFailed):
+            with pytest.raises(VersionChanged):
                 await late_write
         else:
             await late_write
