@@ -1,7 +1,7 @@
 """The wire rules of the gateway's HTTP API: one home, read by the client and the gateway alike.
 
-The gateway (`gateway.parsing`, `gateway.openapi`) refuses what breaks them
-with a 400; the client (`GatewayClient`, `lockclient.sql`) refuses to send
+The gateway (`gateway.parsing`, `gateway.fencing_token`, `gateway.openapi`)
+refuses what breaks them with a 400; the client (`GatewayClient`, `lockclient.sql`) refuses to send
 it (`ConfigurationError`, nothing sent). One definition, so the two cannot
 drift: what the client sends, the gateway reads.
 
