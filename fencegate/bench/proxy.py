@@ -19,7 +19,7 @@ Every write carries one token (equal tokens pass), and every key is written
 once through its case before the timing, so each replica's cache knows the
 version it last wrote: the common case, one request to the store per write
 (`fencegate_upstream_round_trips` on each replica's /metrics, read before
-and after the timed runs, gives the figure). The goal (issue 35) is each
+and after the timed runs, gives the figure). The goal is each
 replica case >= 0.7x the direct rate; beside it the bench prints, from the
 same runs, the CPU each case spends per write (this process, the replicas,
 weed, PostgreSQL), in all and part by part: where the two cores are the
@@ -66,7 +66,7 @@ WRITERS = 16
 KEYS_PER_WRITER = 16
 BODY = b"x" * 1024
 FENCE_TOKEN = 1  # every write's token: equal tokens pass, so no case is refused
-GOAL = 0.7  # issue 35: fenced PUTs through the gateway >= 0.7x the same PUTs straight to the store
+GOAL = 0.7  # fenced PUTs through the gateway >= 0.7x the same PUTs straight to the store
 DIRECT, ONE, TWO = "direct", "1 replica", "2 replicas"
 CASES = (DIRECT, ONE, TWO)
 ROUND_TRIPS = re.compile(r"^fencegate_upstream_round_trips_(sum|count) (\S+)$", re.MULTILINE)

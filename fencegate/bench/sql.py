@@ -14,7 +14,7 @@ alternately, run by run:
 Every write carries the same token (equal tokens pass), so nothing is
 refused and each case commits the same transactions: what differs is the
 fence's one statement on the mark's row, the call's round trip or the
-trigger's upsert. The goal (issue 36) is each fenced case >= 0.8x the
+trigger's upsert. The goal is each fenced case >= 0.8x the
 unfenced rate, per database, as same-run pairs. Beside each goal the bench
 prints, from the same runs, the CPU each case spends per transaction (this
 process, where SQLite runs too, plus PostgreSQL's processes): where the
@@ -43,7 +43,7 @@ from storage.engine import open_engine
 
 WRITERS = 16
 RESOURCES = 1024
-GOAL = 0.8  # issue 36: a fenced UPDATE >= 0.8x the same UPDATE unfenced
+GOAL = 0.8  # a fenced UPDATE >= 0.8x the same UPDATE unfenced
 TOKEN = 1  # every write's token: equal tokens pass, so no case is refused
 WARMUP = 4  # transactions per writer before a case's first timed run (connections, prepared statements)
 UNFENCED, CALL, TRIGGER = "unfenced", "fence()", "trigger"

@@ -21,7 +21,7 @@ from fencegate.bench.section import Goal, Section
 IN_FLIGHT = 16
 SOURCES = ("sqlite", "postgres", "zookeeper", "etcd")
 DISTINCT = ("zookeeper", "etcd")  # sources whose requests batch distinct resources only
-GOAL = ("postgres", 2.0)  # issue 19: PostgreSQL, 16 in flight >= 2x one at a time
+GOAL = ("postgres", 2.0)  # PostgreSQL, 16 in flight >= 2x one at a time
 
 
 def _cases() -> list[tuple[str, int, int]]:

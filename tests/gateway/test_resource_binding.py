@@ -145,7 +145,7 @@ async def test_the_content_type_a_writer_sent_comes_back(client: AppClient, ns: 
 async def test_the_three_requests_a_delete_and_a_recreate_across_two_replicas(
     replicas: list[str], ns: str
 ) -> None:
-    """The issue's requests, each sent to the other replica than the one before."""
+    """A write, a delete and a recreate, each sent to the other replica than the one before."""
     key, lock, other = f"{ns}/mix/42", f"{ns}/mix", f"{ns}/other"
     async with aiohttp.ClientSession() as session:
 

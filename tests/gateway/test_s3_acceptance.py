@@ -1,4 +1,4 @@
-"""Issue 35's acceptance: two replicas, one delayed path, what SeaweedFS itself finally holds.
+"""The proxy's promise on real SeaweedFS: two replicas, one delayed path, what SeaweedFS itself finally holds.
 
 Two `fencegate serve` processes on one real PostgreSQL in front of one real
 SeaweedFS; replica A reaches the store through the lab's `DelayProxy`, held

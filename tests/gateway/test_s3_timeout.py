@@ -1,4 +1,4 @@
-"""Issue 35's timeout case on real SeaweedFS: a write answered 504 lands late and fails its precondition.
+"""The timeout case on real SeaweedFS: a write answered 504 lands late and fails its precondition.
 
 One gateway, `--upstream-timeout 0.5`, its path to the store through the
 lab's `DelayProxy`: token 5's write is held 1.5 s on the path (504), token 6

@@ -103,7 +103,7 @@ def test_the_unconditional_proxy_ends_with_a_stale_write_over_an_acknowledged_on
 def test_without_a_timeout_both_writes_are_answered_201_and_the_store_keeps_the_older(
     search_cache: Cache,
 ) -> None:
-    """The issue's first run: token 5 held on replica A's path, token 6 through B, both 201."""
+    """The measured deployment: token 5 held on replica A's path, token 6 through B, both 201."""
     argv = ["--variant", "proxy-trust-path", "--property", "acked-durable", "--pauses", "0"]
     [result] = run_checks(parse_check_args(argv), search_cache)
     trail = counterexample(result)

@@ -8,6 +8,7 @@ lease, so whatever goes wrong is the lock's fault, not the holder's.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from fencegate.lab.errors import FaultError
 from fencegate.lab.faults.nodes import crash_restart
@@ -16,9 +17,34 @@ from fencegate.lab.runner import Checkpoint, ClientProcess
 from fencegate.lab.scenarios.stage import CHALLENGER_WAIT, HOLDER, Scenario, Stage
 
 HOLD_LONG = 3600.0  # the delayed write is held until the challenger has written, then let through
+PATH_HOLDS = "replica A's path to the store holds it"
 JUMP_TTLS = 10  # a clock jump of this many TTLs expires every key the node holds
 DOWN_TTLS = 1.5  # the delayed restart keeps the node out this many TTLs (longer than any lease it knew)
 SKEW_TTLS = 2.0  # the challenger's clock runs this far ahead: more than a TTL, so a fresh lease looks expired
+
+
+def _hold_until_challenger_wrote(
+    stage: Stage,
+    holder: ClientProcess,
+    at: Checkpoint,
+    hold: Callable[[float], None],
+    *,
+    held: str,
+    delivered: str,
+) -> None:
+    """Hold the holder's write (`hold(HOLD_LONG)`) until the challenger's write was answered, then let it
+    through: the late delivery runs in the background, each step noted on the timeline."""
+    hold(HOLD_LONG)
+    stage.runner.note("fault", holder.name, held, lease=at.lease)
+
+    async def deliver_late() -> None:
+        try:
+            await stage.challenger_wrote()
+        finally:
+            hold(0)
+            stage.runner.note("fault", holder.name, delivered, lease=at.lease)
+
+    stage.runner.background(deliver_late())
 
 
 class Pause(Scenario):
@@ -42,22 +68,15 @@ class Delay(Scenario):
 
     async def after_read(self, stage: Stage, holder: ClientProcess, at: Checkpoint) -> None:
         proxy = stage.proxies[holder.name]
-        proxy.hold(HOLD_LONG)
-        stage.runner.note("fault", holder.name, "network holds the write", lease=at.lease)
-
-        async def deliver_late() -> None:
-            try:
-                await stage.challenger_wrote()
-            finally:
-                proxy.hold(0)
-                stage.runner.note("fault", holder.name, "held write delivered", lease=at.lease)
-
-        stage.runner.background(deliver_late())
+        _hold_until_challenger_wrote(
+            stage, holder, at, proxy.hold, held="network holds the write", delivered="held write delivered"
+        )
 
 
 class ProxyDelay(Scenario):
-    """Issue 35's deployment: the holder's write passes its replica's fence in time, then sits on the
-    path from that replica to the store until another client wrote through the other replica."""
+    """Two gateway replicas in front of one S3 store: the holder's write passes its replica's fence in
+    time, then sits on the path from that replica to the store until another client wrote through the
+    other replica."""
 
     name = "proxy-delay"
     summary = (
@@ -69,17 +88,9 @@ class ProxyDelay(Scenario):
         path = stage.path
         if path is None:
             raise FaultError(f"{self.name} holds a replica's path to its store: run it on an s3 store")
-        path.hold_path(HOLD_LONG)
-        stage.runner.note("fault", holder.name, "replica A's path to the store holds it", lease=at.lease)
-
-        async def deliver_late() -> None:
-            try:
-                await stage.challenger_wrote()
-            finally:
-                path.hold_path(0)
-                stage.runner.note("fault", holder.name, "held write delivered to the store", lease=at.lease)
-
-        stage.runner.background(deliver_late())
+        _hold_until_challenger_wrote(
+            stage, holder, at, path.hold_path, held=PATH_HOLDS, delivered="held write delivered to the store"
+        )
 
 
 class ProxyDelete(Scenario):
@@ -103,7 +114,7 @@ class ProxyDelete(Scenario):
         if path is None:
             raise FaultError(f"{self.name} holds a replica's path to its store: run it on an s3 store")
         path.hold_path(HOLD_LONG)
-        stage.runner.note("fault", holder.name, "replica A's path to the store holds it", lease=at.lease)
+        stage.runner.note("fault", holder.name, PATH_HOLDS, lease=at.lease)
         gate = stage.challengers_wait = asyncio.Event()
 
         async def delete_then_deliver() -> None:
