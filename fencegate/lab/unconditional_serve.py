@@ -1,4 +1,4 @@
-"""`fencegate serve` whose s3:// upstream gets every write without preconditions: the lab's control.
+"""`fencegate serve` whose upstream gets every write without preconditions: the lab's and tests' control.
 
 `python -m fencegate.lab.unconditional_serve serve ARGS` is `fencegate serve
 ARGS` with the app's `s3_conditional` set False, so the proxy forwards each
@@ -7,7 +7,9 @@ write the gateway's own fence accepted as the unconditional proxy does: no
 SeaweedFS and the same replicas as the conditional rows, with only the
 store's compare-and-swap taken away, so the `proxy-delay` scenario's
 `s3-unconditional` row shows what that compare-and-swap buys (there is no
-command-line flag for it: a user cannot run it by mistake).
+command-line flag for it: a user cannot run it by mistake). The race tests run
+their workload through it too, s3 and conditional http(s) alike, and must
+find a violation: proof that their check sees what it guards.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ HOLD, GAP = 0.4, 0.3  # seconds replica A's path is held, then let go, over and 
 UPSTREAM_TIMEOUT = 10.0  # well past HOLD: the held writes are answered, not timed out
 # the gateway under test (`safe`), and the control whose writes carry no preconditions: it must be caught
 SAFE_OR_CONTROL = pytest.mark.parametrize(
-    ("module", "safe"), [("fencegate.cli", True), ("tests.gateway.unconditional_serve", False)],
+    ("module", "safe"), [("fencegate.cli", True), ("fencegate.lab.unconditional_serve", False)],
     ids=["conditional", "control-without-preconditions"],
 )  # fmt: skip
 _LISTENING = re.compile(r"listening on (http://\S+)")
@@ -84,7 +84,7 @@ class Replica:
 
         with self.log.open("ab") as out:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", self.module, *([] if self.module != "fencegate.cli" else ["serve"]),
+                sys.executable, "-m", self.module, "serve",
                 "--port", "0", *self.args, stdout=out, stderr=out, env={**os.environ, **self.env},
             )  # fmt: skip
 

@@ -14,7 +14,7 @@ bytes, or a tombstone for a delete).
 The race itself is `tests.gateway.race_support`'s; this file reads the
 upstream and judges what it holds. The control runs the same workload
 through replicas whose writes carry no preconditions
-(`tests.gateway.unconditional_serve`): it must be caught.
+(`fencegate.lab.unconditional_serve`): it must be caught.
 """
 
 from __future__ import annotations

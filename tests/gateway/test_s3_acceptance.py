@@ -14,7 +14,7 @@ token answered 2xx for a key is what the key finally holds, bytes and all
 The race itself is `tests.gateway.race_support`'s; this file reads the
 store (a HEAD for the watch, the objects at the end) and judges what it
 holds. The control runs the same workload through replicas whose writes
-carry no preconditions (`tests.gateway.unconditional_serve`): it must be
+carry no preconditions (`fencegate.lab.unconditional_serve`): it must be
 caught.
 """
 
