@@ -52,6 +52,7 @@ from gateway.transport import (
     Version,
     VersionChanged,
 )
+from gateway.upstream import failure
 from storage.models import DEFAULT_CONTENT_TYPE, MAX_ETAG_LENGTH
 from storage.sql import SqlObjectStore
 from storage.upstream_versions import forget, intend, lookup, record
@@ -109,16 +110,6 @@ class HttpTransport:
                 f"the upstream answered {method} {key!r} badly: {exc}", fields=fields
             ) from exc
 
-    def _failed(self, method: str, key: str, status: int) -> Exception:
-        fields = {"upstream": self.where, "key": key, "upstream_status": str(status)}
-        if status == 503:
-            return Unavailable(
-                "the upstream is unavailable (503)", code="upstream_unavailable", fields=fields
-            )
-        if status == 504:
-            return UpstreamTimeout("the upstream timed out (504)", fields=fields)
-        return UpstreamFailed(f"the upstream answered {method} {key!r} with {status}", fields=fields)
-
     def _etag(self, method: str, key: str, headers: CIMultiDictProxy[str]) -> str:
         etag = headers.get("ETag")
         if etag is None or not 2 <= len(etag) <= MAX_ETAG_LENGTH:
@@ -140,7 +131,7 @@ class HttpTransport:
         if status == 404:
             return None
         if not 200 <= status < 300:
-            raise self._failed("HEAD", key, status)
+            raise failure("HEAD", key, status, where=self.where)
         size = headers.get("Content-Length", "0")
         return await self._version(
             key, self._etag("HEAD", key, headers), headers, int(size) if size.isdigit() else 0
@@ -151,7 +142,7 @@ class HttpTransport:
         if status == 404:
             return None
         if not 200 <= status < 300:
-            raise self._failed("GET", key, status)
+            raise failure("GET", key, status, where=self.where)
         version = await self._version(key, self._etag("GET", key, headers), headers, len(body))
         if not version.tombstone and len(body) == TOMBSTONE_SIZE and body.startswith(TOMBSTONE_PREFIX):
             version = Version(version.etag, version.token, version.resource, True, version.size)
@@ -181,7 +172,8 @@ class HttpTransport:
             await forget(self._engine, row)
             raise VersionChanged(key)
         if not 200 <= status < 300:
-            raise self._failed("PUT", key, status)  # the row stays: what the upstream did is unknown
+            # the row stays: what the upstream did is unknown
+            raise failure("PUT", key, status, where=self.where)
         etag = self._etag("PUT", key, answer)
         await record(self._engine, row, key=key, etag=etag, token=token)
         return etag
@@ -193,7 +185,7 @@ class HttpTransport:
         if status == 412:
             raise VersionChanged(key)
         if not (200 <= status < 300 or status == 404):
-            raise self._failed("DELETE", key, status)
+            raise failure("DELETE", key, status, where=self.where)
 
     async def list(self, prefix: str, *, after: str, limit: int) -> list[Listed]:
         raise NotSupported("listing is not available with an http(s) upstream: list on the upstream itself")

@@ -64,6 +64,17 @@ PROXY_LIMIT = (
 )
 
 
+def failure(method: str, key: str, status: int, *, where: str) -> Exception:
+    """The gateway's error for an http(s) upstream's error answer: its 503 and 504 as they are, else 502;
+    `where` names the upstream in the log."""
+    fields = {"upstream": where, "key": key, "upstream_status": str(status)}
+    if status == 503:
+        return Unavailable("the upstream is unavailable (503)", code="upstream_unavailable", fields=fields)
+    if status == 504:
+        return UpstreamTimeout("the upstream timed out (504)", fields=fields)
+    return UpstreamFailed(f"the upstream answered {method} {key!r} with {status}", fields=fields)
+
+
 class ResourceLocks:
     """One asyncio lock per resource, dropped when nobody holds or waits for it."""
 
@@ -184,6 +195,8 @@ class UpstreamStore(ObjectStore):
                 f"no upstream answer to {method} {key!r} within {self._timeout}s; its outcome is unknown",
                 fields=fields,
             ) from exc
+        # An upstream that refuses the gateway's client certificate resets the connection only after
+        # TLS 1.3's handshake: here a reset is answered 503, as any refused certificate is.
         except (aiohttp.ClientConnectionError, OSError) as exc:
             raise Unavailable(
                 f"the upstream is unreachable ({exc}); the request was not applied, retry",
@@ -198,12 +211,7 @@ class UpstreamStore(ObjectStore):
             return answer
         if answer.status == 404 and method in ("GET", "DELETE"):
             raise ObjectNotFound(f"no object under key {key!r} upstream", key=key)
-        fields["upstream_status"] = str(answer.status)
-        if answer.status == 503:
-            raise Unavailable("the upstream is unavailable (503)", code="upstream_unavailable", fields=fields)
-        if answer.status == 504:
-            raise UpstreamTimeout("the upstream timed out (504)", fields=fields)
-        raise UpstreamFailed(f"the upstream answered {method} {key!r} with {answer.status}", fields=fields)
+        raise failure(method, key, answer.status, where=self._base)
 
     async def fenced(self, request: FencedRequest) -> ObjectMeta | ObjectData:
         """The fence in SQL, then the request forwarded, both under the resource's lock."""
