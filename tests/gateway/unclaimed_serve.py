@@ -1,6 +1,6 @@
 """`fencegate serve` whose s3 proxy ignores `Idempotency-Key`: the idempotency tests' control only.
 
-`python -m tests.gateway.unclaimed_serve ARGS` is `fencegate serve ARGS`
+`python -m tests.gateway.unclaimed_serve serve ARGS` is `fencegate serve ARGS`
 with every write sent to the store as if it came without its key: no record
 is claimed, so nothing serializes identical retries. The test that counts one
 application per key must count more through this.
@@ -25,4 +25,4 @@ async def _unclaimed(self: ConditionalStore, request: FencedRequest) -> ObjectMe
 
 if __name__ == "__main__":
     ConditionalStore.fenced = _unclaimed  # type: ignore[method-assign]
-    sys.exit(main(["serve", *sys.argv[1:]]))
+    sys.exit(main(sys.argv[1:]))
