@@ -319,7 +319,7 @@ class Credentials:
     """What a request's credentials came to: the key they name, or the refusal that says why none.
 
     `open`: the gateway has no keys, and every request may do anything. A request with two
-    `Authorization` headers carries its refusal (400) even when the first names a key.
+    `Authorization` headers names no key, even when the first would: it carries its 400.
     """
 
     key: ApiKey | None = None

@@ -23,13 +23,11 @@ anything runs, with the fix; probes still answer it.
 
 from __future__ import annotations
 
-import contextlib
-
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.app_keys import AppKeys, RequestKeys
-from gateway.auth import OPEN, ApiKey, Credentials
+from gateway.auth import OPEN, Credentials
 from gateway.errors import MalformedRequest, NotAuthenticated
 from gateway.parsing import one_value
 from gateway.tls import peer_name
@@ -40,44 +38,36 @@ CERT = "cert:"  # the identity of a client named by its certificate alone
 MAX_CN_LENGTH = MAX_CLIENT_LENGTH - len(CERT)
 
 
-def _identify(request: web.Request) -> tuple[str, ApiKey | None]:
+def _identify(request: web.Request) -> tuple[str, Credentials]:
+    """The client's name, and its credentials: the key they name, or why they name none. The view
+    raises that refusal only where its route needs a key, after the request's own 400s."""
     api_keys = request.app[AppKeys.api_keys]
-    header = request.headers.get("Authorization")
-    if api_keys is not None and header is not None:
-        # A wrong or listed key is refused by the view (`Credentials.authorize`), which knows what the
-        # route needs.
-        with contextlib.suppress(NotAuthenticated, MalformedRequest):
-            key = api_keys.identify(header)
-            return f"key:{key.name}", key
     subject = peer_name(request) if request.app[AppKeys.settings].mutual_tls else None
-    if subject is None:
-        return f"ip:{request.remote or 'unknown'}", None
-    named = api_keys.named(subject) if api_keys is not None and header is None else None
-    if named is not None:
-        return f"key:{named.name}", named
-    if request.path not in PROBES:  # a probe is answered whoever asks, and names no client anywhere
-        _check_subject(subject)
-    return f"{CERT}{subject}", None
-
-
-def _credentials(request: web.Request, client: str, key: ApiKey | None) -> Credentials:
-    """The key `_identify` found, or why the credentials name none: the view raises that only where its
-    route needs a key, after the request's own 400s."""
-    api_keys = request.app[AppKeys.api_keys]
     if api_keys is None:
-        return OPEN
+        return _unnamed(request, subject), OPEN
     try:
         header = one_value(request.headers, "Authorization")  # a proxy must not check another one
-        if key is None:  # identify again for the precise 401 message
-            if header is None and client.startswith(CERT):
+        if header is None and subject is not None:
+            key = api_keys.named(subject)
+            if key is None:
                 raise NotAuthenticated(
-                    f"the client certificate's subject CN {client[len(CERT) :]!r} names no API key; add one "
-                    "with `fencegate keys add NAME` named after it, or send `Authorization: Bearer <key>`"
+                    f"the client certificate's subject CN {subject!r} names no API key; add one with "
+                    "`fencegate keys add NAME` named after it, or send `Authorization: Bearer <key>`"
                 )
+        else:
             key = api_keys.identify(header)
     except (NotAuthenticated, MalformedRequest) as exc:
-        return Credentials(key=key, refusal=exc)
-    return Credentials(key=key)
+        return _unnamed(request, subject), Credentials(refusal=exc)
+    return f"key:{key.name}", Credentials(key=key)
+
+
+def _unnamed(request: web.Request, subject: str | None) -> str:
+    """A client no key names: its certificate's name, else its peer address."""
+    if subject is None:
+        return f"ip:{request.remote or 'unknown'}"
+    if request.path not in PROBES:  # a probe is answered whoever asks, and names no client anywhere
+        _check_subject(subject)
+    return f"{CERT}{subject}"
 
 
 def _check_subject(subject: str) -> None:
@@ -95,9 +85,8 @@ def _check_subject(subject: str) -> None:
 @web.middleware
 async def client_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Name the client (`RequestKeys.client`, `RequestKeys.credentials`) and hold one of its slots."""
-    client, key = _identify(request)
+    client, request[RequestKeys.credentials] = _identify(request)
     request[RequestKeys.client] = client
-    request[RequestKeys.credentials] = _credentials(request, client, key)
     if request.path in PROBES:
         return await handler(request)
     # Plain calls rather than context managers: this runs on every request.

@@ -92,3 +92,19 @@ async def test_forwarding_headers_do_not_rename_the_client(
     assert refused.status == 428
     record = json.loads(caplog.records[-1].getMessage().removeprefix("refused "))
     assert record["client"] == "ip:127.0.0.1"
+
+
+async def test_two_authorization_headers_name_no_key_even_when_the_first_would(
+    make_client: MakeClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The request is 400, and the refusal's log (as its per-client slot) names the peer address: an
+    unauthenticated request is counted as nobody's key."""
+    client = await make_client(api_keys=key_file(tmp_path / "keys.json", entry()))
+    two = [("Authorization", f"Bearer {SECRET}"), ("Authorization", "Bearer other")]
+    headers = [*two, ("Fencing-Token", "1")]
+    with caplog.at_level(logging.WARNING, logger="gateway.refusals"):
+        status, body = await send(client, "PUT", "/v1/objects/bill/1", headers, b"x")
+    assert (status, body["error"]) == (400, "bad_request"), body
+    record = json.loads(caplog.records[-1].getMessage().removeprefix("refused "))
+    assert record["client"] == "ip:127.0.0.1"
+    assert await fence(client, "bill/1", {"Authorization": f"Bearer {SECRET}"}) == 0  # nothing written
